@@ -1,0 +1,41 @@
+"""encdec: from-scratch seq2seq models (Transformer, LSTM/GRU with attention) as first-class transformers models.
+
+Importing the package registers every model family with ``AutoConfig``, ``AutoModel`` and
+``AutoModelForSeq2SeqLM``, and marks the classes so that ``save_pretrained`` writes ``auto_map`` and copies
+the code files for ``trust_remote_code`` loading.
+"""
+
+from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
+
+from .models import (
+    TransformerSeq2SeqConfig,
+    TransformerSeq2SeqForConditionalGeneration,
+    TransformerSeq2SeqModel,
+)
+
+__version__ = "0.1.0"
+
+_FAMILIES = [
+    (TransformerSeq2SeqConfig, TransformerSeq2SeqModel, TransformerSeq2SeqForConditionalGeneration),
+]
+
+
+def _register(config_cls: type, model_cls: type, lm_cls: type) -> None:
+    AutoConfig.register(config_cls.model_type, config_cls, exist_ok=True)
+    AutoModel.register(config_cls, model_cls, exist_ok=True)
+    AutoModelForSeq2SeqLM.register(config_cls, lm_cls, exist_ok=True)
+    # Hub folders: `auto_map` in config.json and the code files next to the weights
+    config_cls.register_for_auto_class()
+    model_cls.register_for_auto_class("AutoModel")
+    lm_cls.register_for_auto_class("AutoModelForSeq2SeqLM")
+
+
+for _family in _FAMILIES:
+    _register(*_family)
+
+__all__ = [
+    "TransformerSeq2SeqConfig",
+    "TransformerSeq2SeqForConditionalGeneration",
+    "TransformerSeq2SeqModel",
+    "__version__",
+]

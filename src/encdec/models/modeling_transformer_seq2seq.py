@@ -1,0 +1,603 @@
+"""The encoder-decoder Transformer of Vaswani et al. 2017, "Attention Is All You Need" (arXiv:1706.03762).
+
+Shape legend:
+    B  batch size            S  source length          T  target length
+    D  d_model               H  attention heads        Dh head dim (d_k = d_v = D / H)
+    F  FFN inner dim         V  vocabulary size
+
+This file is copied next to the weights by ``save_pretrained``; it imports only torch, transformers' public
+modules and single-dot siblings, so a saved folder loads with ``trust_remote_code=True`` without encdec.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+from torch import nn
+from transformers import GenerationMixin, PreTrainedModel
+from transformers import initialization as init
+from transformers.activations import ACT2FN
+from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
+from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput, Seq2SeqModelOutput
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+from .attention import eager_attention_forward
+from .configuration_transformer_seq2seq import TransformerSeq2SeqConfig
+
+
+def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
+    """Teacher forcing: the decoder input at step t is the gold token y_{t-1}, with y_0 = the start token.
+
+    :param labels: (B, T) target ids, -100 where ignored
+    :return: (B, T) decoder input ids
+    """
+    shifted = labels.new_full(labels.shape, decoder_start_token_id)  # (B, T)
+    shifted[:, 1:] = labels[:, :-1]
+    return shifted.masked_fill(shifted == -100, pad_token_id)
+
+
+def seq2seq_cross_entropy(
+    logits: torch.Tensor, labels: torch.Tensor, num_items_in_batch: int | torch.Tensor | None = None
+) -> torch.Tensor:
+    """Token-level cross-entropy that ignores -100.
+
+    With ``num_items_in_batch`` (passed by Trainer) the summed loss is divided by the token count of the whole
+    accumulated batch, so gradient accumulation gives the same gradient as one large batch.
+
+    :param logits: (B, T, V)
+    :param labels: (B, T)
+    """
+    flat_logits = logits.reshape(-1, logits.size(-1)).float()  # (B*T, V)
+    if num_items_in_batch is None:
+        return nn.functional.cross_entropy(flat_logits, labels.reshape(-1), ignore_index=-100)
+    loss = nn.functional.cross_entropy(flat_logits, labels.reshape(-1), ignore_index=-100, reduction="sum")
+    if torch.is_tensor(num_items_in_batch):
+        num_items_in_batch = num_items_in_batch.to(loss.device)
+    return loss / num_items_in_batch
+
+
+class SinusoidalPositionalEmbedding(nn.Module):
+    """Fixed positions (Section 3.5): PE(pos, 2i) = sin(pos / 10000^(2i/D)), PE(pos, 2i+1) = cos(same).
+
+    ``sinusoid_layout="half_split"`` stores all sines first, then all cosines (tensor2tensor, Marian).
+    The table is a non-persistent buffer (never saved) and grows on demand, so any length works.
+    """
+
+    def __init__(self, config: TransformerSeq2SeqConfig) -> None:
+        super().__init__()
+        self.d_model = config.d_model
+        self.interleaved = config.sinusoid_layout == "interleaved"
+        self.register_buffer("table", self.build_table(config.max_position_embeddings), persistent=False)
+
+    def build_table(self, num_positions: int) -> torch.Tensor:
+        position = torch.arange(num_positions, dtype=torch.float32).unsqueeze(1)  # (P, 1)
+        inv_freq = torch.exp(torch.arange(0, self.d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / self.d_model))
+        angles = position * inv_freq  # (P, D/2)
+        if self.interleaved:
+            return torch.stack([angles.sin(), angles.cos()], dim=-1).flatten(1)  # (P, D): sin, cos, sin, cos ...
+        return torch.cat([angles.sin(), angles.cos()], dim=-1)  # (P, D): sin ... sin, cos ... cos
+
+    def forward(self, past_length: int, length: int) -> torch.Tensor:
+        """:return: (length, D) encodings of positions past_length .. past_length + length - 1"""
+        end = past_length + length
+        table = self.table
+        if end > table.size(0):
+            table = self.build_table(end).to(table.device)
+        return table[past_length:end]
+
+
+class LearnedPositionalEmbedding(nn.Embedding):
+    """Learned absolute positions (the paper's Table 3, row E: "nearly identical results")."""
+
+    def __init__(self, config: TransformerSeq2SeqConfig) -> None:
+        super().__init__(config.max_position_embeddings, config.d_model)
+
+    def forward(self, past_length: int, length: int) -> torch.Tensor:
+        """:return: (length, D)"""
+        end = past_length + length
+        if end > self.num_embeddings:
+            raise ValueError(
+                f"Sequence of {end} positions exceeds `max_position_embeddings`={self.num_embeddings} of this model "
+                "(learned positions cannot extrapolate); truncate the input (e.g. tokenizer `max_length`) or "
+                "generate fewer tokens."
+            )
+        return self.weight[past_length:end]
+
+
+def build_position_embedding(config: TransformerSeq2SeqConfig) -> nn.Module:
+    if config.position_embedding_type == "learned":
+        return LearnedPositionalEmbedding(config)
+    return SinusoidalPositionalEmbedding(config)
+
+
+class TransformerSeq2SeqAttention(nn.Module):
+    """Multi-head attention (Section 3.2.2).
+
+    ``MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O`` with ``head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)``.
+
+    The per-head projections of all heads are stacked into one matrix; self-attention stacks W^Q, W^K and W^V
+    too (``qkv_proj``), cross-attention stacks W^K and W^V (``kv_proj``): one matrix product instead of three,
+    identical math. Cross-attention K/V are computed once per source and kept in the ``EncoderDecoderCache``.
+    """
+
+    def __init__(self, config: TransformerSeq2SeqConfig, num_heads: int, is_cross_attention: bool = False,
+                 is_causal: bool = False, layer_idx: int | None = None) -> None:
+        super().__init__()
+        self.config = config
+        self.num_heads = num_heads
+        self.head_dim = config.d_model // num_heads
+        self.scaling = self.head_dim**-0.5  # 1 / sqrt(d_k)
+        self.dropout = config.attention_dropout
+        self.is_cross_attention = is_cross_attention
+        self.is_causal = is_causal
+        self.layer_idx = layer_idx
+        d = config.d_model
+        if is_cross_attention:
+            self.q_proj = nn.Linear(d, d)  # W^Q
+            self.kv_proj = nn.Linear(d, 2 * d)  # [W^K; W^V]
+        else:
+            self.qkv_proj = nn.Linear(d, 3 * d)  # [W^Q; W^K; W^V]
+        self.out_proj = nn.Linear(d, d)  # W^O
+
+    def split_heads(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, L, D) -> (B, H, L, Dh)"""
+        return x.view(*x.shape[:-1], self.num_heads, self.head_dim).transpose(1, 2)
+
+    def project(self, hidden_states: torch.Tensor, key_value_states: torch.Tensor | None,
+                past_key_values: Cache | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Return Q, K, V, each (B, H, L, Dh), reading and updating the cache."""
+        if not self.is_cross_attention:
+            query, key, value = self.qkv_proj(hidden_states).chunk(3, dim=-1)  # 3 x (B, T, D)
+            query, key, value = self.split_heads(query), self.split_heads(key), self.split_heads(value)
+            if past_key_values is not None:  # append this step's K/V to the self-attention cache
+                cache = past_key_values.self_attention_cache if isinstance(past_key_values, EncoderDecoderCache) \
+                    else past_key_values
+                key, value = cache.update(key, value, self.layer_idx)  # (B, H, T_past + T, Dh)
+            return query, key, value
+        query = self.split_heads(self.q_proj(hidden_states))  # (B, H, T, Dh)
+        if past_key_values is not None and past_key_values.is_updated.get(self.layer_idx):
+            layer = past_key_values.cross_attention_cache.layers[self.layer_idx]
+            return query, layer.keys, layer.values  # encoder K/V computed at the first step
+        key, value = self.kv_proj(key_value_states).chunk(2, dim=-1)  # 2 x (B, S, D)
+        key, value = self.split_heads(key), self.split_heads(value)  # (B, H, S, Dh)
+        if past_key_values is not None:
+            key, value = past_key_values.cross_attention_cache.update(key, value, self.layer_idx)
+            past_key_values.is_updated[self.layer_idx] = True
+        return query, key, value
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        key_value_states: torch.Tensor | None = None,
+        past_key_values: Cache | None = None,
+        output_attentions: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """:param hidden_states: (B, T, D) queries; :param key_value_states: (B, S, D) encoder output for
+        cross-attention. :return: (B, T, D) and the weights (B, H, T, S) when ``output_attentions``."""
+        query, key, value = self.project(hidden_states, key_value_states, past_key_values)
+        implementation = self.config._attn_implementation
+        attention_fn: Callable = eager_attention_forward
+        if implementation != "eager" and not (output_attentions and implementation == "sdpa"):
+            # SDPA returns no weights, so `output_attentions` runs this call through the eager math instead
+            attention_fn = ALL_ATTENTION_FUNCTIONS[implementation]
+        context, weights = attention_fn(
+            self, query, key, value, attention_mask,
+            scaling=self.scaling, dropout=self.dropout if self.training else 0.0,
+        )  # context (B, T, H, Dh)
+        context = context.reshape(*hidden_states.shape[:-1], -1)  # (B, T, D): Concat(head_1..head_h)
+        return self.out_proj(context), (weights if output_attentions else None)
+
+
+class FeedForward(nn.Module):
+    """Position-wise FFN (Eq. 2): FFN(x) = max(0, x W_1 + b_1) W_2 + b_2."""
+
+    def __init__(self, config: TransformerSeq2SeqConfig, ffn_dim: int) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(config.d_model, ffn_dim)
+        self.fc2 = nn.Linear(ffn_dim, config.d_model)
+        self.activation = ACT2FN[config.activation_function]
+        self.activation_dropout = config.activation_dropout
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.activation(self.fc1(x))  # (B, L, F)
+        h = nn.functional.dropout(h, p=self.activation_dropout, training=self.training)
+        return self.fc2(h)  # (B, L, D)
+
+
+class SublayerConnection(nn.Module):
+    """Residual + LayerNorm around a sub-layer (Section 3.1, Section 5.4 for the dropout).
+
+    post-LN (paper): ``LayerNorm(x + Dropout(Sublayer(x)))``
+    pre-LN (``normalize_before=True``, Xiong et al. 2020): ``x + Dropout(Sublayer(LayerNorm(x)))``
+    """
+
+    def __init__(self, config: TransformerSeq2SeqConfig) -> None:
+        super().__init__()
+        self.layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.normalize_before = config.normalize_before
+        self.dropout = config.dropout
+
+    def forward(self, x: torch.Tensor, sublayer: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor | None]]
+                ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        out, weights = sublayer(self.layer_norm(x) if self.normalize_before else x)
+        x = x + nn.functional.dropout(out, p=self.dropout, training=self.training)
+        return (x if self.normalize_before else self.layer_norm(x)), weights
+
+
+class TransformerSeq2SeqEncoderLayer(GradientCheckpointingLayer):
+    """Encoder layer (Section 3.1): self-attention, then the FFN, each wrapped in a residual + LayerNorm."""
+
+    def __init__(self, config: TransformerSeq2SeqConfig) -> None:
+        super().__init__()
+        self.self_attn = TransformerSeq2SeqAttention(config, config.encoder_attention_heads)
+        self.self_attn_block = SublayerConnection(config)
+        self.ffn = FeedForward(config, config.encoder_ffn_dim)
+        self.ffn_block = SublayerConnection(config)
+
+    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                output_attentions: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """:param hidden_states: (B, S, D) :return: (B, S, D) and self-attention weights (B, H, S, S) or None"""
+        hidden_states, weights = self.self_attn_block(
+            hidden_states, lambda x: self.self_attn(x, attention_mask, output_attentions=output_attentions)
+        )
+        hidden_states, _ = self.ffn_block(hidden_states, lambda x: (self.ffn(x), None))
+        return hidden_states, weights
+
+
+class TransformerSeq2SeqDecoderLayer(GradientCheckpointingLayer):
+    """Decoder layer (Section 3.1): masked self-attention, cross-attention over the encoder output, then the
+    FFN, each wrapped in a residual + LayerNorm."""
+
+    def __init__(self, config: TransformerSeq2SeqConfig, layer_idx: int) -> None:
+        super().__init__()
+        heads = config.decoder_attention_heads
+        self.self_attn = TransformerSeq2SeqAttention(config, heads, is_causal=True, layer_idx=layer_idx)
+        self.self_attn_block = SublayerConnection(config)
+        self.cross_attn = TransformerSeq2SeqAttention(config, heads, is_cross_attention=True, layer_idx=layer_idx)
+        self.cross_attn_block = SublayerConnection(config)
+        self.ffn = FeedForward(config, config.decoder_ffn_dim)
+        self.ffn_block = SublayerConnection(config)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        encoder_hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        encoder_attention_mask: torch.Tensor | None = None,
+        past_key_values: Cache | None = None,
+        output_attentions: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """:param hidden_states: (B, T, D); :param encoder_hidden_states: (B, S, D)
+        :return: (B, T, D), self-attention weights (B, H, T, T_total), cross-attention weights (B, H, T, S)"""
+        hidden_states, self_weights = self.self_attn_block(hidden_states, lambda x: self.self_attn(
+            x, attention_mask, past_key_values=past_key_values, output_attentions=output_attentions))
+        hidden_states, cross_weights = self.cross_attn_block(hidden_states, lambda x: self.cross_attn(
+            x, encoder_attention_mask, key_value_states=encoder_hidden_states, past_key_values=past_key_values,
+            output_attentions=output_attentions))
+        hidden_states, _ = self.ffn_block(hidden_states, lambda x: (self.ffn(x), None))
+        return hidden_states, self_weights, cross_weights
+
+
+class TransformerSeq2SeqPreTrainedModel(PreTrainedModel):
+    config_class = TransformerSeq2SeqConfig
+    base_model_prefix = "model"
+    main_input_name = "input_ids"
+    supports_gradient_checkpointing = True
+    _no_split_modules = ["TransformerSeq2SeqEncoderLayer", "TransformerSeq2SeqDecoderLayer"]
+    _supports_sdpa = True
+    _supports_flash_attn = True
+    _supports_flex_attn = True
+    # forward takes `num_items_in_batch`, so Trainer hands it over and the loss is exact under accumulation
+    accepts_loss_kwargs = True
+
+    def __init__(self, config: TransformerSeq2SeqConfig, *inputs, **kwargs) -> None:
+        super().__init__(config, *inputs, **kwargs)
+        # `save_pretrained` records only the saving class's auto class in `auto_map`; seed the bare model's
+        # entry so that `AutoModel.from_pretrained(folder, trust_remote_code=True)` works too
+        module = __name__.rsplit(".", 1)[-1]
+        config.auto_map = {"AutoModel": f"{module}.TransformerSeq2SeqModel", **(getattr(config, "auto_map", None) or {})}
+
+    @torch.no_grad()
+    def _init_weights(self, module: nn.Module) -> None:
+        """Xavier-uniform for every projection, zero biases (as the Annotated Transformer and fairseq do);
+        N(0, init_std) for token embeddings (zero row for padding); the sinusoid table is recomputed."""
+        if isinstance(module, nn.Linear):
+            init.xavier_uniform_(module.weight)
+            if module.bias is not None:
+                init.zeros_(module.bias)
+        elif isinstance(module, SinusoidalPositionalEmbedding):
+            init.copy_(module.table, module.build_table(module.table.size(0)))
+        elif isinstance(module, nn.Embedding):
+            init.normal_(module.weight, mean=0.0, std=self.config.init_std)
+            if module.padding_idx is not None and not getattr(module.weight, "_is_hf_initialized", False):
+                init.zeros_(module.weight[module.padding_idx])
+        elif isinstance(module, nn.LayerNorm):
+            init.ones_(module.weight)
+            init.zeros_(module.bias)
+
+
+class TransformerSeq2SeqEmbedding(nn.Module):
+    """Token embedding x sqrt(D) (Section 3.4) plus positions (Section 3.5), then dropout (Section 5.4)."""
+
+    def __init__(self, config: TransformerSeq2SeqConfig) -> None:
+        super().__init__()
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
+        self.embed_positions = build_position_embedding(config)
+        self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
+        self.dropout = config.dropout
+
+    def forward(self, input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None,
+                past_length: int = 0) -> torch.Tensor:
+        """:param input_ids: (B, L) :return: (B, L, D)"""
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("Pass exactly one of `input_ids` / `inputs_embeds` (and their `decoder_` versions).")
+        if inputs_embeds is None:
+            inputs_embeds = self.embed_tokens(input_ids)  # (B, L, D)
+        positions = self.embed_positions(past_length, inputs_embeds.size(1))  # (L, D)
+        hidden = inputs_embeds * self.embed_scale + positions.to(inputs_embeds.dtype)
+        return nn.functional.dropout(hidden, p=self.dropout, training=self.training)
+
+
+class TransformerSeq2SeqEncoder(nn.Module):
+    """A stack of N encoder layers over the embedded source (Section 3.1)."""
+
+    main_input_name = "input_ids"
+
+    def __init__(self, config: TransformerSeq2SeqConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.embeddings = TransformerSeq2SeqEmbedding(config)
+        self.layers = nn.ModuleList([TransformerSeq2SeqEncoderLayer(config) for _ in range(config.encoder_layers)])
+        # pre-LN leaves the residual stream un-normalised, so the stack ends with a LayerNorm
+        self.final_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) \
+            if config.normalize_before else None
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+    ) -> BaseModelOutput:
+        """:param input_ids: (B, S); :param attention_mask: (B, S), 1 = token, 0 = padding
+        :return: ``last_hidden_state`` (B, S, D), optional per-layer states and (B, H, S, S) weights"""
+        hidden_states = self.embeddings(input_ids, inputs_embeds)  # (B, S, D)
+        mask = create_bidirectional_mask(config=self.config, inputs_embeds=hidden_states,
+                                         attention_mask=attention_mask)  # None, or per backend
+        all_hidden = (hidden_states,) if output_hidden_states else None
+        all_attentions = () if output_attentions else None
+        for layer in self.layers:
+            hidden_states, weights = layer(hidden_states, attention_mask=mask,
+                                           output_attentions=bool(output_attentions))
+            if output_hidden_states:
+                all_hidden += (hidden_states,)
+            if output_attentions:
+                all_attentions += (weights,)
+        if self.final_layer_norm is not None:
+            hidden_states = self.final_layer_norm(hidden_states)
+        return BaseModelOutput(last_hidden_state=hidden_states, hidden_states=all_hidden, attentions=all_attentions)
+
+
+class TransformerSeq2SeqDecoder(nn.Module):
+    """A stack of N decoder layers (Section 3.1); the self-attention is causal (Section 3.2.3)."""
+
+    def __init__(self, config: TransformerSeq2SeqConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.embeddings = TransformerSeq2SeqEmbedding(config)
+        self.layers = nn.ModuleList(
+            [TransformerSeq2SeqDecoderLayer(config, layer_idx=i) for i in range(config.decoder_layers)]
+        )
+        self.final_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) \
+            if config.normalize_before else None
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None,
+        encoder_hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        encoder_attention_mask: torch.Tensor | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        output_attentions: bool = False,
+        output_hidden_states: bool = False,
+    ) -> tuple[torch.Tensor, tuple | None, tuple | None, tuple | None]:
+        """:param input_ids: (B, T) (only the new tokens when a cache is given); :param attention_mask:
+        (B, T_past + T); :return: (B, T, D), hidden states, self-attention and cross-attention weights"""
+        past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
+        hidden_states = self.embeddings(input_ids, inputs_embeds, past_length)  # (B, T, D)
+        self_cache = past_key_values.self_attention_cache if isinstance(past_key_values, EncoderDecoderCache) \
+            else past_key_values
+        causal_mask = create_causal_mask(config=self.config, inputs_embeds=hidden_states,
+                                         attention_mask=attention_mask, past_key_values=self_cache)
+        cross_mask = create_bidirectional_mask(config=self.config, inputs_embeds=hidden_states,
+                                               attention_mask=encoder_attention_mask,
+                                               encoder_hidden_states=encoder_hidden_states)
+        all_hidden = (hidden_states,) if output_hidden_states else None
+        self_attentions = () if output_attentions else None
+        cross_attentions = () if output_attentions else None
+        for layer in self.layers:
+            hidden_states, self_weights, cross_weights = layer(
+                hidden_states, encoder_hidden_states, attention_mask=causal_mask,
+                encoder_attention_mask=cross_mask, past_key_values=past_key_values,
+                output_attentions=output_attentions,
+            )
+            if output_hidden_states:
+                all_hidden += (hidden_states,)
+            if output_attentions:
+                self_attentions += (self_weights,)
+                cross_attentions += (cross_weights,)
+        if self.final_layer_norm is not None:
+            hidden_states = self.final_layer_norm(hidden_states)
+        return hidden_states, all_hidden, self_attentions, cross_attentions
+
+
+class TransformerSeq2SeqModel(TransformerSeq2SeqPreTrainedModel):
+    """The bare encoder-decoder: returns the decoder's last hidden states (B, T, D)."""
+
+    # 3-way tying (Section 3.4): one matrix serves both embeddings (and the LM head, see below);
+    # applied only when `config.tie_word_embeddings` is True
+    _tied_weights_keys = {"decoder.embeddings.embed_tokens.weight": "encoder.embeddings.embed_tokens.weight"}
+
+    def __init__(self, config: TransformerSeq2SeqConfig) -> None:
+        super().__init__(config)
+        self.encoder = TransformerSeq2SeqEncoder(config)
+        self.decoder = TransformerSeq2SeqDecoder(config)
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.encoder.embeddings.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.encoder.embeddings.embed_tokens = value
+        if self.config.tie_word_embeddings:
+            self.decoder.embeddings.embed_tokens = value
+
+    def get_encoder(self, modality: str | None = None) -> TransformerSeq2SeqEncoder:
+        return self.encoder
+
+    def get_decoder(self) -> TransformerSeq2SeqDecoder:
+        return self.decoder
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.LongTensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        encoder_outputs: BaseModelOutput | tuple | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+    ) -> Seq2SeqModelOutput:
+        """:param input_ids: (B, S) source ids; :param attention_mask: (B, S) 1 = token, 0 = pad;
+        :param decoder_input_ids: (B, T) (only new tokens with a cache); :param decoder_attention_mask: (B, T)
+        :return: ``Seq2SeqModelOutput`` with ``last_hidden_state`` (B, T, D)"""
+        output_attentions = bool(output_attentions)
+        output_hidden_states = bool(output_hidden_states)
+        use_cache = self.config.use_cache if use_cache is None else use_cache
+        if encoder_outputs is None:
+            encoder_outputs = self.encoder(input_ids, attention_mask, inputs_embeds,
+                                           output_attentions=output_attentions,
+                                           output_hidden_states=output_hidden_states)
+        elif not isinstance(encoder_outputs, BaseModelOutput):
+            encoder_outputs = BaseModelOutput(*encoder_outputs)
+        if use_cache and past_key_values is None:
+            past_key_values = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
+        elif not use_cache:
+            past_key_values = None
+        hidden, all_hidden, self_attentions, cross_attentions = self.decoder(
+            decoder_input_ids, encoder_outputs.last_hidden_state, attention_mask=decoder_attention_mask,
+            encoder_attention_mask=attention_mask, past_key_values=past_key_values,
+            inputs_embeds=decoder_inputs_embeds, output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+        )
+        return Seq2SeqModelOutput(
+            last_hidden_state=hidden,
+            past_key_values=past_key_values,
+            decoder_hidden_states=all_hidden,
+            decoder_attentions=self_attentions,
+            cross_attentions=cross_attentions,
+            encoder_last_hidden_state=encoder_outputs.last_hidden_state,
+            encoder_hidden_states=encoder_outputs.hidden_states,
+            encoder_attentions=encoder_outputs.attentions,
+        )
+
+
+class TransformerSeq2SeqForConditionalGeneration(TransformerSeq2SeqPreTrainedModel, GenerationMixin):
+    """The Transformer with its pre-softmax projection: P(y_t | y_<t, x) = softmax(W_out s_t) (Section 3.4)."""
+
+    _tied_weights_keys = {
+        "lm_head.weight": "model.encoder.embeddings.embed_tokens.weight",
+        "model.decoder.embeddings.embed_tokens.weight": "model.encoder.embeddings.embed_tokens.weight",
+    }
+
+    def __init__(self, config: TransformerSeq2SeqConfig) -> None:
+        super().__init__(config)
+        self.model = TransformerSeq2SeqModel(config)
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.post_init()
+
+    def get_encoder(self, modality: str | None = None) -> TransformerSeq2SeqEncoder:
+        return self.model.encoder
+
+    def get_decoder(self) -> TransformerSeq2SeqDecoder:
+        return self.model.decoder
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.model.get_input_embeddings()
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.model.set_input_embeddings(value)
+
+    def get_output_embeddings(self) -> nn.Linear:
+        return self.lm_head
+
+    def set_output_embeddings(self, new_embeddings: nn.Linear) -> None:
+        self.lm_head = new_embeddings
+
+    def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
+        """Used by ``DataCollatorForSeq2Seq(model=...)``: (B, T) labels -> (B, T) decoder inputs."""
+        return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.LongTensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        encoder_outputs: BaseModelOutput | tuple | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        num_items_in_batch: int | torch.Tensor | None = None,
+    ) -> Seq2SeqLMOutput:
+        """:param labels: (B, T) target ids, -100 = ignored; they are shifted right into ``decoder_input_ids``
+        when those are not given. :return: ``Seq2SeqLMOutput`` with ``logits`` (B, T, V)"""
+        if labels is not None:
+            use_cache = False
+            if decoder_input_ids is None and decoder_inputs_embeds is None:
+                decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
+        outputs = self.model(
+            input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids,
+            decoder_attention_mask=decoder_attention_mask, encoder_outputs=encoder_outputs,
+            past_key_values=past_key_values, inputs_embeds=inputs_embeds,
+            decoder_inputs_embeds=decoder_inputs_embeds, use_cache=use_cache,
+            output_attentions=output_attentions, output_hidden_states=output_hidden_states,
+        )
+        logits = self.lm_head(outputs.last_hidden_state)  # (B, T, V)
+        loss = seq2seq_cross_entropy(logits, labels, num_items_in_batch) if labels is not None else None
+        return Seq2SeqLMOutput(
+            loss=loss,
+            logits=logits,
+            past_key_values=outputs.past_key_values,
+            decoder_hidden_states=outputs.decoder_hidden_states,
+            decoder_attentions=outputs.decoder_attentions,
+            cross_attentions=outputs.cross_attentions,
+            encoder_last_hidden_state=outputs.encoder_last_hidden_state,
+            encoder_hidden_states=outputs.encoder_hidden_states,
+            encoder_attentions=outputs.encoder_attentions,
+        )
+
+
+__all__ = [
+    "TransformerSeq2SeqForConditionalGeneration",
+    "TransformerSeq2SeqModel",
+    "TransformerSeq2SeqPreTrainedModel",
+]
