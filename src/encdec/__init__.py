@@ -8,6 +8,9 @@ the code files for ``trust_remote_code`` loading.
 from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
 
 from .models import (
+    RNNSeq2SeqConfig,
+    RNNSeq2SeqForConditionalGeneration,
+    RNNSeq2SeqModel,
     TransformerSeq2SeqConfig,
     TransformerSeq2SeqForConditionalGeneration,
     TransformerSeq2SeqModel,
@@ -17,6 +20,7 @@ __version__ = "0.1.0"
 
 _FAMILIES = [
     (TransformerSeq2SeqConfig, TransformerSeq2SeqModel, TransformerSeq2SeqForConditionalGeneration),
+    (RNNSeq2SeqConfig, RNNSeq2SeqModel, RNNSeq2SeqForConditionalGeneration),
 ]
 
 
@@ -34,6 +38,9 @@ for _family in _FAMILIES:
     _register(*_family)
 
 __all__ = [
+    "RNNSeq2SeqConfig",
+    "RNNSeq2SeqForConditionalGeneration",
+    "RNNSeq2SeqModel",
     "TransformerSeq2SeqConfig",
     "TransformerSeq2SeqForConditionalGeneration",
     "TransformerSeq2SeqModel",

@@ -1,6 +1,7 @@
 """Attention math shared by both model families.
 
-Shape legend: B batch, H heads, T query (target) length, S key (source) length, Dh head dim.
+Shape legend: B batch, H heads, T query (target) length, S key (source) length, Dh head dim,
+A width of the additive-attention layer.
 
 This file is copied next to the weights by ``save_pretrained``: it imports only torch.
 """
@@ -50,3 +51,36 @@ def eager_attention_forward(
     weights = nn.functional.dropout(weights, p=dropout, training=module.training)
     context = torch.matmul(weights, value)  # (B, H, T, Dh)
     return context.transpose(1, 2).contiguous(), weights  # (B, T, H, Dh)
+
+
+def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """Alignment weights over source positions: ``alpha_ti = exp(e_ti) / sum_{k: mask_k} exp(e_tk)`` (Bahdanau et al.
+    2015, Eq. 6; Luong et al. 2015, Eq. 7), computed in float32.
+
+    Masked positions get weight exactly 0, and every row with at least one kept position sums to 1.
+
+    :param scores: (B, T, S) energies e_ti
+    :param mask: (B, S) boolean, True = real source token, or None for no padding
+    :return: (B, T, S) weights alpha_ti
+    """
+    if mask is None:
+        return torch.softmax(scores, dim=-1, dtype=torch.float32).to(scores.dtype)
+    keep = mask[:, None, :].bool()  # (B, 1, S)
+    energies = scores.float().masked_fill(~keep, torch.finfo(torch.float32).min)
+    weights = torch.softmax(energies, dim=-1).masked_fill(~keep, 0.0)  # (B, T, S); exactly 0 on padding
+    return weights.to(scores.dtype)
+
+
+def additive_attention_scores(query: torch.Tensor, keys: torch.Tensor, v_a: nn.Linear) -> torch.Tensor:
+    """Additive (concat) energies: ``e_ti = v_aᵀ tanh(W_q q_t + W_k h_i)`` (Bahdanau et al. 2015, Appendix A.1.2;
+    Luong et al. 2015, Eq. 8 "concat", where ``W_a [s_t; h_i] = W_q s_t + W_k h_i``).
+
+    Both projections are done by the caller, so ``W_k h_i`` is computed once per source sentence.
+
+    :param query: (B, T, A) projected queries W_q q_t
+    :param keys: (B, S, A) projected keys W_k h_i
+    :param v_a: the (A -> 1) projection v_a
+    :return: (B, T, S) energies
+    """
+    hidden = torch.tanh(query[:, :, None, :] + keys[:, None, :, :])  # (B, T, S, A)
+    return v_a(hidden).squeeze(-1)  # (B, T, S)

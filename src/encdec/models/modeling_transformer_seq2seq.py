@@ -27,37 +27,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from .attention import eager_attention_forward
 from .configuration_transformer_seq2seq import TransformerSeq2SeqConfig
-
-
-def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
-    """Teacher forcing: the decoder input at step t is the gold token y_{t-1}, with y_0 = the start token.
-
-    :param labels: (B, T) target ids, -100 where ignored
-    :return: (B, T) decoder input ids
-    """
-    shifted = labels.new_full(labels.shape, decoder_start_token_id)  # (B, T)
-    shifted[:, 1:] = labels[:, :-1]
-    return shifted.masked_fill(shifted == -100, pad_token_id)
-
-
-def seq2seq_cross_entropy(
-    logits: torch.Tensor, labels: torch.Tensor, num_items_in_batch: int | torch.Tensor | None = None
-) -> torch.Tensor:
-    """Token-level cross-entropy that ignores -100.
-
-    With ``num_items_in_batch`` (passed by Trainer) the summed loss is divided by the token count of the whole
-    accumulated batch, so gradient accumulation gives the same gradient as one large batch.
-
-    :param logits: (B, T, V)
-    :param labels: (B, T)
-    """
-    flat_logits = logits.reshape(-1, logits.size(-1)).float()  # (B*T, V)
-    if num_items_in_batch is None:
-        return nn.functional.cross_entropy(flat_logits, labels.reshape(-1), ignore_index=-100)
-    loss = nn.functional.cross_entropy(flat_logits, labels.reshape(-1), ignore_index=-100, reduction="sum")
-    if torch.is_tensor(num_items_in_batch):
-        num_items_in_batch = num_items_in_batch.to(loss.device)
-    return loss / num_items_in_batch
+from .seq2seq_utils import seq2seq_cross_entropy, shift_tokens_right
 
 
 class SinusoidalPositionalEmbedding(nn.Module):
@@ -528,6 +498,18 @@ class TransformerSeq2SeqForConditionalGeneration(TransformerSeq2SeqPreTrainedMod
         self.model = TransformerSeq2SeqModel(config)
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         self.post_init()
+        if self.generation_config is not None:  # saved as generation_config.json; transformers' default is 20
+            self.generation_config.max_length = config.max_position_embeddings
+
+    def resize_token_embeddings(self, new_num_tokens: int | None = None, pad_to_multiple_of: int | None = None,
+                                mean_resizing: bool = True) -> nn.Embedding:
+        """Resize the joint vocabulary: encoder and decoder embeddings and the LM head, tied or not."""
+        embeddings = super().resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
+        if not self.config.tie_word_embeddings:  # transformers resizes only the input embedding and the head
+            decoder = self.model.decoder.embeddings
+            decoder.embed_tokens = self._get_resized_embeddings(
+                decoder.embed_tokens, embeddings.num_embeddings, mean_resizing=mean_resizing)
+        return embeddings
 
     def get_encoder(self, modality: str | None = None) -> TransformerSeq2SeqEncoder:
         return self.model.encoder

@@ -1,0 +1,61 @@
+"""Benchmark encdec's models against transformers' references and write docs/benchmarks.md.
+
+    python scripts/benchmark.py                   # full run (a few minutes on 2 CPU cores)
+    python scripts/benchmark.py --quick --output /tmp/benchmarks.md   # smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shlex
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+from encdec.benchmarking import DEFAULT_OUTPUT, QUICK_SETTINGS, SECTIONS, BenchmarkSettings, run_benchmarks
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    defaults = BenchmarkSettings()
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true",
+                        help="smoke mode: 1-2 timed repeats; writes only when --output is given")
+    parser.add_argument("--output", type=Path, default=None,
+                        help=f"markdown report to write (default: {DEFAULT_OUTPUT}, none with --quick)")
+    parser.add_argument("--sections", nargs="+", choices=sorted(SECTIONS), default=list(SECTIONS),
+                        help="comparisons to run (default: all)")
+    parser.add_argument("--train-warmup", type=int, help=f"un-timed training steps (default {defaults.train_warmup})")
+    parser.add_argument("--train-steps", type=int, help=f"timed training steps (default {defaults.train_steps})")
+    parser.add_argument("--generation-warmup", type=int,
+                        help=f"un-timed generate() calls (default {defaults.generation_warmup})")
+    parser.add_argument("--generation-repeats", type=int,
+                        help=f"timed generate() calls (default {defaults.generation_repeats})")
+    parser.add_argument("--memory-steps", type=int,
+                        help=f"training steps in the memory measurement (default {defaults.memory_steps})")
+    parser.add_argument("--threads", type=int, help="torch intra-op threads (default: torch's choice)")
+    return parser.parse_args(argv)
+
+
+def settings_from(args: argparse.Namespace) -> BenchmarkSettings:
+    base = QUICK_SETTINGS if args.quick else BenchmarkSettings()
+    overrides = {name: getattr(args, name) for name in
+                 ("train_warmup", "train_steps", "generation_warmup", "generation_repeats", "memory_steps")
+                 if getattr(args, name) is not None}
+    return replace(base, **overrides)
+
+
+def main(argv: list[str]) -> None:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    output = args.output if args.output is not None or args.quick else DEFAULT_OUTPUT
+    command = shlex.join(["python", "scripts/benchmark.py", *argv])
+    print(run_benchmarks(args.sections, settings_from(args), command, output, quick=args.quick))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
