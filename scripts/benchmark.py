@@ -13,8 +13,6 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-import torch
-
 from encdec.benchmarking import DEFAULT_OUTPUT, QUICK_SETTINGS, SECTIONS, BenchmarkSettings, run_benchmarks
 
 
@@ -35,14 +33,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help=f"timed generate() calls (default {defaults.generation_repeats})")
     parser.add_argument("--memory-steps", type=int,
                         help=f"training steps in the memory measurement (default {defaults.memory_steps})")
-    parser.add_argument("--threads", type=int, help="torch intra-op threads (default: torch's choice)")
+    parser.add_argument("--threads", type=int, help=f"torch intra-op threads (default {defaults.threads})")
     return parser.parse_args(argv)
 
 
 def settings_from(args: argparse.Namespace) -> BenchmarkSettings:
     base = QUICK_SETTINGS if args.quick else BenchmarkSettings()
     overrides = {name: getattr(args, name) for name in
-                 ("train_warmup", "train_steps", "generation_warmup", "generation_repeats", "memory_steps")
+                 ("train_warmup", "train_steps", "generation_warmup", "generation_repeats", "memory_steps", "threads")
                  if getattr(args, name) is not None}
     return replace(base, **overrides)
 
@@ -50,8 +48,6 @@ def settings_from(args: argparse.Namespace) -> BenchmarkSettings:
 def main(argv: list[str]) -> None:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
     output = args.output if args.output is not None or args.quick else DEFAULT_OUTPUT
     command = shlex.join(["python", "scripts/benchmark.py", *argv])
     print(run_benchmarks(args.sections, settings_from(args), command, output, quick=args.quick))

@@ -268,6 +268,23 @@ def test_weight_tying_and_embedding_accessors() -> None:
     assert untied.get_decoder().embed_tokens.weight is not untied.get_input_embeddings().weight
 
 
+@pytest.mark.parametrize("variant", ["bahdanau-lstm", "bahdanau-tied-unidirectional"])
+@torch.no_grad()
+def test_resize_token_embeddings_resizes_every_vocabulary_matrix(variant: str) -> None:
+    model = tiny_model(variant)
+    model.resize_token_embeddings(VOCAB + 5)
+    assert model.config.vocab_size == VOCAB + 5
+    for matrix in (model.get_input_embeddings().weight, model.get_decoder().embed_tokens.weight,
+                   model.get_output_embeddings().weight):
+        assert matrix.size(0) == VOCAB + 5
+    assert model.get_output_embeddings().bias.size(0) == VOCAB + 5
+    input_ids, attention_mask = source_batch((5, 3, 7))
+    labels = torch.full((3, 2), VOCAB + 4)
+    assert model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).logits.shape == (3, 2, VOCAB + 5)
+    if model.config.tie_word_embeddings:
+        assert model.get_output_embeddings().weight is model.get_decoder().embed_tokens.weight
+
+
 def test_encoder_rejects_left_padding() -> None:
     model = tiny_model("bahdanau-gru")
     input_ids, attention_mask = source_batch((5, 3, 7))

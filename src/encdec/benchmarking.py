@@ -52,10 +52,10 @@ class BenchmarkSettings:
     """How much to measure. The workload shapes are part of the report, so runs stay comparable."""
 
     train_warmup: int = 3  # un-timed training steps per model before timing
-    train_steps: int = 12  # timed training steps per model (the median is reported)
+    train_steps: int = 20  # timed training steps per model (the median is reported)
     train_block: int = 4  # consecutive steps of one model before switching to the other
     generation_warmup: int = 1  # un-timed generate() calls per model and decoding mode
-    generation_repeats: int = 5  # timed generate() calls per model and decoding mode
+    generation_repeats: int = 7  # timed generate() calls per model and decoding mode
     memory_steps: int = 3  # training steps run in the fresh process that measures peak memory
     train_batch: int = 64  # sentence pairs per training step
     source_length: int = 24  # source tokens per sentence (random ids, no padding)
@@ -64,6 +64,9 @@ class BenchmarkSettings:
     new_tokens: int = 32  # exactly this many tokens are generated (min_new_tokens = max_new_tokens)
     num_beams: int = 5  # beam width of the beam-search row
     seed: int = 0  # seeds the initialisation of both models and the random batches
+    # torch intra-op threads. 1 because the machine is shared: with 2 threads on 2 busy cores, OpenMP barriers
+    # made single training steps swing between 0.5 and 4.3 s (vs 0.84-1.12 s with 1 thread)
+    threads: int = 1
 
 
 QUICK_SETTINGS = replace(
@@ -253,6 +256,7 @@ def peak_rss_increase_mib(
     Where the peak cannot be reset, the lifetime peak (``ru_maxrss``) stands in for it, which may overstate
     the baseline and so understate the increase.
     """
+    torch.set_num_threads(settings.threads)
     model = seeded(build, settings.seed)
     run = workload(model, settings)
     gc.collect()
@@ -389,7 +393,9 @@ def common_method(settings: BenchmarkSettings) -> str:
         f"(beam search too counts only the batch's output tokens, not every hypothesis).\n"
         f"- **Interleaving**: both models are timed in the same process, alternating blocks "
         f"({s.train_block} training step(s) or 1 generate call per block, the order reversed every round), so a "
-        f"change in machine load hits both alike. Read the ratio column: absolute figures move with load.\n"
+        f"change in machine load hits both alike. torch runs {s.threads} intra-op thread(s): on a shared machine "
+        f"more threads than idle cores make times swing several-fold. Read the ratio column: absolute figures "
+        f"move with load.\n"
         f"- **Peak memory**: each model and workload runs in a freshly spawned process. After the model and its "
         f"inputs (and, for training, the optimizer) are built, the RSS is read (`VmRSS`), the kernel's peak counter "
         f"is reset (`/proc/self/clear_refs` = 5), the workload runs ({s.memory_steps} training steps, or one "
@@ -450,6 +456,7 @@ def write_atomically(path: Path, text: str) -> None:
 def run_benchmarks(section_names: Sequence[str], settings: BenchmarkSettings, command: str,
                    output: Path | None, quick: bool = False) -> str:
     """Run the named sections, write the report to ``output`` (when given) and return it."""
+    torch.set_num_threads(settings.threads)
     sections = []
     for name in section_names:
         logger.info("section %r", name)

@@ -45,7 +45,7 @@ def exact_match(model, tokenizer, pairs: list[tuple[str, str]], batch_size: int 
         with torch.inference_mode():
             generated = model.generate(**batch, max_new_tokens=16)
         outputs += tokenizer.batch_decode(generated, skip_special_tokens=True)
-    hits = sum(out.strip() == target for out, (_, target) in zip(outputs, pairs))
+    hits = sum(out.strip() == target for out, (_, target) in zip(outputs, pairs, strict=True))
     return hits / max(len(pairs), 1), outputs
 
 
@@ -83,7 +83,7 @@ def run(output_dir: Path, max_steps: int, seed: int) -> float:
     reloaded_tokenizer = AutoTokenizer.from_pretrained(output_dir)
     score, outputs = exact_match(reloaded, reloaded_tokenizer, splits["test"])
     print(f"exact match on {len(splits['test'])} held-out dates: {score:.1%}")
-    for (source, target), output in list(zip(splits["test"], outputs))[:8]:
+    for (source, target), output in list(zip(splits["test"], outputs, strict=True))[:8]:
         print(f"  {source!r:34} -> {output!r:14} (expected {target!r})")
     print(f"model folder: {output_dir}")
     return score

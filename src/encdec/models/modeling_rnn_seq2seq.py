@@ -603,7 +603,8 @@ class RNNSeq2SeqModel(RNNSeq2SeqPreTrainedModel):
 
 class RNNSeq2SeqForConditionalGeneration(RNNSeq2SeqPreTrainedModel, GenerationMixin):
     """The encoder-decoder with its output layer: P(y_t | y_<t, x) = softmax(W_o o_t + b_o), where o_t is s_t (no
-    attention), [s_t; c_t] (Bahdanau) or h̃_t (Luong, Eq. 6), mapped to E wide first when the weights are tied."""
+    attention), [s_t; c_t] (Bahdanau) or h̃_t (Luong, Eq. 6), mapped to E wide first when the weights are tied.
+    Every variant keeps the bias b_o (Luong's Eq. 6 has none; a bias costs V parameters and cannot hurt)."""
 
     _tied_weights_keys = {
         "lm_head.weight": "model.encoder.embed_tokens.weight",
@@ -615,12 +616,24 @@ class RNNSeq2SeqForConditionalGeneration(RNNSeq2SeqPreTrainedModel, GenerationMi
         self.model = RNNSeq2SeqModel(config)
         self.lm_head = nn.Linear(config.output_size, config.vocab_size)  # W_o, b_o
         self.post_init()
+        if self.generation_config is not None:  # saved as generation_config.json; transformers' default is 20
+            self.generation_config.max_length = 256
 
     @classmethod
     def _supports_default_dynamic_cache(cls) -> bool:
         """The state is recurrent, not key/value: generate must not inject a ``DynamicCache``; the model makes its
         own ``RNNSeq2SeqCache`` on the first step."""
         return False
+
+    def resize_token_embeddings(self, new_num_tokens: int | None = None, pad_to_multiple_of: int | None = None,
+                                mean_resizing: bool = True) -> nn.Embedding:
+        """Resize the joint vocabulary: encoder and decoder embeddings and the output layer, tied or not."""
+        embeddings = super().resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
+        if not self.config.tie_word_embeddings:  # transformers resizes only the input embedding and the head
+            decoder = self.model.decoder
+            decoder.embed_tokens = self._get_resized_embeddings(
+                decoder.embed_tokens, embeddings.num_embeddings, mean_resizing=mean_resizing)
+        return embeddings
 
     def get_encoder(self, modality: str | None = None) -> RNNSeq2SeqEncoder:
         return self.model.encoder

@@ -45,7 +45,8 @@ class SinusoidalPositionalEmbedding(nn.Module):
 
     def build_table(self, num_positions: int) -> torch.Tensor:
         position = torch.arange(num_positions, dtype=torch.float32).unsqueeze(1)  # (P, 1)
-        inv_freq = torch.exp(torch.arange(0, self.d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / self.d_model))
+        two_i = torch.arange(0, self.d_model, 2, dtype=torch.float32)  # (D/2,)
+        inv_freq = torch.exp(two_i * (-math.log(10000.0) / self.d_model))  # 1 / 10000^(2i/D)
         angles = position * inv_freq  # (P, D/2)
         if self.interleaved:
             return torch.stack([angles.sin(), angles.cos()], dim=-1).flatten(1)  # (P, D): sin, cos, sin, cos ...
@@ -270,7 +271,8 @@ class TransformerSeq2SeqPreTrainedModel(PreTrainedModel):
         # `save_pretrained` records only the saving class's auto class in `auto_map`; seed the bare model's
         # entry so that `AutoModel.from_pretrained(folder, trust_remote_code=True)` works too
         module = __name__.rsplit(".", 1)[-1]
-        config.auto_map = {"AutoModel": f"{module}.TransformerSeq2SeqModel", **(getattr(config, "auto_map", None) or {})}
+        seeded = {"AutoModel": f"{module}.TransformerSeq2SeqModel"}
+        config.auto_map = {**seeded, **(getattr(config, "auto_map", None) or {})}
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:

@@ -8,7 +8,7 @@ from transformers import PretrainedConfig
 def check_dropout(name: str, value: float) -> None:
     """Raise a ``ValueError`` naming ``name`` unless ``0 <= value < 1``."""
     if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0.0 <= value < 1.0:
-        raise ValueError(f"`{name}` must be a probability in [0, 1), got {value!r}; set it to e.g. 0.1 (or 0.0 to disable).")
+        raise ValueError(f"`{name}` must be a probability in [0, 1), got {value!r}; use e.g. 0.1, or 0.0 to disable.")
 
 
 def check_positive_int(name: str, value: int) -> None:
