@@ -2,10 +2,11 @@
 
 Importing the package registers every model family with ``AutoConfig``, ``AutoModel`` and
 ``AutoModelForSeq2SeqLM``, and marks the classes so that ``save_pretrained`` writes ``auto_map`` and copies
-the code files for ``trust_remote_code`` loading.
+the code files for ``trust_remote_code`` loading. It also registers the ``seq2seq-generation`` pipeline task.
 """
 
 from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
+from transformers.pipelines import PIPELINE_REGISTRY
 
 from .models import (
     RNNSeq2SeqConfig,
@@ -15,6 +16,7 @@ from .models import (
     TransformerSeq2SeqForConditionalGeneration,
     TransformerSeq2SeqModel,
 )
+from .models.pipeline_seq2seq import Seq2SeqGenerationPipeline
 
 __version__ = "0.1.0"
 
@@ -37,10 +39,15 @@ def _register(config_cls: type, model_cls: type, lm_cls: type) -> None:
 for _family in _FAMILIES:
     _register(*_family)
 
+# `pipeline("seq2seq-generation", model=..., tokenizer=...)`; saving through the pipeline writes `custom_pipelines`
+PIPELINE_REGISTRY.register_pipeline("seq2seq-generation", pipeline_class=Seq2SeqGenerationPipeline,
+                                    pt_model=AutoModelForSeq2SeqLM, type="text")
+
 __all__ = [
     "RNNSeq2SeqConfig",
     "RNNSeq2SeqForConditionalGeneration",
     "RNNSeq2SeqModel",
+    "Seq2SeqGenerationPipeline",
     "TransformerSeq2SeqConfig",
     "TransformerSeq2SeqForConditionalGeneration",
     "TransformerSeq2SeqModel",

@@ -52,10 +52,10 @@ class BenchmarkSettings:
     """How much to measure. The workload shapes are part of the report, so runs stay comparable."""
 
     train_warmup: int = 3  # un-timed training steps per model before timing
-    train_steps: int = 20  # timed training steps per model (the median is reported)
+    train_steps: int = 30  # timed training steps per model (the median is reported)
     train_block: int = 4  # consecutive steps of one model before switching to the other
     generation_warmup: int = 1  # un-timed generate() calls per model and decoding mode
-    generation_repeats: int = 7  # timed generate() calls per model and decoding mode
+    generation_repeats: int = 11  # timed generate() calls per model and decoding mode
     memory_steps: int = 3  # training steps run in the fresh process that measures peak memory
     train_batch: int = 64  # sentence pairs per training step
     source_length: int = 24  # source tokens per sentence (random ids, no padding)
@@ -93,6 +93,7 @@ class Row:
     reference: float
     better: str  # "higher", "lower", "equal" (a sanity check) or "info" (storage differs by design)
     decimals: int = 0
+    spread: tuple[float, float] | None = None  # quartiles of the ratio over calls timed side by side
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -228,6 +229,19 @@ def time_interleaved(calls: Sequence[Callable[[], None]], warmup: int, repeats: 
     return times
 
 
+def throughput_row(metric: str, tokens: int, times: Sequence[Sequence[float]]) -> Row:
+    """Tokens/s from the median call time of each contender, with the quartiles of the paired ratios.
+
+    The k-th calls of both contenders ran in the same round, close in time, so ``reference_k / ours_k`` is a
+    throughput ratio under (nearly) the same load; its quartiles show how much of the ratio is noise.
+    """
+    ours, reference = times
+    ratios = [r / o for o, r in zip(ours, reference, strict=True)]
+    q1, _, q3 = statistics.quantiles(ratios, n=4, method="inclusive") if len(ratios) > 1 else ratios * 3
+    return Row(metric, tokens / statistics.median(ours), tokens / statistics.median(reference), "higher",
+               spread=(q1, q3))
+
+
 def _rss_kib(field: str) -> int:
     """``VmRSS`` (current) or ``VmHWM`` (peak since the last reset) of this process, in KiB (Linux)."""
     with open("/proc/self/status") as status:
@@ -309,9 +323,7 @@ def training_row(models: Sequence[PreTrainedModel], settings: BenchmarkSettings)
     logger.info("training: %d warm-up + %d timed steps per model", settings.train_warmup, settings.train_steps)
     steps = [make_train_step(model, settings) for model in models]
     times = time_interleaved(steps, settings.train_warmup, settings.train_steps, settings.train_block)
-    tokens = settings.train_batch * settings.target_length
-    ours, reference = (tokens / statistics.median(t) for t in times)
-    return Row("Training, target tokens/s", ours, reference, "higher")
+    return throughput_row("Training, target tokens/s", settings.train_batch * settings.target_length, times)
 
 
 def generation_row(models: Sequence[PreTrainedModel], settings: BenchmarkSettings, num_beams: int) -> Row:
@@ -320,9 +332,7 @@ def generation_row(models: Sequence[PreTrainedModel], settings: BenchmarkSetting
                 settings.generation_repeats)
     calls = [make_generate(model, settings, num_beams) for model in models]
     times = time_interleaved(calls, settings.generation_warmup, settings.generation_repeats, block=1)
-    tokens = settings.generation_batch * settings.new_tokens
-    ours, reference = (tokens / statistics.median(t) for t in times)
-    return Row(f"Generation, {name}, new tokens/s", ours, reference, "higher")
+    return throughput_row(f"Generation, {name}, new tokens/s", settings.generation_batch * settings.new_tokens, times)
 
 
 def memory_rows(ours: Callable[[], PreTrainedModel], reference: Callable[[], PreTrainedModel],
@@ -345,13 +355,14 @@ def memory_rows(ours: Callable[[], PreTrainedModel], reference: Callable[[], Pre
 def format_table(rows: Sequence[Row], ours_name: str, reference_name: str) -> str:
     """Markdown table with the ratio ours / reference and which direction is better."""
     lines = [
-        f"| Metric | {ours_name} | {reference_name} | ours / reference | better |",
-        "|---|---:|---:|---:|---|",
+        f"| Metric | {ours_name} | {reference_name} | ours / reference | paired ratio, IQR | better |",
+        "|---|---:|---:|---:|---:|---|",
     ]
     for row in rows:
         ratio = row.ours / row.reference if row.reference else float("nan")
+        spread = f"{row.spread[0]:.3f} - {row.spread[1]:.3f}" if row.spread else "-"
         lines.append(f"| {row.metric} | {row.ours:,.{row.decimals}f} | {row.reference:,.{row.decimals}f} "
-                     f"| {ratio:.3f} | {row.better} |")
+                     f"| {ratio:.3f} | {spread} | {row.better} |")
     return "\n".join(lines)
 
 
@@ -393,7 +404,9 @@ def common_method(settings: BenchmarkSettings) -> str:
         f"(beam search too counts only the batch's output tokens, not every hypothesis).\n"
         f"- **Interleaving**: both models are timed in the same process, alternating blocks "
         f"({s.train_block} training step(s) or 1 generate call per block, the order reversed every round), so a "
-        f"change in machine load hits both alike. torch runs {s.threads} intra-op thread(s): on a shared machine "
+        f"change in machine load hits both alike. The ratio column divides the medians; the IQR column gives the "
+        f"25-75 % quartiles of the ratios of the k-th calls of both models, which ran side by side, as a gauge of "
+        f"noise. torch runs {s.threads} intra-op thread(s): on a shared machine "
         f"more threads than idle cores make times swing several-fold. Read the ratio column: absolute figures "
         f"move with load.\n"
         f"- **Peak memory**: each model and workload runs in a freshly spawned process. After the model and its "

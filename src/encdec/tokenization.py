@@ -2,14 +2,23 @@
 
 The result is a ``PreTrainedTokenizerFast`` (saved as a folder that ``AutoTokenizer.from_pretrained`` loads),
 with ``<pad>``, ``<s>``, ``</s>`` and ``<unk>`` at ids 0-3 and ``</s>`` appended to every encoded text.
+``train_tokenizer_from_files`` backs ``encdec tokenizer train``; ``load_tokenizer`` loads a saved folder.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 from collections.abc import Iterable
+from pathlib import Path
 
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
-from transformers import PreTrainedTokenizerFast
+from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+from .data import read_lines
+from .errors import InputFileError
+from .io_utils import ensure_output_dir
 
 SPECIAL_TOKENS = {"pad_token": "<pad>", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}
 ALGORITHMS = ("bpe", "unigram")
@@ -98,3 +107,63 @@ def check_tokenizer_matches_model(tokenizer: PreTrainedTokenizerFast, config) ->
                 f"Tokenizer and model disagree on `{key}`: tokenizer has {value}, model config has {model_value}. "
                 "Use the tokenizer the model was trained with, or rebuild the model config from this tokenizer."
             )
+
+
+def train_tokenizer_from_files(
+    files: list[str | os.PathLike],
+    output_dir: str | os.PathLike,
+    vocab_size: int = 8000,
+    algorithm: str = "bpe",
+    pre_tokenizer: str = "metaspace",
+    min_frequency: int = 2,
+    overwrite: bool = False,
+) -> PreTrainedTokenizerFast:
+    """Train a joint vocabulary on plain-text files (one sentence per line; pass the source and the target files
+    of the training split) and save it as a folder that ``AutoTokenizer.from_pretrained`` loads.
+
+    The folder is written next to ``output_dir`` under a temporary name and renamed into place when complete, so
+    ``output_dir`` holds either the old tokenizer or the new one, never half of one.
+
+    :raises InputFileError: a missing, non-UTF-8 or empty file, named
+    :raises OverwriteError: ``output_dir`` exists and is not empty, and ``overwrite`` is false
+    """
+    if not files:
+        raise InputFileError("No text files given to train the tokenizer on.")
+    texts = [line for file in files for line in read_lines(file, "tokenizer training file")]
+    output_dir = Path(output_dir)
+    if output_dir.exists() and not overwrite:
+        ensure_output_dir(output_dir, overwrite=False, what="tokenizer folder")  # refuse before training
+    tokenizer = train_tokenizer(texts, vocab_size=vocab_size, algorithm=algorithm, pre_tokenizer=pre_tokenizer,
+                                min_frequency=min_frequency)
+    output_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=output_dir.parent, prefix=f".{output_dir.name}.", suffix=".tmp"))
+    try:
+        tokenizer.save_pretrained(tmp)
+        ensure_output_dir(output_dir, overwrite=overwrite, what="tokenizer folder")  # empty, or emptied
+        os.replace(tmp, output_dir)  # renaming onto an empty folder replaces it
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return tokenizer
+
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "spiece.model", "sentencepiece.bpe.model",
+                   "vocab.json", "vocab.txt")
+
+
+def load_tokenizer(path: str | os.PathLike) -> PreTrainedTokenizerFast:
+    """``AutoTokenizer.from_pretrained`` on a tokenizer (or model) folder, with a clear error when the folder
+    has no tokenizer files. A path that does not exist is tried as a Hub repository id."""
+    folder = Path(path)
+    if folder.is_dir():
+        if not any((folder / name).is_file() for name in TOKENIZER_FILES):
+            found = sorted(p.name for p in folder.iterdir())[:10]
+            raise InputFileError(f"The folder {folder} has no tokenizer files (none of {list(TOKENIZER_FILES)}); "
+                                 f"it has {found}. Train one with `encdec tokenizer train`.")
+    elif folder.exists():
+        raise InputFileError(f"The tokenizer path {folder} is a file; give the folder that holds tokenizer.json.")
+    try:
+        return AutoTokenizer.from_pretrained(str(path))
+    except OSError as err:
+        raise InputFileError(f"Could not load a tokenizer from {path}: no such folder, and no reachable Hub "
+                             f"repository of that name ({err}).") from err

@@ -617,7 +617,8 @@ class RNNSeq2SeqForConditionalGeneration(RNNSeq2SeqPreTrainedModel, GenerationMi
         self.lm_head = nn.Linear(config.output_size, config.vocab_size)  # W_o, b_o
         self.post_init()
         if self.generation_config is not None:  # saved as generation_config.json; transformers' default is 20
-            self.generation_config.max_length = 256
+            # max_new_tokens rather than max_length: a caller's own max_new_tokens then replaces it without a warning
+            self.generation_config.max_new_tokens = 256
 
     @classmethod
     def _supports_default_dynamic_cache(cls) -> bool:

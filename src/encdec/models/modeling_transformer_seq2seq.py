@@ -501,7 +501,8 @@ class TransformerSeq2SeqForConditionalGeneration(TransformerSeq2SeqPreTrainedMod
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         self.post_init()
         if self.generation_config is not None:  # saved as generation_config.json; transformers' default is 20
-            self.generation_config.max_length = config.max_position_embeddings
+            # max_new_tokens rather than max_length: a caller's own max_new_tokens then replaces it without a warning
+            self.generation_config.max_new_tokens = config.max_position_embeddings - 1  # + the start token
 
     def resize_token_embeddings(self, new_num_tokens: int | None = None, pad_to_multiple_of: int | None = None,
                                 mean_resizing: bool = True) -> nn.Embedding:

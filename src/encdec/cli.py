@@ -1,0 +1,158 @@
+"""The ``encdec`` command line. Each subcommand parses its arguments and calls one function in the package.
+
+A user error (a missing file, a bad config value, an existing output) prints one line naming the problem and
+the fix, and exits with status 2; set ``ENCDEC_DEBUG=1`` for the full traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from .errors import EncdecError
+
+
+def cmd_tokenizer_train(args: argparse.Namespace) -> None:
+    from .tokenization import train_tokenizer_from_files
+
+    tokenizer = train_tokenizer_from_files(args.files, args.output, vocab_size=args.vocab_size,
+                                           algorithm=args.algorithm, pre_tokenizer=args.pre_tokenizer,
+                                           min_frequency=args.min_frequency, overwrite=args.overwrite)
+    print(f"tokenizer with {len(tokenizer)} entries saved to {args.output}")
+
+
+def cmd_train(args: argparse.Namespace) -> None:
+    from .training import load_run_config, train
+
+    config = load_run_config(args.config, args.overrides)
+    results = train(config)
+    summary = {split: results[split] for split in ("validation", "test") if split in results}
+    print(json.dumps(summary, indent=2))
+    print(f"model folder: {config.training.output_dir}")
+
+
+def cmd_evaluate(args: argparse.Namespace) -> None:
+    from .evaluation import evaluate_model
+
+    results = evaluate_model(args.model, args.source_file, args.reference_file, num_beams=args.num_beams,
+                             batch_size=args.batch_size, max_new_tokens=args.max_new_tokens,
+                             output_file=args.output, overwrite=args.overwrite)
+    print(json.dumps(results, indent=2))
+
+
+def cmd_translate(args: argparse.Namespace) -> None:
+    from .hub import translate_lines
+    from .io_utils import atomic_write_text, require_file
+
+    source = require_file(args.input, "input file").read_text(encoding="utf-8") if args.input else sys.stdin.read()
+    lines = source.splitlines()
+    kwargs = {"num_beams": args.num_beams}
+    if args.max_new_tokens:
+        kwargs["max_new_tokens"] = args.max_new_tokens
+    outputs = translate_lines(args.model, lines, batch_size=args.batch_size, **kwargs)
+    text = "".join(line + "\n" for line in outputs)
+    if args.output:
+        if Path(args.output).exists() and not args.overwrite:
+            raise EncdecError(f"{args.output} exists; pass --overwrite to replace it.")
+        atomic_write_text(args.output, text)
+    else:
+        sys.stdout.write(text)
+
+
+def cmd_push(args: argparse.Namespace) -> None:
+    from .hub import push_model
+
+    url = push_model(args.model, args.repo_id, private=args.private)
+    print(f"pushed {args.model} to {url}")
+
+
+def cmd_plot_attention(args: argparse.Namespace) -> None:
+    from .plotting import save_attention_plot
+
+    path = save_attention_plot(args.model, args.text, args.out, layer=args.layer, head=args.head, mean=args.mean,
+                               overwrite=args.overwrite)
+    print(f"attention heatmap written to {path}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="encdec", description="Train, evaluate, ship and inspect seq2seq models.")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    tok = commands.add_parser("tokenizer", help="subword vocabularies").add_subparsers(dest="action", required=True)
+    p = tok.add_parser("train", help="train a joint source/target vocabulary with `tokenizers`")
+    p.add_argument("--files", nargs="+", required=True, help="text files, one sentence per line (source and target)")
+    p.add_argument("--output", required=True, help="folder for the PreTrainedTokenizerFast")
+    p.add_argument("--vocab-size", type=int, default=8000)
+    p.add_argument("--algorithm", choices=["bpe", "unigram"], default="bpe")
+    p.add_argument("--pre-tokenizer", choices=["metaspace", "whitespace_punct"], default="metaspace")
+    p.add_argument("--min-frequency", type=int, default=2)
+    p.add_argument("--overwrite", action="store_true")
+    p.set_defaults(func=cmd_tokenizer_train)
+
+    p = commands.add_parser("train", help="train a model from a run config (YAML)")
+    p.add_argument("config", help="run config, e.g. configs/demo-transformer.yaml")
+    p.add_argument("overrides", nargs=argparse.REMAINDER, help="--section.key value pairs, e.g. --training.max_steps 100")
+    p.set_defaults(func=cmd_train)
+
+    p = commands.add_parser("evaluate", help="BLEU (sacreBLEU, with signature) and chrF on a test set")
+    p.add_argument("--model", required=True)
+    p.add_argument("--source-file", required=True)
+    p.add_argument("--reference-file", required=True)
+    p.add_argument("--num-beams", type=int, default=5)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--max-new-tokens", type=int, default=None)
+    p.add_argument("--output", default=None, help="also write the results to this JSON file")
+    p.add_argument("--overwrite", action="store_true")
+    p.set_defaults(func=cmd_evaluate)
+
+    p = commands.add_parser("translate", help="translate lines from a file or stdin")
+    p.add_argument("--model", required=True)
+    p.add_argument("--input", default=None, help="input file (default: stdin)")
+    p.add_argument("--output", default=None, help="output file (default: stdout)")
+    p.add_argument("--num-beams", type=int, default=5)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--max-new-tokens", type=int, default=None)
+    p.add_argument("--overwrite", action="store_true")
+    p.set_defaults(func=cmd_translate)
+
+    p = commands.add_parser("push", help="push a model folder (model, tokenizer, card) to the Hugging Face Hub")
+    p.add_argument("--model", required=True)
+    p.add_argument("--repo-id", required=True)
+    p.add_argument("--private", action="store_true")
+    p.set_defaults(func=cmd_push)
+
+    p = commands.add_parser("plot-attention", help="heatmap of source tokens against generated tokens")
+    p.add_argument("--model", required=True)
+    p.add_argument("--text", required=True)
+    p.add_argument("--layer", type=int, default=None, help="Transformer decoder layer (default: the last)")
+    p.add_argument("--head", type=int, default=None, help="Transformer head (default: mean over heads)")
+    p.add_argument("--mean", action="store_true", help="average over heads (and layers when no --layer)")
+    p.add_argument("--out", required=True, help="PNG path")
+    p.add_argument("--overwrite", action="store_true")
+    p.set_defaults(func=cmd_plot_attention)
+    return parser
+
+
+def run(func: Callable[[argparse.Namespace], None], args: argparse.Namespace) -> int:
+    try:
+        func(args)
+    except (EncdecError, FileNotFoundError, ValueError, OSError) as error:
+        if os.environ.get("ENCDEC_DEBUG"):
+            raise
+        message = " ".join(str(error).split())  # one line
+        print(f"encdec {args.command}: error: {message}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return run(args.func, args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,296 @@
+"""``encdec train``: a run config (YAML) -> tokenizer, datasets, model -> ``Seq2SeqTrainer`` -> a model folder.
+
+No model code lives here. The run config has five sections, each a dataclass below; every key is
+documented in ``configs/*.yaml``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import logging
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from transformers import (
+    AutoConfig,
+    AutoModelForSeq2SeqLM,
+    DataCollatorForSeq2Seq,
+    EarlyStoppingCallback,
+    GenerationConfig,
+    Seq2SeqTrainer,
+    Seq2SeqTrainingArguments,
+    set_seed,
+)
+
+from .config_io import apply_overrides, from_dict, load_yaml
+from .data import DataSpec, format_report, load_data, tokenize_dataset
+from .errors import EncdecError, OverwriteError
+from .io_utils import atomic_write_json, require_file
+from .metrics import build_compute_metrics
+from .tokenization import check_tokenizer_matches_model, load_tokenizer, special_token_ids, train_tokenizer
+
+logger = logging.getLogger(__name__)
+
+TOKENIZER_SUBDIR = "tokenizer"
+CHECKPOINT_SUBDIR = "checkpoints"
+
+
+@dataclass
+class TokenizerSettings:
+    path: str | None = None  # an existing tokenizer folder; null trains one on the training split
+    vocab_size: int = 8000  # size of the joint source/target subword vocabulary
+    algorithm: str = "bpe"  # "bpe" or "unigram"
+    pre_tokenizer: str = "metaspace"  # "metaspace" or "whitespace_punct"
+    min_frequency: int = 2  # BPE: merges seen fewer times are not learned
+
+
+@dataclass
+class TrainingSettings:
+    output_dir: str = "runs/model"  # the model folder; checkpoints go to <output_dir>/checkpoints
+    overwrite: bool = False  # replace an existing, non-empty output_dir
+    seed: int = 0  # seeds Python, NumPy and torch
+    num_train_epochs: float = 10.0  # used when max_steps <= 0
+    max_steps: int = -1  # > 0 overrides num_train_epochs
+    per_device_train_batch_size: int = 64  # sentence pairs per step and device
+    per_device_eval_batch_size: int = 128  # sentence pairs per generation batch
+    gradient_accumulation_steps: int = 1  # effective batch = this x per-device batch x devices
+    learning_rate: float | None = None  # peak rate; null with lr_scheduler_type "vaswani" uses the paper's rate
+    lr_scheduler_type: str = "vaswani"  # "vaswani" (Eq. 3) or any Trainer schedule: linear, cosine, inverse_sqrt...
+    lr_factor: float = 1.0  # "vaswani" only: scales d_model^-0.5 * warmup^-0.5
+    warmup_steps: int = 4000  # linear warm-up steps (paper: 4000)
+    weight_decay: float = 0.0  # AdamW decoupled weight decay
+    adam_beta1: float = 0.9  # paper: 0.9
+    adam_beta2: float = 0.98  # paper: 0.98
+    adam_epsilon: float = 1e-9  # paper: 1e-9
+    max_grad_norm: float = 1.0  # gradient clipping (0 disables)
+    label_smoothing: float = 0.1  # paper: 0.1 (Section 5.4)
+    max_source_length: int = 128  # tokens, including </s>
+    max_target_length: int = 128  # tokens, including </s>
+    overlong: str = "filter"  # pairs over the limits: "filter" drops them, "truncate" cuts them
+    eval_strategy: str = "epoch"  # "epoch", "steps" or "no": when BLEU/chrF are computed
+    eval_steps: int | None = None  # with eval_strategy "steps"
+    eval_max_samples: int | None = None  # evaluate on the first N validation pairs (faster), null for all
+    save_total_limit: int = 2  # checkpoints kept (the best is always kept)
+    early_stopping_patience: int | None = None  # evaluations without BLEU gain before stopping; null disables
+    metric_for_best_model: str = "bleu"  # "bleu", "chrf" or "loss"
+    resume_from_checkpoint: bool | str = False  # true = the latest complete checkpoint in output_dir; or a path
+    logging_steps: int = 50  # log the training loss every N steps
+    report_to: str = "auto"  # "auto" = tensorboard when installed, "none", or a Trainer integration name
+    bf16: bool = False  # bfloat16 autocast (CPU and recent GPUs)
+    dataloader_num_workers: int = 0  # worker processes for batching
+
+
+@dataclass
+class GenerationSettings:
+    num_beams: int = 5  # beam size for evaluation and the saved generation_config.json; 1 = greedy
+    max_new_tokens: int = 128  # longest generated output
+    length_penalty: float = 1.0  # beam search: exponent of the length normalisation
+
+
+@dataclass
+class RunConfig:
+    model: str  # path of a model config JSON (configs/models/*.json); vocabulary and special ids come from the tokenizer
+    data: DataSpec = field(default_factory=DataSpec)
+    tokenizer: TokenizerSettings = field(default_factory=TokenizerSettings)
+    training: TrainingSettings = field(default_factory=TrainingSettings)
+    generation: GenerationSettings = field(default_factory=GenerationSettings)
+    model_overrides: dict[str, Any] = field(default_factory=dict)  # model-config keys on top of the JSON
+
+
+def load_run_config(path: str | Path, overrides: list[str] | None = None) -> RunConfig:
+    """Read a run YAML, apply ``--section.key value`` overrides, and check every key and type."""
+    data = apply_overrides(load_yaml(path), overrides or [])
+    return from_dict(RunConfig, data, where="config")
+
+
+def build_model_config(config: RunConfig, tokenizer) -> Any:
+    """Model hyper-parameters from the JSON file, vocabulary size and special-token ids from the tokenizer."""
+    path = require_file(config.model, "model config")
+    try:
+        values = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise EncdecError(f"{path} is not valid JSON: {error}") from None
+    model_type = values.pop("model_type", None)
+    if model_type is None:
+        raise EncdecError(f"{path} has no `model_type`; use \"transformer_seq2seq\" or \"rnn_seq2seq\".")
+    values.update(config.model_overrides)
+    ids = special_token_ids(tokenizer)
+    for key, value in ids.items():
+        if key in values and values[key] != value:
+            raise EncdecError(f"{path} sets `{key}`={values[key]} but the tokenizer has {value}; remove the key, "
+                              "the model takes it from the tokenizer.")
+    values.update(ids)
+    try:
+        return AutoConfig.for_model(model_type, **values)
+    except ValueError as error:
+        raise EncdecError(f"{path}: {error}") from None
+
+
+def resolve_learning_rate(settings: TrainingSettings, d_model: int) -> tuple[float, str]:
+    """Vaswani et al. 2017, Eq. 3: lrate = d_model^-0.5 * min(step^-0.5, step * warmup^-1.5). That is Trainer's
+    ``inverse_sqrt`` schedule (linear warm-up, then 1/sqrt decay) with the peak d_model^-0.5 * warmup^-0.5."""
+    if settings.lr_scheduler_type != "vaswani":
+        if settings.learning_rate is None:
+            raise EncdecError("`training.learning_rate` is required unless `training.lr_scheduler_type` is vaswani.")
+        return settings.learning_rate, settings.lr_scheduler_type
+    peak = settings.lr_factor * d_model**-0.5 * max(settings.warmup_steps, 1) ** -0.5
+    return (settings.learning_rate or peak), "inverse_sqrt"
+
+
+def latest_complete_checkpoint(checkpoint_dir: Path) -> Path | None:
+    """The newest ``checkpoint-N`` that holds ``trainer_state.json``: Trainer writes that file last, so a
+    checkpoint interrupted while being written is never resumed from."""
+    complete = [p for p in checkpoint_dir.glob("checkpoint-*") if (p / "trainer_state.json").is_file()
+                and p.name.split("-")[-1].isdigit()]
+    return max(complete, key=lambda p: int(p.name.split("-")[-1]), default=None)
+
+
+def prepare_output_dir(settings: TrainingSettings) -> Path:
+    output_dir = Path(settings.output_dir)
+    resuming = bool(settings.resume_from_checkpoint)
+    if output_dir.is_dir() and any(output_dir.iterdir()) and not resuming:
+        if not settings.overwrite:
+            raise OverwriteError(f"The output directory {output_dir} already exists and is not empty; pass "
+                                 "--training.overwrite true to replace it, --training.resume_from_checkpoint true "
+                                 "to continue it, or choose another output_dir.")
+        shutil.rmtree(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    return output_dir
+
+
+def get_tokenizer(config: RunConfig, train_texts: list[str], output_dir: Path):
+    """Load the configured tokenizer, reuse the one a resumed run saved, or train one on the training split."""
+    saved = output_dir / TOKENIZER_SUBDIR
+    if config.tokenizer.path:
+        return load_tokenizer(config.tokenizer.path)
+    if saved.is_dir():
+        return load_tokenizer(saved)
+    s = config.tokenizer
+    tokenizer = train_tokenizer(train_texts, vocab_size=s.vocab_size, algorithm=s.algorithm,
+                                pre_tokenizer=s.pre_tokenizer, min_frequency=s.min_frequency,
+                                model_max_length=max(config.training.max_source_length,
+                                                     config.training.max_target_length))
+    tokenizer.save_pretrained(saved)
+    return tokenizer
+
+
+def report_to(setting: str) -> list[str]:
+    if setting == "auto":
+        return ["tensorboard"] if importlib.util.find_spec("tensorboard") else []
+    return [] if setting == "none" else [setting]
+
+
+def training_arguments(config: RunConfig, output_dir: Path, d_model: int, has_eval: bool) -> Seq2SeqTrainingArguments:
+    s = config.training
+    learning_rate, scheduler = resolve_learning_rate(s, d_model)
+    eval_strategy = s.eval_strategy if has_eval else "no"
+    return Seq2SeqTrainingArguments(
+        output_dir=str(output_dir / CHECKPOINT_SUBDIR),
+        seed=s.seed,
+        num_train_epochs=s.num_train_epochs,
+        max_steps=s.max_steps,
+        per_device_train_batch_size=s.per_device_train_batch_size,
+        per_device_eval_batch_size=s.per_device_eval_batch_size,
+        gradient_accumulation_steps=s.gradient_accumulation_steps,
+        learning_rate=learning_rate,
+        lr_scheduler_type=scheduler,
+        warmup_steps=s.warmup_steps,
+        weight_decay=s.weight_decay,
+        adam_beta1=s.adam_beta1,
+        adam_beta2=s.adam_beta2,
+        adam_epsilon=s.adam_epsilon,
+        max_grad_norm=s.max_grad_norm,
+        label_smoothing_factor=s.label_smoothing,
+        eval_strategy=eval_strategy,
+        eval_steps=s.eval_steps,
+        save_strategy=eval_strategy if eval_strategy != "no" else "epoch",
+        save_steps=s.eval_steps,
+        save_total_limit=s.save_total_limit,
+        load_best_model_at_end=eval_strategy != "no",
+        metric_for_best_model=s.metric_for_best_model if eval_strategy != "no" else None,
+        greater_is_better=s.metric_for_best_model != "loss",
+        predict_with_generate=True,
+        generation_num_beams=config.generation.num_beams,
+        generation_max_length=None,
+        logging_steps=s.logging_steps,
+        report_to=report_to(s.report_to),
+        bf16=s.bf16,
+        dataloader_num_workers=s.dataloader_num_workers,
+        ddp_find_unused_parameters=False,  # every parameter of both families gets a gradient
+    )
+
+
+def save_final_folder(trainer: Seq2SeqTrainer, tokenizer, output_dir: Path, results: dict, config: RunConfig) -> None:
+    """Write the model folder atomically: everything goes to a temporary sibling first, then each file is moved
+    into ``output_dir`` with ``os.replace``. Only the main process writes."""
+    from .hub import save_for_pipeline, write_model_card
+
+    staging = output_dir / ".final-tmp"
+    shutil.rmtree(staging, ignore_errors=True)
+    model = trainer.model
+    save_for_pipeline(model, tokenizer, staging)  # model, tokenizer, generation config, code, custom_pipelines
+    atomic_write_json(staging / "eval_results.json", results)
+    write_model_card(staging, metrics=results.get("test") or results.get("validation"),
+                     dataset_name=config.data.name, training_summary=results.get("train"))
+    for item in staging.iterdir():
+        target = output_dir / item.name
+        if target.is_dir():
+            shutil.rmtree(target)
+        os.replace(item, target)
+    staging.rmdir()
+
+
+def train(config: RunConfig) -> dict:
+    """Run one training job and return the evaluation results (also written to ``eval_results.json``)."""
+    set_seed(config.training.seed)
+    output_dir = prepare_output_dir(config.training)
+    datasets = load_data(config.data)
+    train_split = datasets["train"]
+    tokenizer = get_tokenizer(config, list(train_split["source"]) + list(train_split["target"]), output_dir)
+    model_config = build_model_config(config, tokenizer)
+    model = AutoModelForSeq2SeqLM.from_config(model_config)
+    check_tokenizer_matches_model(tokenizer, model.config)
+    model.generation_config = GenerationConfig(
+        decoder_start_token_id=model_config.decoder_start_token_id, bos_token_id=model_config.bos_token_id,
+        eos_token_id=model_config.eos_token_id, pad_token_id=model_config.pad_token_id,
+        num_beams=config.generation.num_beams, max_new_tokens=config.generation.max_new_tokens,
+        length_penalty=config.generation.length_penalty,
+    )
+    tokenized, counts = tokenize_dataset(datasets, tokenizer, config.training.max_source_length,
+                                         config.training.max_target_length, overlong=config.training.overlong)
+    logger.info("data: %s", format_report(counts))
+    eval_set = tokenized.get("validation")
+    if eval_set is not None and config.training.eval_max_samples:
+        eval_set = eval_set.select(range(min(config.training.eval_max_samples, len(eval_set))))
+    d_model = getattr(model_config, "d_model", model_config.hidden_size)
+    args = training_arguments(config, output_dir, d_model, has_eval=eval_set is not None)
+    callbacks = []
+    if config.training.early_stopping_patience and eval_set is not None:
+        callbacks.append(EarlyStoppingCallback(early_stopping_patience=config.training.early_stopping_patience))
+    trainer = Seq2SeqTrainer(
+        model=model, args=args, train_dataset=tokenized["train"], eval_dataset=eval_set,
+        data_collator=DataCollatorForSeq2Seq(tokenizer, model=model), processing_class=tokenizer,
+        compute_metrics=build_compute_metrics(tokenizer), callbacks=callbacks,
+    )
+    resume = config.training.resume_from_checkpoint
+    if resume is True:
+        resume = latest_complete_checkpoint(output_dir / CHECKPOINT_SUBDIR)
+        resume = str(resume) if resume else None
+    train_output = trainer.train(resume_from_checkpoint=resume or None)
+    results: dict[str, Any] = {"train": {**train_output.metrics, "global_step": train_output.global_step},
+                               "data": counts, "config": dataclasses.asdict(config)}
+    for split in ("validation", "test"):
+        if split in tokenized:
+            metrics = trainer.evaluate(tokenized[split], metric_key_prefix=split)
+            results[split] = {k.removeprefix(f"{split}_"): v for k, v in metrics.items()}
+    if trainer.is_world_process_zero():
+        save_final_folder(trainer, tokenizer, output_dir, results, config)
+    return results
+
+
+__all__ = ["GenerationSettings", "RunConfig", "TokenizerSettings", "TrainingSettings", "load_run_config", "train"]

@@ -1,0 +1,266 @@
+"""Shipping: translate_lines, the model card (templates, metadata, model-index), the folder check (the exact upload
+list, corrupt or missing files) and the push, with the Hub's network calls replaced by a capture."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+from huggingface_hub import HfApi, ModelCard
+from tiny_model_folders import FAMILIES, date_tokenizer, save_folder, tiny_model
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+import encdec
+from encdec.errors import EncdecError, InputFileError, OverwriteError
+from encdec.hub import (
+    card_template,
+    check_model_folder,
+    load_pipeline,
+    push_model,
+    render_model_card,
+    save_for_pipeline,
+    translate_lines,
+    write_model_card,
+)
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = Path(encdec.__file__).parent
+MODEL_TYPES = {"transformer": "transformer_seq2seq", "rnn": "rnn_seq2seq"}
+METRICS = {"bleu": 31.4159, "chrf": 55.5, "bleu_signature": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2",
+           "split": "test"}
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return date_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def folders(tokenizer, tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("hub-folders")
+    return {family: save_for_pipeline(tiny_model(family, tokenizer), tokenizer, root / family) for family in FAMILIES}
+
+
+@pytest.fixture
+def copy_of(folders, tmp_path):
+    """``copy_of(family)``: a private copy of a saved folder, for tests that change it."""
+    return lambda family: Path(shutil.copytree(folders[family], tmp_path / family))
+
+
+def _expected_upload(model_type: str, *extra: str) -> list[str]:
+    """What a folder of ``model_type`` must upload: the fixed files, plus the code that remote loading imports,
+    found by following the single-dot imports of the package's own sources."""
+    code, todo = set(), [f"modeling_{model_type}", f"configuration_{model_type}", "pipeline_seq2seq"]
+    while todo:
+        name = f"{todo.pop()}.py"
+        if name not in code:
+            code.add(name)
+            todo += re.findall(r"^from \.(\w+) import", (PACKAGE / "models" / name).read_text(), flags=re.MULTILINE)
+    fixed = {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"}
+    return sorted(fixed | code | set(extra))
+
+
+# --- translate_lines -------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_translate_lines_keeps_order_and_blank_lines(folders, family: str) -> None:
+    lines = ["3rd of March 2021", "", "1/2/2000\n", "   ", "Wednesday, 3 Mar 2021"]
+    outputs = translate_lines(folders[family], lines, batch_size=2, max_new_tokens=5)
+    pipe = load_pipeline(folders[family], device="cpu")
+    expected = [pipe(line.strip(), max_new_tokens=5)[0]["generated_text"] if line.strip() else "" for line in lines]
+    assert outputs == expected
+    assert translate_lines(pipe, lines, batch_size=3, max_new_tokens=5) == expected  # a pipeline works as well
+    assert translate_lines(pipe, []) == []
+
+
+def test_translate_lines_refuses_several_outputs_per_line(folders) -> None:
+    with pytest.raises(EncdecError, match="num_return_sequences"):
+        translate_lines(folders["rnn"], ["1/2/2000"], num_beams=2, num_return_sequences=2)
+
+
+def test_translate_lines_names_a_missing_folder(tmp_path) -> None:
+    with pytest.raises(InputFileError, match="nowhere"):
+        translate_lines(tmp_path / "nowhere", ["1/2/2000"])
+
+
+# --- model card ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("model_type", MODEL_TYPES.values())
+def test_package_ships_the_top_level_templates(model_type: str) -> None:
+    top_level = REPO_ROOT / "model_cards" / f"{model_type}.md"
+    packaged = PACKAGE / "model_cards" / f"{model_type}.md"
+    assert packaged.read_bytes() == top_level.read_bytes(), (
+        f"{packaged} differs from {top_level}: copy model_cards/*.md into src/encdec/model_cards/")
+    assert card_template(model_type) == packaged.read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_card_metadata_and_model_index(folders, family: str) -> None:
+    text = render_model_card(folders[family], dataset_name="Dates (built-in)", dataset_id="someone/dates",
+                             metrics=METRICS, training_summary={"steps": 800, "train_loss": 1.234567},
+                             repo_id="someone/dates-" + family)
+    card = ModelCard(text)
+    data = card.data
+    assert data.license == "apache-2.0"
+    assert data.library_name == "transformers"
+    assert data.pipeline_tag == "translation"
+    assert data.tags == ["translation", "seq2seq", "encdec", MODEL_TYPES[family]]
+    assert data.datasets == ["someone/dates"]
+    assert data.model_name == "dates-" + family
+    results = {result.metric_type: result for result in data.eval_results}
+    assert set(results) == {"bleu", "chrf"}
+    assert results["bleu"].metric_value == 31.42 and results["chrf"].metric_value == 55.5
+    assert {(r.task_type, r.dataset_type, r.dataset_name, r.dataset_split) for r in results.values()} == {
+        ("translation", "someone/dates", "Dates (built-in)", "test")}
+    assert "model-index" in text.split("---")[1]
+    for snippet in ('model_id = "someone/dates-', "AutoModelForSeq2SeqLM.from_pretrained(model_id, trust_remote_code=True)",
+                    "pipeline(model=model_id, trust_remote_code=True)", "| 31.42 | 55.5 |", METRICS["bleu_signature"],
+                    "| train_loss | 1.235 |", "## Limitations"):
+        assert snippet in card.text, snippet
+
+
+def test_card_describes_the_architecture(folders, tokenizer) -> None:
+    transformer = render_model_card(folders["transformer"])
+    model = AutoModelForSeq2SeqLM.from_pretrained(folders["transformer"])
+    assert f"| Parameters | {model.num_parameters():,} (" in transformer
+    assert "| Model width `d_model` | 16 |" in transformer
+    assert "| Attention heads `h` | 2 encoder, 2 decoder (`d_k` = 8) |" in transformer
+    assert "| Layers | 1 encoder, 2 decoder |" in transformer
+    rnn = render_model_card(tiny_model("rnn", tokenizer, cell_type="gru", attention="luong_general"))
+    assert "| Cell | GRU |" in rnn
+    assert "general score" in rnn and "input feeding" in rnn
+    assert "| Decoder | 1 layer(s), hidden size 16 |" in rnn
+
+
+def test_card_without_metrics_has_no_model_index(folders) -> None:
+    text = render_model_card(folders["rnn"])
+    card = ModelCard(text)
+    assert card.data.eval_results is None
+    assert "model-index" not in text
+    assert "Not evaluated yet." in text and "PATH_OR_REPO_ID" in text
+
+
+def test_card_refuses_a_wrong_family_and_metrics_without_data(folders) -> None:
+    with pytest.raises(EncdecError, match="family"):
+        render_model_card(folders["rnn"], family="transformer_seq2seq")
+    with pytest.raises(EncdecError, match="dataset_name"):
+        render_model_card(folders["rnn"], metrics=METRICS)
+
+
+def test_write_model_card_does_not_overwrite_without_consent(copy_of) -> None:
+    folder = copy_of("transformer")
+    path = write_model_card(folder, repo_id="someone/x")
+    assert path == folder / "README.md" and ModelCard.load(path).data.model_name == "x"
+    with pytest.raises(OverwriteError, match="overwrite"):
+        write_model_card(folder)
+    write_model_card(folder, overwrite=True, repo_id="someone/y")
+    assert ModelCard.load(path).data.model_name == "y"
+
+
+# --- folder checks ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_check_lists_exactly_the_files_to_upload(copy_of, family: str) -> None:
+    folder = copy_of(family)
+    assert check_model_folder(folder) == _expected_upload(MODEL_TYPES[family])
+    (folder / "checkpoint-10").mkdir()  # training leftovers are not uploaded
+    (folder / "checkpoint-10" / "optimizer.pt").write_bytes(b"x")
+    (folder / "training_args.bin").write_bytes(b"x")
+    (folder / "unused_helper.py").write_text("x = 1\n")
+    write_model_card(folder)
+    assert check_model_folder(folder) == _expected_upload(MODEL_TYPES[family], "README.md")
+
+
+@pytest.mark.parametrize("damage", ["missing", "garbage", "truncated", "empty"])
+def test_unreadable_weights_name_the_file_and_the_fix(copy_of, damage: str) -> None:
+    weights = copy_of("rnn") / "model.safetensors"
+    if damage == "missing":
+        weights.unlink()
+    elif damage == "garbage":
+        weights.write_bytes(b"\x00\x01 not a safetensors file" * 10)
+    elif damage == "truncated":
+        weights.write_bytes(weights.read_bytes()[:-100])
+    else:
+        weights.write_bytes(b"")
+    with pytest.raises(InputFileError, match=r"model\.safetensors.*save_for_pipeline"):
+        check_model_folder(weights.parent)
+
+
+def test_check_names_what_remote_loading_would_miss(copy_of, tokenizer, tmp_path) -> None:
+    plain = save_folder(tiny_model("transformer", tokenizer), tokenizer, tmp_path / "plain")  # save_pretrained only
+    with pytest.raises(InputFileError, match="custom_pipelines.*save_for_pipeline"):
+        check_model_folder(plain)
+    folder = copy_of("transformer")
+    (folder / "attention.py").unlink()  # imported by the modeling file
+    with pytest.raises(InputFileError, match="attention.py"):
+        check_model_folder(folder)
+    (folder / "tokenizer.json").unlink()
+    with pytest.raises(InputFileError, match="tokenizer.json"):
+        check_model_folder(folder)
+    with pytest.raises(InputFileError, match="does not exist"):
+        check_model_folder(tmp_path / "nowhere")
+
+
+# --- push ------------------------------------------------------------------------------------------------------
+
+@pytest.fixture
+def fake_hub(monkeypatch, tmp_path):
+    """Replace the two network calls of ``push_model`` (``HfApi.create_repo`` and ``HfApi.create_commit``): record
+    the calls and write every uploaded file into ``hub.folder``, as the Hub would store them."""
+    hub = SimpleNamespace(folder=tmp_path / "hub", repos=[], commits=[])
+
+    def create_repo(self, repo_id, *, private=None, exist_ok=False, **kwargs):
+        hub.repos.append({"repo_id": repo_id, "private": private, "exist_ok": exist_ok})
+        return SimpleNamespace(repo_id=repo_id)
+
+    def create_commit(self, repo_id, operations, *, commit_message, **kwargs):
+        hub.commits.append({"repo_id": repo_id, "message": commit_message,
+                            "files": sorted(op.path_in_repo for op in operations)})
+        for op in operations:
+            target = hub.folder / op.path_in_repo
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(op.path_or_fileobj, target)
+        return SimpleNamespace(commit_url=f"https://huggingface.co/{repo_id}/commit/0123")
+
+    monkeypatch.setattr(HfApi, "create_repo", create_repo)
+    monkeypatch.setattr(HfApi, "create_commit", create_commit)
+    return hub
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_push_uploads_the_checked_folder_in_one_commit(copy_of, fake_hub, tokenizer, family: str) -> None:
+    folder = copy_of(family)
+    (folder / "training_args.bin").write_bytes(b"x")  # must stay home
+    url = push_model(folder, "someone/dates-" + family, private=True, commit_message="first")
+    assert url == f"https://huggingface.co/someone/dates-{family}/commit/0123"
+    assert fake_hub.repos == [{"repo_id": "someone/dates-" + family, "private": True, "exist_ok": True}]
+    expected = _expected_upload(MODEL_TYPES[family], "README.md")  # the card was written, since there was none
+    assert fake_hub.commits == [{"repo_id": "someone/dates-" + family, "message": "first", "files": expected}]
+    assert sorted(path.name for path in fake_hub.folder.iterdir()) == expected
+
+    card = ModelCard.load(fake_hub.folder / "README.md")
+    assert card.data.tags == ["translation", "seq2seq", "encdec", MODEL_TYPES[family]]
+    assert 'model_id = "someone/dates-' + family + '"' in card.text
+    assert all((fake_hub.folder / name).read_bytes() == (folder / name).read_bytes() for name in expected)
+    pushed = AutoModelForSeq2SeqLM.from_pretrained(fake_hub.folder, trust_remote_code=True).eval()
+    pushed_tokenizer = AutoTokenizer.from_pretrained(fake_hub.folder, trust_remote_code=True)
+    original = AutoModelForSeq2SeqLM.from_pretrained(folder).eval()
+    batch = pushed_tokenizer(["3rd of March 2021"], return_tensors="pt")
+    with torch.no_grad():
+        assert torch.equal(pushed.generate(**batch, max_new_tokens=4), original.generate(**batch, max_new_tokens=4))
+
+
+def test_push_keeps_an_existing_card_and_stops_on_a_bad_folder(copy_of, fake_hub) -> None:
+    folder = copy_of("transformer")
+    write_model_card(folder, dataset_name="Dates", metrics=METRICS)
+    card = (folder / "README.md").read_text()
+    push_model(folder, "someone/dates")
+    assert (fake_hub.folder / "README.md").read_text() == card
+    (folder / "model.safetensors").write_bytes(b"corrupt")
+    with pytest.raises(InputFileError, match="model.safetensors"):
+        push_model(folder, "someone/dates")
+    assert len(fake_hub.commits) == 1  # nothing was sent for the bad folder
