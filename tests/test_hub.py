@@ -11,7 +11,6 @@ from types import SimpleNamespace
 import pytest
 import torch
 from huggingface_hub import HfApi, ModelCard
-from tiny_model_folders import FAMILIES, date_tokenizer, save_folder, tiny_model
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 import encdec
@@ -26,6 +25,7 @@ from encdec.hub import (
     translate_lines,
     write_model_card,
 )
+from tiny_model_folders import FAMILIES, date_tokenizer, save_folder, tiny_model
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = Path(encdec.__file__).parent
@@ -117,9 +117,9 @@ def test_card_metadata_and_model_index(folders, family: str) -> None:
     assert {(r.task_type, r.dataset_type, r.dataset_name, r.dataset_split) for r in results.values()} == {
         ("translation", "someone/dates", "Dates (built-in)", "test")}
     assert "model-index" in text.split("---")[1]
-    for snippet in ('model_id = "someone/dates-', "AutoModelForSeq2SeqLM.from_pretrained(model_id, trust_remote_code=True)",
-                    "pipeline(model=model_id, trust_remote_code=True)", "| 31.42 | 55.5 |", METRICS["bleu_signature"],
-                    "| train_loss | 1.235 |", "## Limitations"):
+    usage = ('model_id = "someone/dates-', "AutoModelForSeq2SeqLM.from_pretrained(model_id, trust_remote_code=True)",
+             "pipeline(model=model_id, trust_remote_code=True)")
+    for snippet in (*usage, "| 31.42 | 55.5 |", METRICS["bleu_signature"], "| train_loss | 1.235 |", "## Limitations"):
         assert snippet in card.text, snippet
 
 
@@ -195,6 +195,10 @@ def test_check_names_what_remote_loading_would_miss(copy_of, tokenizer, tmp_path
     with pytest.raises(InputFileError, match="custom_pipelines.*save_for_pipeline"):
         check_model_folder(plain)
     folder = copy_of("transformer")
+    (folder / "README.md").write_text("---\nlicense: [unclosed\n---\n# card\n")
+    with pytest.raises(InputFileError, match="README.md"):
+        check_model_folder(folder)
+    (folder / "README.md").unlink()
     (folder / "attention.py").unlink()  # imported by the modeling file
     with pytest.raises(InputFileError, match="attention.py"):
         check_model_folder(folder)

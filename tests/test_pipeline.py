@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from tiny_model_folders import FAMILIES, date_tokenizer, tiny_model
 from transformers import AutoModelForSeq2SeqLM, pipeline
 from transformers.pipelines import PIPELINE_REGISTRY
 
 import encdec
 from encdec import Seq2SeqGenerationPipeline
 from encdec.hub import save_for_pipeline
+from tiny_model_folders import FAMILIES, date_tokenizer, tiny_model
 
 SOURCES = ["3rd of March 2021", "1/2/2000", "Wednesday, 3 Mar 2021"]  # different lengths: batches get padded
 PIPELINE_FILE = Path(encdec.__file__).parent / "models" / "pipeline_seq2seq.py"
@@ -71,9 +71,10 @@ def test_task_is_registered_on_import() -> None:
 
 def test_pipeline_file_imports_only_stdlib_torch_and_transformers() -> None:
     tree = ast.parse(PIPELINE_FILE.read_text())
-    roots = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
-    roots |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
-    assert not any(isinstance(node, ast.ImportFrom) and node.level for node in ast.walk(tree))  # no relative imports
+    nodes = list(ast.walk(tree))
+    roots = {alias.name.split(".")[0] for node in nodes if isinstance(node, ast.Import) for alias in node.names}
+    roots |= {node.module.split(".")[0] for node in nodes if isinstance(node, ast.ImportFrom) and node.module}
+    assert not any(isinstance(node, ast.ImportFrom) and node.level for node in nodes)  # no relative imports
     assert roots <= {"__future__", "typing", "torch", "transformers"}
 
 

@@ -95,7 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = commands.add_parser("train", help="train a model from a run config (YAML)")
     p.add_argument("config", help="run config, e.g. configs/demo-transformer.yaml")
-    p.add_argument("overrides", nargs=argparse.REMAINDER, help="--section.key value pairs, e.g. --training.max_steps 100")
+    p.add_argument("overrides", nargs=argparse.REMAINDER,
+                   help="--section.key value pairs, e.g. --training.max_steps 100")
     p.set_defaults(func=cmd_train)
 
     p = commands.add_parser("evaluate", help="BLEU (sacreBLEU, with signature) and chrF on a test set")

@@ -62,6 +62,7 @@ def load_pipeline(model_dir: str | os.PathLike, device: int | str | torch.device
     """The encdec pipeline over a saved folder, with this package's classes (no remote code is run)."""
     model_dir = _require_dir(model_dir)
     _read_json(model_dir / "config.json", "the model config")
+    read_safetensors_shapes(model_dir / WEIGHTS_NAME)  # a clear error for missing or corrupt weights
     model = AutoModelForSeq2SeqLM.from_pretrained(model_dir)
     tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=False)
     check_tokenizer_matches_model(tokenizer, model.config)
@@ -158,8 +159,9 @@ def check_model_folder(model_dir: str | os.PathLike) -> list[str]:
 
     Checks: ``config.json`` names an encdec family and has the ``auto_map`` entries and the ``seq2seq-generation``
     ``custom_pipelines`` entry that remote-code loading needs; ``model.safetensors`` opens with safetensors;
-    ``generation_config.json`` and the tokenizer files parse; every code file those entries reach is present.
-    Anything else in the folder (checkpoints, logs, plots) is not uploaded. Raises ``InputFileError``.
+    ``generation_config.json`` and the tokenizer files parse; every code file those entries reach is present; a
+    README.md, if any, has readable card metadata. Anything else in the folder (checkpoints, logs, plots) is not
+    uploaded. Raises ``InputFileError``.
     """
     model_dir = _require_dir(model_dir)
     config = _read_json(model_dir / "config.json", "the model config")
@@ -181,6 +183,13 @@ def check_model_folder(model_dir: str | os.PathLike) -> list[str]:
     _read_json(model_dir / "tokenizer_config.json", "the tokenizer settings")
     files = set(REQUIRED_FILES) | _code_files(model_dir, _code_modules(config))
     files |= {name for name in OPTIONAL_FILES if (model_dir / name).is_file()}
+    if "README.md" in files:
+        try:
+            ModelCard.load(model_dir / "README.md")
+        except Exception as err:  # a broken metadata block: ValueError or a YAML error
+            raise InputFileError(f"{model_dir / 'README.md'} (the model card) has an unreadable metadata block "
+                                 f"({err}); fix it, or rewrite it with `write_model_card(..., overwrite=True)`."
+                                 ) from err
     return sorted(files)
 
 

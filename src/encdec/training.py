@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
+from datasets import DatasetDict
 from transformers import (
     AutoConfig,
     AutoModelForSeq2SeqLM,
@@ -94,7 +96,7 @@ class GenerationSettings:
 
 @dataclass
 class RunConfig:
-    model: str  # path of a model config JSON (configs/models/*.json); vocabulary and special ids come from the tokenizer
+    model: str  # a model config JSON (configs/models/*.json); vocabulary and special ids come from the tokenizer
     data: DataSpec = field(default_factory=DataSpec)
     tokenizer: TokenizerSettings = field(default_factory=TokenizerSettings)
     training: TrainingSettings = field(default_factory=TrainingSettings)
@@ -140,6 +142,23 @@ def resolve_learning_rate(settings: TrainingSettings, d_model: int) -> tuple[flo
         return settings.learning_rate, settings.lr_scheduler_type
     peak = settings.lr_factor * d_model**-0.5 * max(settings.warmup_steps, 1) ** -0.5
     return (settings.learning_rate or peak), "inverse_sqrt"
+
+
+class EncdecTrainer(Seq2SeqTrainer):
+    """``Seq2SeqTrainer`` whose evaluation leaves the model's generation config as it found it.
+
+    ``Seq2SeqTrainer.prediction_step`` fills transformers' defaults into ``model.generation_config`` (``max_length``
+    = 20), after which every ``generate()`` warns that ``max_new_tokens`` and ``max_length`` are both set, and the
+    saved ``generation_config.json`` carries the stray 20.
+    """
+
+    def prediction_step(self, *args, **kwargs):
+        config = self.model.generation_config
+        max_length = config.max_length
+        try:
+            return super().prediction_step(*args, **kwargs)
+        finally:
+            config.max_length = max_length
 
 
 def latest_complete_checkpoint(checkpoint_dir: Path) -> Path | None:
@@ -222,7 +241,17 @@ def training_arguments(config: RunConfig, output_dir: Path, d_model: int, has_ev
         bf16=s.bf16,
         dataloader_num_workers=s.dataloader_num_workers,
         ddp_find_unused_parameters=False,  # every parameter of both families gets a gradient
+        dataloader_pin_memory=torch.cuda.is_available(),
     )
+
+
+def dataset_name(spec: DataSpec) -> str:
+    """A human-readable name of the training data for the model card."""
+    if spec.format == "builtin_dates":
+        return "encdec built-in dates (human-readable dates -> ISO 8601)"
+    if spec.format == "hub":
+        return spec.hub_name or "hub dataset"
+    return spec.data_dir or ", ".join(str(f) for f in (spec.files or {}).values()) or spec.format
 
 
 def save_final_folder(trainer: Seq2SeqTrainer, tokenizer, output_dir: Path, results: dict, config: RunConfig) -> None:
@@ -236,13 +265,27 @@ def save_final_folder(trainer: Seq2SeqTrainer, tokenizer, output_dir: Path, resu
     save_for_pipeline(model, tokenizer, staging)  # model, tokenizer, generation config, code, custom_pipelines
     atomic_write_json(staging / "eval_results.json", results)
     write_model_card(staging, metrics=results.get("test") or results.get("validation"),
-                     dataset_name=config.data.name, training_summary=results.get("train"))
+                     dataset_name=dataset_name(config.data), training_summary=results.get("train"))
     for item in staging.iterdir():
         target = output_dir / item.name
         if target.is_dir():
             shutil.rmtree(target)
         os.replace(item, target)
     staging.rmdir()
+
+
+def tokenize_splits(datasets: DatasetDict, tokenizer, settings: TrainingSettings) -> tuple[DatasetDict, dict]:
+    """Over-long training pairs are filtered (or truncated, per ``overlong``); evaluation splits are only ever
+    truncated, so BLEU is always computed on every validation and test sentence."""
+    lengths = (settings.max_source_length, settings.max_target_length)
+    train, counts = tokenize_dataset(DatasetDict(train=datasets["train"]), tokenizer, *lengths,
+                                     overlong=settings.overlong)
+    others = DatasetDict({name: split for name, split in datasets.items() if name != "train"})
+    if others:
+        evaluated, eval_counts = tokenize_dataset(others, tokenizer, *lengths, overlong="truncate")
+        train.update(evaluated)
+        counts.update(eval_counts)
+    return train, counts
 
 
 def train(config: RunConfig) -> dict:
@@ -261,8 +304,7 @@ def train(config: RunConfig) -> dict:
         num_beams=config.generation.num_beams, max_new_tokens=config.generation.max_new_tokens,
         length_penalty=config.generation.length_penalty,
     )
-    tokenized, counts = tokenize_dataset(datasets, tokenizer, config.training.max_source_length,
-                                         config.training.max_target_length, overlong=config.training.overlong)
+    tokenized, counts = tokenize_splits(datasets, tokenizer, config.training)
     logger.info("data: %s", format_report(counts))
     eval_set = tokenized.get("validation")
     if eval_set is not None and config.training.eval_max_samples:
@@ -272,7 +314,7 @@ def train(config: RunConfig) -> dict:
     callbacks = []
     if config.training.early_stopping_patience and eval_set is not None:
         callbacks.append(EarlyStoppingCallback(early_stopping_patience=config.training.early_stopping_patience))
-    trainer = Seq2SeqTrainer(
+    trainer = EncdecTrainer(
         model=model, args=args, train_dataset=tokenized["train"], eval_dataset=eval_set,
         data_collator=DataCollatorForSeq2Seq(tokenizer, model=model), processing_class=tokenizer,
         compute_metrics=build_compute_metrics(tokenizer), callbacks=callbacks,

@@ -12,11 +12,14 @@ Output convention (that of v4's ``Text2TextGenerationPipeline``):
 - ``pipe(["a", "b"])`` -> ``[{"generated_text": ...}, {"generated_text": ...}]``, one dict per input, when each
   input yields one sequence; with ``num_return_sequences=k > 1`` it is a list of lists of ``k`` dicts, best first.
 
-Keyword arguments, at construction or per call: ``batch_size`` (inputs per ``generate`` call, right-padded with the
-tokenizer's pad token), ``truncation`` (default ``False``: an over-long source reaches the model, whose error says
-so), ``return_tensors`` (add ``generated_token_ids``), ``return_text``, ``clean_up_tokenization_spaces``; everything
-else (``num_beams``, ``max_new_tokens``, ``do_sample``, ``top_k``, ``num_return_sequences``, ...) goes to
-``model.generate``, on top of the model's ``generation_config.json``.
+Keyword arguments, at construction or per call:
+
+- ``batch_size``: inputs per ``generate`` call, padded on the tokenizer's ``padding_side`` (right for encdec
+  tokenizers, which the RNN family needs);
+- ``truncation`` (default ``False``: an over-long source reaches the model, whose error says so);
+- ``return_tensors`` (add ``generated_token_ids``), ``return_text``, ``clean_up_tokenization_spaces``;
+- everything else (``num_beams``, ``max_new_tokens``, ``do_sample``, ``top_k``, ``num_return_sequences``, ...) goes
+  to ``model.generate``, on top of the model's ``generation_config.json``.
 """
 
 from __future__ import annotations
@@ -43,18 +46,19 @@ class Seq2SeqGenerationPipeline(Pipeline):
     _pipeline_calls_generate = False
 
     def __call__(self, inputs: str | list[str], *args: Any, **kwargs: Any) -> list[dict] | list[list[dict]]:
-        """Generate for one text or a list of texts; see the module docstring for the output convention."""
-        if not isinstance(inputs, (str, list, tuple)):
-            raise TypeError(f"Seq2SeqGenerationPipeline takes a string or a list of strings, got {type(inputs)}.")
-        if isinstance(inputs, (list, tuple)):
-            if not inputs:
-                return []
-            if not all(isinstance(text, str) for text in inputs):
-                raise TypeError("Seq2SeqGenerationPipeline takes a string or a list of strings; the list holds "
-                                f"{sorted({type(text).__name__ for text in inputs})}.")
+        """Generate for one text or a list of texts; see the module docstring for the output convention. (A
+        dataset or generator streams through the base class and yields one list of dicts per input.)"""
+        if isinstance(inputs, tuple):
             inputs = list(inputs)
+        if not isinstance(inputs, list):
+            return super().__call__(inputs, *args, **kwargs)
+        if not all(isinstance(text, str) for text in inputs):
+            raise TypeError("Seq2SeqGenerationPipeline takes a string or a list of strings; the list holds "
+                            f"{sorted({type(text).__name__ for text in inputs})}.")
+        if not inputs:
+            return []
         result = super().__call__(inputs, *args, **kwargs)
-        if isinstance(inputs, list) and all(len(per_input) == 1 for per_input in result):
+        if all(len(per_input) == 1 for per_input in result):
             return [per_input[0] for per_input in result]
         return result
 
