@@ -1,7 +1,13 @@
 """Benchmark encdec's models against transformers' references and write docs/benchmarks.md.
 
-    python scripts/benchmark.py                   # full run (a few minutes on 2 CPU cores)
+    python scripts/benchmark.py                   # every section, rewrites the report (about 7 min on 2 CPU cores)
+    python scripts/benchmark.py --sections rnn    # one section; the report keeps the others from its last run
     python scripts/benchmark.py --quick --output /tmp/benchmarks.md   # smoke run
+
+Sections: `transformer` (encdec's Transformer vs transformers' MarianMTModel) and `rnn` (the LSTM encoder-decoder
+with every attention type: absolute figures, fused vs token-by-token training, per-step generation cost).
+A run of every section writes the report from scratch. A run of some sections replaces those in the existing
+report and keeps the others as they were, each under its own dated "Measured" line.
 """
 
 from __future__ import annotations
@@ -24,7 +30,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--output", type=Path, default=None,
                         help=f"markdown report to write (default: {DEFAULT_OUTPUT}, none with --quick)")
     parser.add_argument("--sections", nargs="+", choices=sorted(SECTIONS), default=list(SECTIONS),
-                        help="comparisons to run (default: all)")
+                        help="sections to run (default: all, which rewrites the report; a subset is merged into "
+                             "the existing report, whose other sections are kept)")
     parser.add_argument("--train-warmup", type=int, help=f"un-timed training steps (default {defaults.train_warmup})")
     parser.add_argument("--train-steps", type=int, help=f"timed training steps (default {defaults.train_steps})")
     parser.add_argument("--generation-warmup", type=int,
@@ -33,6 +40,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help=f"timed generate() calls (default {defaults.generation_repeats})")
     parser.add_argument("--memory-steps", type=int,
                         help=f"training steps in the memory measurement (default {defaults.memory_steps})")
+    parser.add_argument("--rnn-train-steps", type=int,
+                        help=f"timed training steps per RNN variant (default {defaults.rnn_train_steps})")
+    parser.add_argument("--rnn-generation-repeats", type=int,
+                        help=f"timed generate() calls per RNN variant (default {defaults.rnn_generation_repeats})")
     parser.add_argument("--threads", type=int, help=f"torch intra-op threads (default {defaults.threads})")
     return parser.parse_args(argv)
 
@@ -40,7 +51,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def settings_from(args: argparse.Namespace) -> BenchmarkSettings:
     base = QUICK_SETTINGS if args.quick else BenchmarkSettings()
     overrides = {name: getattr(args, name) for name in
-                 ("train_warmup", "train_steps", "generation_warmup", "generation_repeats", "memory_steps", "threads")
+                 ("train_warmup", "train_steps", "generation_warmup", "generation_repeats", "memory_steps",
+                  "rnn_train_steps", "rnn_generation_repeats", "threads")
                  if getattr(args, name) is not None}
     return replace(base, **overrides)
 

@@ -48,16 +48,19 @@ def cmd_translate(args: argparse.Namespace) -> None:
     from .hub import translate_lines
     from .io_utils import atomic_write_text, require_file
 
+    if args.output and Path(args.output).exists() and not args.overwrite:  # refuse before any work
+        raise EncdecError(f"The output file {args.output} already exists; pass --overwrite to replace it or choose "
+                          "another path.")
     source = require_file(args.input, "input file").read_text(encoding="utf-8") if args.input else sys.stdin.read()
-    lines = source.splitlines()
+    lines = source.split("\n")  # only \n (or \r\n) ends a line: a U+2028 inside one keeps the output aligned
+    if lines[-1] == "":
+        lines.pop()
     kwargs = {"num_beams": args.num_beams}
     if args.max_new_tokens:
         kwargs["max_new_tokens"] = args.max_new_tokens
     outputs = translate_lines(args.model, lines, batch_size=args.batch_size, **kwargs)
     text = "".join(line + "\n" for line in outputs)
     if args.output:
-        if Path(args.output).exists() and not args.overwrite:
-            raise EncdecError(f"{args.output} exists; pass --overwrite to replace it.")
         atomic_write_text(args.output, text)
     else:
         sys.stdout.write(text)

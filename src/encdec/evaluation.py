@@ -6,6 +6,7 @@ Backs ``encdec evaluate --model DIR --source-file F --reference-file R``.
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from pathlib import Path
@@ -16,9 +17,12 @@ from tqdm.auto import tqdm
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from .errors import EncdecError, InputFileError, OverwriteError
+from .hub import read_safetensors_shapes
 from .io_utils import atomic_write_json, require_file
 from .metrics import load_metric
 from .tokenization import check_tokenizer_matches_model
+
+logger = logging.getLogger(__name__)
 
 
 def load_model_and_tokenizer(model_dir: str | os.PathLike, device: str = "cpu"
@@ -33,6 +37,7 @@ def load_model_and_tokenizer(model_dir: str | os.PathLike, device: str = "cpu"
     if not model_dir.is_dir():
         raise InputFileError(f"The model folder {model_dir} does not exist or is not a folder.")
     require_file(model_dir / "config.json", "model config")
+    read_safetensors_shapes(model_dir / "model.safetensors")  # one clear error for missing or corrupt weights
     try:
         tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=True)
     except (OSError, ValueError) as error:
@@ -123,8 +128,14 @@ def translate(
     settings: dict[str, Any] = {"num_beams": num_beams, "do_sample": False}
     if num_beams > 1 and length_penalty is not None:  # greedy search ignores it (and would warn)
         settings["length_penalty"] = length_penalty
-    truncation = {"truncation": True, "max_length": max_source_length(tokenizer, model.config)}
-    lengths = [len(ids) for ids in tokenizer(sources, **truncation)["input_ids"]]
+    limit = max_source_length(tokenizer, model.config)
+    truncation = {"truncation": True, "max_length": limit}
+    lengths = [len(ids) for ids in tokenizer(sources, verbose=False)["input_ids"]]
+    if any(length > limit for length in lengths):
+        logger.warning("%d of %d sources are longer than the model's %d source tokens (max_position_embeddings, or the "
+                       "tokenizer's model_max_length) and are truncated to fit.",
+                       sum(length > limit for length in lengths), len(sources), limit)
+    lengths = [min(length, limit) for length in lengths]
     order = sorted(range(len(sources)), key=lambda i: -lengths[i])
     outputs = [""] * len(sources)
     with tqdm(total=len(sources), desc="Translating", unit="sent", disable=not show_progress) as progress:

@@ -27,7 +27,14 @@ import jinja2
 import torch
 from huggingface_hub import CommitOperationAdd, EvalResult, HfApi, ModelCard, ModelCardData
 from safetensors import safe_open
-from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoTokenizer, PretrainedConfig, PreTrainedModel
+from transformers import (
+    AutoConfig,
+    AutoModelForSeq2SeqLM,
+    AutoTokenizer,
+    Pipeline,
+    PretrainedConfig,
+    PreTrainedModel,
+)
 
 from . import __version__
 from .errors import EncdecError, InputFileError, OverwriteError
@@ -69,7 +76,7 @@ def load_pipeline(model_dir: str | os.PathLike, device: int | str | torch.device
     return Seq2SeqGenerationPipeline(model=model, tokenizer=tokenizer, device=device, task=PIPELINE_TASK)
 
 
-def translate_lines(model_dir_or_pipeline: str | os.PathLike | Seq2SeqGenerationPipeline, lines: Iterable[str],
+def translate_lines(model_dir_or_pipeline: str | os.PathLike | Pipeline, lines: Iterable[str],
                     batch_size: int = 32, **generate_kwargs: Any) -> list[str]:
     """Translate each line; returns one string per line, in order (``encdec translate``).
 
@@ -81,7 +88,8 @@ def translate_lines(model_dir_or_pipeline: str | os.PathLike | Seq2SeqGeneration
         raise EncdecError("translate_lines returns one translation per line; leave `num_return_sequences` at 1.")
     if batch_size < 1:
         raise EncdecError(f"`batch_size` must be >= 1, got {batch_size}.")
-    pipe = (model_dir_or_pipeline if isinstance(model_dir_or_pipeline, Seq2SeqGenerationPipeline)
+    # a Pipeline: this package's, or the copy that `pipeline(model=..., trust_remote_code=True)` loads
+    pipe = (model_dir_or_pipeline if isinstance(model_dir_or_pipeline, Pipeline)
             else load_pipeline(model_dir_or_pipeline))
     lines = [line.rstrip("\r\n") for line in lines]
     todo = sorted((i for i, line in enumerate(lines) if line.strip()), key=lambda i: -len(lines[i]))

@@ -71,6 +71,9 @@ def attention_matrix(
         raise EncdecError("The text to translate is empty.")
     batch = tokenizer([text], truncation=True, max_length=max_source_length(tokenizer, model.config),
                       return_tensors="pt")
+    max_positions = getattr(model.config, "max_position_embeddings", None)
+    if max_positions:  # the start token and the generated tokens must fit (learned positions cannot extrapolate)
+        max_new_tokens = min(max_new_tokens, max_positions - 1)
     model.eval()
     with torch.inference_mode():
         out = model.generate(

@@ -194,8 +194,21 @@ def get_tokenizer(config: RunConfig, train_texts: list[str], output_dir: Path):
                                 pre_tokenizer=s.pre_tokenizer, min_frequency=s.min_frequency,
                                 model_max_length=max(config.training.max_source_length,
                                                      config.training.max_target_length))
-    tokenizer.save_pretrained(saved)
-    return tokenizer
+    return tokenizer  # train() saves it to <output_dir>/tokenizer once the run is set up
+
+
+def check_positions(config: RunConfig, model_config) -> None:
+    """Learned positions cannot extrapolate: refuse, before training, lengths the position table cannot hold."""
+    if getattr(model_config, "position_embedding_type", None) != "learned":
+        return
+    limit, s, new_tokens = model_config.max_position_embeddings, config.training, config.generation.max_new_tokens
+    lengths = {f"training.max_source_length={s.max_source_length}": s.max_source_length,
+               f"training.max_target_length={s.max_target_length}": s.max_target_length,
+               f"generation.max_new_tokens={new_tokens} (+1 start token)": new_tokens + 1}
+    too_long = [name for name, length in lengths.items() if length > limit]
+    if too_long:
+        raise EncdecError(f"The model has learned positions with max_position_embeddings={limit}, too few for "
+                          f"{', '.join(too_long)}: lower them to fit, or raise max_position_embeddings.")
 
 
 def report_to(setting: str) -> list[str]:
@@ -254,6 +267,12 @@ def dataset_name(spec: DataSpec) -> str:
     return spec.data_dir or ", ".join(str(f) for f in (spec.files or {}).values()) or spec.format
 
 
+def training_summary(train_metrics: dict) -> dict[str, Any]:
+    """The model card's training rows."""
+    return {"optimiser steps": train_metrics.get("global_step"), "epochs": train_metrics.get("epoch"),
+            "wall time (s)": train_metrics.get("train_runtime"), "final training loss": train_metrics.get("train_loss")}
+
+
 def save_final_folder(trainer: Seq2SeqTrainer, tokenizer, output_dir: Path, results: dict, config: RunConfig) -> None:
     """Write the model folder atomically: everything goes to a temporary sibling first, then each file is moved
     into ``output_dir`` with ``os.replace``. Only the main process writes."""
@@ -264,8 +283,11 @@ def save_final_folder(trainer: Seq2SeqTrainer, tokenizer, output_dir: Path, resu
     model = trainer.model
     save_for_pipeline(model, tokenizer, staging)  # model, tokenizer, generation config, code, custom_pipelines
     atomic_write_json(staging / "eval_results.json", results)
-    write_model_card(staging, metrics=results.get("test") or results.get("validation"),
-                     dataset_name=dataset_name(config.data), training_summary=results.get("train"))
+    split = "test" if "test" in results else "validation"
+    metrics = {"split": split, **results[split]} if split in results else None
+    write_model_card(staging, metrics=metrics, dataset_name=dataset_name(config.data),
+                     dataset_id=config.data.hub_name if config.data.format == "hub" else None,
+                     training_summary=training_summary(results["train"]))
     for item in staging.iterdir():
         target = output_dir / item.name
         if target.is_dir():
@@ -296,6 +318,7 @@ def train(config: RunConfig) -> dict:
     train_split = datasets["train"]
     tokenizer = get_tokenizer(config, list(train_split["source"]) + list(train_split["target"]), output_dir)
     model_config = build_model_config(config, tokenizer)
+    check_positions(config, model_config)
     model = AutoModelForSeq2SeqLM.from_config(model_config)
     check_tokenizer_matches_model(tokenizer, model.config)
     model.generation_config = GenerationConfig(
@@ -323,6 +346,8 @@ def train(config: RunConfig) -> dict:
     if resume is True:
         resume = latest_complete_checkpoint(output_dir / CHECKPOINT_SUBDIR)
         resume = str(resume) if resume else None
+    if not config.tokenizer.path and not (output_dir / TOKENIZER_SUBDIR).is_dir():
+        tokenizer.save_pretrained(output_dir / TOKENIZER_SUBDIR)  # only now: a setup error leaves output_dir empty
     train_output = trainer.train(resume_from_checkpoint=resume or None)
     results: dict[str, Any] = {"train": {**train_output.metrics, "global_step": train_output.global_step},
                                "data": counts, "config": dataclasses.asdict(config)}

@@ -134,7 +134,8 @@ class TransformerSeq2SeqAttention(nn.Module):
             layer = past_key_values.cross_attention_cache.layers[self.layer_idx]
             return query, layer.keys, layer.values  # encoder K/V computed at the first step
         key, value = self.kv_proj(key_value_states).chunk(2, dim=-1)  # 2 x (B, S, D)
-        key, value = self.split_heads(key), self.split_heads(value)  # (B, H, S, Dh)
+        # contiguous: these are read at every generation step, and strided slices make each read slower
+        key, value = self.split_heads(key).contiguous(), self.split_heads(value).contiguous()  # (B, H, S, Dh)
         if past_key_values is not None:
             key, value = past_key_values.cross_attention_cache.update(key, value, self.layer_idx)
             past_key_values.is_updated[self.layer_idx] = True

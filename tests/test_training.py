@@ -1,0 +1,294 @@
+"""``encdec train`` as a library: run configs, the learning-rate schedule, the Trainer arguments, tiny runs on text
+and JSON Lines data that leave a complete, loadable model folder, and resuming from the latest complete
+checkpoint."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+import yaml
+from huggingface_hub import ModelCard
+from safetensors.torch import load_file
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+from encdec.data import make_date_splits
+from encdec.errors import EncdecError
+from encdec.hub import PIPELINE_TASK, check_model_folder
+from encdec.training import (
+    CHECKPOINT_SUBDIR,
+    TOKENIZER_SUBDIR,
+    EncdecTrainer,
+    GenerationSettings,
+    RunConfig,
+    TrainingSettings,
+    latest_complete_checkpoint,
+    load_run_config,
+    resolve_learning_rate,
+    train,
+    training_arguments,
+)
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DEMO_CONFIGS = {"transformer": "demo-transformer.yaml", "rnn": "demo-lstm-bahdanau.yaml"}
+TINY_MODELS = {
+    "transformer": {"model_type": "transformer_seq2seq", "d_model": 16, "encoder_layers": 1, "decoder_layers": 1,
+                    "encoder_attention_heads": 2, "decoder_attention_heads": 2, "encoder_ffn_dim": 32,
+                    "decoder_ffn_dim": 32, "dropout": 0.0, "max_position_embeddings": 64},
+    "rnn": {"model_type": "rnn_seq2seq", "cell_type": "lstm", "attention": "bahdanau", "embedding_dim": 16,
+            "hidden_size": 16, "encoder_layers": 1, "decoder_layers": 1, "bidirectional_encoder": True,
+            "bridge": "linear_tanh", "dropout": 0.0},
+}
+CODE_FILES = {
+    "transformer": {"modeling_transformer_seq2seq.py", "configuration_transformer_seq2seq.py", "pipeline_seq2seq.py"},
+    "rnn": {"modeling_rnn_seq2seq.py", "configuration_rnn_seq2seq.py", "pipeline_seq2seq.py"},
+}
+
+
+def run_config(root: Path, family: str, output_dir: Path, **sections: dict) -> Path:
+    """A tiny run YAML in ``root``: the family's demo config with a tiny model, 200/20/20 built-in pairs, 6 steps
+    (evaluated and saved every 3); ``sections`` update its sections."""
+    root.mkdir(parents=True, exist_ok=True)
+    model = root / f"{family}.json"
+    model.write_text(json.dumps(TINY_MODELS[family]))
+    config = yaml.safe_load((REPO_ROOT / "configs" / DEMO_CONFIGS[family]).read_text())
+    config["model"] = str(model)
+    config["data"].update(builtin_train=200, builtin_validation=20, builtin_test=20)
+    config["tokenizer"].update(vocab_size=120, min_frequency=1)
+    config["training"].update(output_dir=str(output_dir), max_steps=6, eval_steps=3, eval_strategy="steps",
+                              per_device_train_batch_size=16, per_device_eval_batch_size=32, warmup_steps=2,
+                              logging_steps=3, save_total_limit=2, report_to="none")
+    config["generation"].update(num_beams=1, max_new_tokens=12)
+    for section, values in sections.items():
+        if section == "data":
+            config["data"] = values  # a data section replaces the built-in one
+        else:
+            config.setdefault(section, {}).update(values)
+    path = root / f"{family}-run.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+@pytest.fixture
+def spy(monkeypatch) -> SimpleNamespace:
+    """Record each ``EncdecTrainer``, the checkpoint ``train()`` resumed from, and the training (micro-)steps run."""
+    seen = SimpleNamespace(trainers=[], resumed_from=[], micro_steps=0)
+    original_train, original_step = EncdecTrainer.train, EncdecTrainer.training_step
+
+    def train_spy(self, *args, **kwargs):
+        seen.trainers.append(self)
+        seen.resumed_from.append(kwargs.get("resume_from_checkpoint"))
+        return original_train(self, *args, **kwargs)
+
+    def training_step_spy(self, *args, **kwargs):
+        seen.micro_steps += 1
+        return original_step(self, *args, **kwargs)
+
+    monkeypatch.setattr(EncdecTrainer, "train", train_spy)
+    monkeypatch.setattr(EncdecTrainer, "training_step", training_step_spy)
+    return seen
+
+
+def assert_complete_model_folder(folder: Path, family: str, results: dict, split: str) -> None:
+    """What ``train`` leaves: a shippable folder with the card, the scores and the code; loadable with remote code."""
+    assert not (folder / ".final-tmp").exists()
+    shipped = check_model_folder(folder)  # raises unless complete
+    required = {"model.safetensors", "config.json", "generation_config.json", "tokenizer.json",
+                "tokenizer_config.json", "README.md"}
+    assert required | CODE_FILES[family] <= set(shipped)
+    assert (folder / "eval_results.json").is_file() and (folder / TOKENIZER_SUBDIR / "tokenizer.json").is_file()
+
+    config = json.loads((folder / "config.json").read_text())
+    assert {"AutoConfig", "AutoModelForSeq2SeqLM"} <= set(config["auto_map"])
+    assert PIPELINE_TASK in config["custom_pipelines"]
+    generation = json.loads((folder / "generation_config.json").read_text())
+    assert generation["max_new_tokens"] == 12 and generation["num_beams"] == 1
+    assert generation.get("max_length") in (None, 20)  # no stray max_length from evaluation (20 is the default)
+
+    saved = json.loads((folder / "eval_results.json").read_text())
+    assert saved == json.loads(json.dumps(results))
+    for metric in ("bleu", "chrf"):
+        assert 0.0 <= saved[split][metric] <= 100.0
+
+    card = ModelCard.load(folder / "README.md")
+    assert card.data.library_name == "transformers" and card.data.model_name == folder.name
+    scores = {r.metric_type: r for r in card.data.eval_results}
+    assert set(scores) == {"bleu", "chrf"}
+    assert scores["bleu"].metric_value == round(saved[split]["bleu"], 2)
+    assert scores["bleu"].dataset_split == split
+    assert "optimiser steps" in card.text
+
+    model = AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=True).eval()
+    tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
+    assert model.config.model_type == TINY_MODELS[family]["model_type"]
+    batch = tokenizer(["3rd of March 2021", "1/2/2000"], return_tensors="pt", padding=True)
+    with torch.no_grad():
+        generated = model.generate(**batch, max_new_tokens=6)
+    assert generated.shape[0] == 2 and 1 < generated.shape[1] <= 7
+
+
+def best_checkpoint_weights_equal_final(folder: Path) -> bool:
+    """load_best_model_at_end: the final weights are the best checkpoint's."""
+    state = json.loads(sorted((folder / CHECKPOINT_SUBDIR).glob("checkpoint-*/trainer_state.json"))[-1].read_text())
+    best = load_file(Path(state["best_model_checkpoint"]) / "model.safetensors")
+    final = load_file(folder / "model.safetensors")
+    return bool(best) and all(torch.equal(final[name], tensor) for name, tensor in best.items())
+
+
+# --- run configs, learning rate, Trainer arguments -------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", sorted(DEMO_CONFIGS.values()))
+def test_demo_configs_load_with_overrides(name: str) -> None:
+    config = load_run_config(REPO_ROOT / "configs" / name,
+                             ["--training.max_steps", "7", "--training.learning_rate", "1e-3",
+                              "--training.resume_from_checkpoint", "true", "--data.builtin_train=50",
+                              "--model_overrides.dropout", "0.2", "--tokenizer.path", "null"])
+    assert isinstance(config, RunConfig)
+    assert config.training.max_steps == 7 and config.training.learning_rate == 1e-3
+    assert config.training.resume_from_checkpoint is True
+    assert config.data.builtin_train == 50 and config.model_overrides == {"dropout": 0.2}
+    assert config.tokenizer.path is None
+    assert Path(REPO_ROOT / config.model).is_file()
+
+
+def test_config_errors_name_the_key(tmp_path) -> None:
+    path = run_config(tmp_path, "transformer", tmp_path / "out")
+    with pytest.raises(EncdecError, match=r"`config\.training\.max_stepz`.*valid keys.*max_steps"):
+        load_run_config(path, ["--training.max_stepz", "5"])
+    with pytest.raises(EncdecError, match=r"`config\.training\.max_steps` must be int, got 'abc'"):
+        load_run_config(path, ["--training.max_steps", "abc"])
+    with pytest.raises(EncdecError, match="has no value"):
+        load_run_config(path, ["--training.max_steps"])
+
+
+def test_vaswani_schedule_is_the_papers_rate() -> None:
+    settings = TrainingSettings(lr_scheduler_type="vaswani", learning_rate=None, warmup_steps=400, lr_factor=2.0)
+    rate, scheduler = resolve_learning_rate(settings, d_model=64)
+    assert scheduler == "inverse_sqrt"
+    assert rate == pytest.approx(2.0 * 64**-0.5 * 400**-0.5)
+    assert rate == pytest.approx(2.0 / math.sqrt(64 * 400))
+    # an explicit peak rate wins, still on the inverse-sqrt shape
+    assert resolve_learning_rate(TrainingSettings(learning_rate=1e-3), 64) == (1e-3, "inverse_sqrt")
+    assert resolve_learning_rate(TrainingSettings(lr_scheduler_type="cosine", learning_rate=5e-4), 64) == (
+        5e-4, "cosine")
+    with pytest.raises(EncdecError, match=r"training\.learning_rate.*vaswani"):
+        resolve_learning_rate(TrainingSettings(lr_scheduler_type="linear", learning_rate=None), 64)
+
+
+def test_training_arguments_carry_the_settings(tmp_path) -> None:
+    settings = TrainingSettings(output_dir=str(tmp_path), label_smoothing=0.2, gradient_accumulation_steps=3,
+                                learning_rate=None, warmup_steps=100, eval_strategy="steps", eval_steps=7,
+                                max_steps=50, per_device_train_batch_size=8, save_total_limit=3, report_to="none",
+                                metric_for_best_model="chrf")
+    config = RunConfig(model="unused.json", training=settings, generation=GenerationSettings(num_beams=4))
+    args = training_arguments(config, tmp_path, d_model=16, has_eval=True)
+    assert args.label_smoothing_factor == 0.2
+    assert args.gradient_accumulation_steps == 3
+    assert args.learning_rate == pytest.approx(16**-0.5 * 100**-0.5)
+    assert str(getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type)) == "inverse_sqrt"
+    assert args.warmup_steps == 100 and args.max_steps == 50 and args.per_device_train_batch_size == 8
+    assert Path(args.output_dir) == tmp_path / CHECKPOINT_SUBDIR
+    assert str(getattr(args.eval_strategy, "value", args.eval_strategy)) == "steps"
+    assert args.eval_steps == 7 and args.save_steps == 7 and args.save_total_limit == 3
+    assert args.load_best_model_at_end and args.metric_for_best_model == "chrf" and args.greater_is_better
+    assert args.predict_with_generate and args.generation_num_beams == 4
+    assert args.report_to in ([], "none", ["none"])  # transformers normalises "nothing"
+
+    no_eval = training_arguments(config, tmp_path, d_model=16, has_eval=False)
+    assert str(getattr(no_eval.eval_strategy, "value", no_eval.eval_strategy)) == "no"
+    assert not no_eval.load_best_model_at_end
+    loss = RunConfig(model="unused.json", training=TrainingSettings(metric_for_best_model="loss", learning_rate=1e-3,
+                                                                   eval_strategy="epoch", report_to="none"))
+    assert not training_arguments(loss, tmp_path, d_model=16, has_eval=True).greater_is_better
+
+
+def test_latest_complete_checkpoint_skips_an_interrupted_write(tmp_path) -> None:
+    assert latest_complete_checkpoint(tmp_path) is None
+    for name, complete in [("checkpoint-2", True), ("checkpoint-10", True), ("checkpoint-12", False),
+                           ("checkpoint-best", True)]:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "model.safetensors").write_bytes(b"x")
+        if complete:
+            (tmp_path / name / "trainer_state.json").write_text("{}")
+    assert latest_complete_checkpoint(tmp_path) == tmp_path / "checkpoint-10"  # by number: 10 > 2, not "2" > "10"
+
+
+# --- tiny runs -------------------------------------------------------------------------------------------------------
+
+def test_text_format_run_leaves_a_complete_model_folder(tmp_path, spy) -> None:
+    splits = make_date_splits(120, 12, 12, seed=3)
+    data = tmp_path / "multi30k-like"
+    data.mkdir()
+    for split, prefix in (("train", "train"), ("validation", "val"), ("test", "test2016")):
+        for lang, column in (("de", 0), ("en", 1)):
+            (data / f"{prefix}.{lang}").write_text("".join(pair[column] + "\n" for pair in splits[split]))
+    out = tmp_path / "model"
+    path = run_config(tmp_path, "transformer", out,
+                      data={"format": "text", "data_dir": str(data), "source_lang": "de", "target_lang": "en"},
+                      training={"label_smoothing": 0.2, "gradient_accumulation_steps": 2,
+                                "per_device_train_batch_size": 8, "lr_scheduler_type": "vaswani",
+                                "learning_rate": None, "lr_factor": 4.0})
+    results = train(load_run_config(path))
+
+    [trainer] = spy.trainers
+    assert trainer.args.label_smoothing_factor == 0.2 and trainer.label_smoother.epsilon == 0.2
+    assert trainer.args.gradient_accumulation_steps == 2
+    assert spy.micro_steps == 2 * 6  # two micro-batches per optimiser step
+    assert trainer.args.learning_rate == pytest.approx(4.0 * 16**-0.5 * 2**-0.5)
+    assert results["train"]["global_step"] == 6
+    assert results["data"]["train"] == {"total": 120, "kept": 120, "filtered": 0, "truncated": 0}
+    assert set(results) == {"train", "data", "config", "validation", "test"}
+    assert_complete_model_folder(out, "transformer", results, split="test")
+    assert best_checkpoint_weights_equal_final(out)
+    assert "multi30k-like" in ModelCard.load(out / "README.md").text
+
+
+def test_jsonl_format_run_with_the_rnn(tmp_path) -> None:
+    splits = make_date_splits(120, 12, 0, seed=4)
+    files = {}
+    for split in ("train", "validation"):
+        files[split] = str(tmp_path / f"{split}.jsonl")
+        Path(files[split]).write_text("".join(json.dumps({"translation": {"human": s, "iso": t}}) + "\n"
+                                              for s, t in splits[split]))
+    out = tmp_path / "rnn-model"
+    path = run_config(tmp_path, "rnn", out, data={"format": "jsonl", "files": files, "target_lang": "iso"},
+                      training={"max_steps": 4, "eval_steps": 2})
+    results = train(load_run_config(path))
+    assert results["train"]["global_step"] == 4
+    assert "test" not in results  # no test file: the card reports the validation scores
+    assert_complete_model_folder(out, "rnn", results, split="validation")
+    config = json.loads((out / "config.json").read_text())
+    assert config["attention"] == "bahdanau" and config["cell_type"] == "lstm"
+
+
+def test_resume_continues_from_the_latest_complete_checkpoint(tmp_path, spy) -> None:
+    out = tmp_path / "model"
+    path = run_config(tmp_path, "transformer", out)
+    first = train(load_run_config(path))
+    assert first["train"]["global_step"] == 6
+    checkpoints = out / CHECKPOINT_SUBDIR
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["checkpoint-3", "checkpoint-6"]  # save_total_limit 2
+    tokenizer_before = (out / TOKENIZER_SUBDIR / "tokenizer.json").read_bytes()
+
+    interrupted = checkpoints / "checkpoint-7"  # a save cut short: weights written, trainer_state.json not yet
+    interrupted.mkdir()
+    (interrupted / "model.safetensors").write_bytes((checkpoints / "checkpoint-6" / "model.safetensors").read_bytes())
+    assert latest_complete_checkpoint(checkpoints) == checkpoints / "checkpoint-6"
+
+    spy.micro_steps = 0
+    second = train(load_run_config(path, ["--training.resume_from_checkpoint", "true", "--training.max_steps", "9"]))
+    assert spy.resumed_from == [None, str(checkpoints / "checkpoint-6")]
+    assert spy.micro_steps == 3  # steps 7, 8 and 9 only
+    assert second["train"]["global_step"] == 9
+    assert json.loads((out / "eval_results.json").read_text())["train"]["global_step"] == 9
+    assert (out / TOKENIZER_SUBDIR / "tokenizer.json").read_bytes() == tokenizer_before  # the run's own vocabulary
+    state = json.loads((checkpoints / "checkpoint-9" / "trainer_state.json").read_text())
+    assert state["global_step"] == 9
+    evaluated = [entry["step"] for entry in state["log_history"] if "eval_bleu" in entry]
+    assert evaluated == [3, 6, 9]  # the first run's history continues
+    assert not (out / ".final-tmp").exists()
+    check_model_folder(out)
