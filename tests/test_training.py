@@ -116,6 +116,7 @@ def assert_complete_model_folder(folder: Path, family: str, results: dict, split
 
     card = ModelCard.load(folder / "README.md")
     assert card.data.library_name == "transformers" and card.data.model_name == folder.name
+    assert ".final-tmp" not in card.text
     scores = {r.metric_type: r for r in card.data.eval_results}
     assert set(scores) == {"bleu", "chrf"}
     assert scores["bleu"].metric_value == round(saved[split]["bleu"], 2)
@@ -231,14 +232,14 @@ def test_text_format_run_leaves_a_complete_model_folder(tmp_path, spy) -> None:
                       data={"format": "text", "data_dir": str(data), "source_lang": "de", "target_lang": "en"},
                       training={"label_smoothing": 0.2, "gradient_accumulation_steps": 2,
                                 "per_device_train_batch_size": 8, "lr_scheduler_type": "vaswani",
-                                "learning_rate": None, "lr_factor": 4.0})
+                                "learning_rate": None, "lr_factor": 0.5})
     results = train(load_run_config(path))
 
     [trainer] = spy.trainers
     assert trainer.args.label_smoothing_factor == 0.2 and trainer.label_smoother.epsilon == 0.2
     assert trainer.args.gradient_accumulation_steps == 2
     assert spy.micro_steps == 2 * 6  # two micro-batches per optimiser step
-    assert trainer.args.learning_rate == pytest.approx(4.0 * 16**-0.5 * 2**-0.5)
+    assert trainer.args.learning_rate == pytest.approx(0.5 * 16**-0.5 * 2**-0.5)
     assert results["train"]["global_step"] == 6
     assert results["data"]["train"] == {"total": 120, "kept": 120, "filtered": 0, "truncated": 0}
     assert set(results) == {"train", "data", "config", "validation", "test"}

@@ -278,8 +278,9 @@ def save_final_folder(trainer: Seq2SeqTrainer, tokenizer, output_dir: Path, resu
     into ``output_dir`` with ``os.replace``. Only the main process writes."""
     from .hub import save_for_pipeline, write_model_card
 
-    staging = output_dir / ".final-tmp"
-    shutil.rmtree(staging, ignore_errors=True)
+    staging_root = output_dir / ".final-tmp"
+    shutil.rmtree(staging_root, ignore_errors=True)
+    staging = staging_root / output_dir.resolve().name  # the model card names the model after its folder
     model = trainer.model
     save_for_pipeline(model, tokenizer, staging)  # model, tokenizer, generation config, code, custom_pipelines
     atomic_write_json(staging / "eval_results.json", results)
@@ -294,6 +295,7 @@ def save_final_folder(trainer: Seq2SeqTrainer, tokenizer, output_dir: Path, resu
             shutil.rmtree(target)
         os.replace(item, target)
     staging.rmdir()
+    staging_root.rmdir()
 
 
 def tokenize_splits(datasets: DatasetDict, tokenizer, settings: TrainingSettings) -> tuple[DatasetDict, dict]:
