@@ -32,7 +32,7 @@ import datasets
 from datasets import Dataset, DatasetDict, Features, Translation, Value
 
 from .errors import EncdecError, InputFileError
-from .io_utils import require_file
+from .io_utils import read_aligned_lines, require_file
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -108,41 +108,12 @@ _DELIMITERS = {".csv": ",", ".tsv": "\t", ".tab": "\t"}
 PathLike = str | os.PathLike
 
 
-def read_lines(path: PathLike, what: str = "text file") -> list[str]:
-    """The lines of a UTF-8 text file, without their line ends. Only ``\\n`` (or ``\\r\\n``) ends a line, so a
-    stray ``\\r`` or U+2028 inside a sentence cannot break the line alignment of a parallel corpus.
-
-    :raises InputFileError: naming a missing, unreadable, non-UTF-8 or empty (blank) file
-    """
-    path = require_file(path, what)
-    try:
-        with open(path, encoding="utf-8-sig", newline="") as f:  # newline="": no universal-newline translation
-            text = f.read()
-    except UnicodeDecodeError as err:
-        raise InputFileError(f"The {what} {path} is not UTF-8 text (byte {err.start}: {err.reason}); "
-                             "convert it to UTF-8.") from None
-    if not text.strip():
-        raise InputFileError(f"The {what} {path} is empty.")
-    lines = text.split("\n")
-    if lines[-1] == "":  # the line end of the last line
-        lines.pop()
-    return [line.removesuffix("\r") for line in lines]
-
-
 def _pairs_dataset(sources: list[str], targets: list[str]) -> Dataset:
     return Dataset.from_dict({"source": sources, "target": targets}, features=TEXT_FEATURES)
 
 
 def _text_pair_dataset(source_file: PathLike, target_file: PathLike) -> Dataset:
-    sources = read_lines(source_file, "source file")
-    targets = read_lines(target_file, "target file")
-    if len(sources) != len(targets):
-        raise InputFileError(
-            f"The parallel files are not aligned: the source file {source_file} has {len(sources)} lines but the "
-            f"target file {target_file} has {len(targets)}. Line i of one must be the translation of line i of the "
-            "other."
-        )
-    return _pairs_dataset(sources, targets)
+    return _pairs_dataset(*read_aligned_lines(source_file, target_file))
 
 
 def load_text_pair(source_file: PathLike, target_file: PathLike, split: str = "train") -> DatasetDict:

@@ -18,7 +18,7 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, PreTrainedModel, 
 
 from .errors import EncdecError, InputFileError, OverwriteError
 from .hub import read_safetensors_shapes
-from .io_utils import atomic_write_json, require_file
+from .io_utils import atomic_write_json, read_aligned_lines, require_file
 from .metrics import load_metric
 from .tokenization import check_tokenizer_matches_model
 
@@ -50,32 +50,9 @@ def load_model_and_tokenizer(model_dir: str | os.PathLike, device: str = "cpu"
     return model.to(device).eval(), tokenizer
 
 
-def read_lines(path: str | os.PathLike, what: str) -> list[str]:
-    """The lines of a UTF-8 text file, one sentence each (``\\n`` or ``\\r\\n`` endings). Raises an
-    ``InputFileError`` naming the file when it is missing, not UTF-8, or holds no text."""
-    path = require_file(path, what)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as error:
-        raise InputFileError(f"The {what} {path} is not UTF-8 text ({error.reason} at byte {error.start}).") from error
-    if not text.strip():
-        raise InputFileError(f"The {what} {path} is empty; it needs one sentence per line.")
-    lines = text.split("\n")
-    if lines[-1] == "":  # the final newline ends the last line; it does not start a new one
-        lines.pop()
-    return [line.removesuffix("\r") for line in lines]
-
-
 def read_parallel(source_file: str | os.PathLike, reference_file: str | os.PathLike) -> tuple[list[str], list[str]]:
     """Read a source file and its reference file, which must have the same number of lines."""
-    sources = read_lines(source_file, "source file")
-    references = read_lines(reference_file, "reference file")
-    if len(sources) != len(references):
-        raise InputFileError(
-            f"The source file {source_file} has {len(sources)} lines but the reference file {reference_file} has "
-            f"{len(references)}; they must be parallel, one sentence per line."
-        )
-    return sources, references
+    return read_aligned_lines(source_file, reference_file, target_what="reference file")
 
 
 def max_source_length(tokenizer: PreTrainedTokenizerBase, config: Any) -> int:
@@ -229,5 +206,5 @@ def evaluate_model(
     return results
 
 
-__all__ = ["evaluate_model", "load_model_and_tokenizer", "read_lines", "read_parallel", "score_translations",
+__all__ = ["evaluate_model", "load_model_and_tokenizer", "read_parallel", "score_translations",
            "translate"]

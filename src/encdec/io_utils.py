@@ -57,3 +57,39 @@ def require_file(path: str | os.PathLike, what: str = "file") -> Path:
     if not os.access(path, os.R_OK):
         raise InputFileError(f"The {what} {path} is not readable; check its permissions.")
     return path
+
+
+def read_lines(path: str | os.PathLike, what: str = "text file") -> list[str]:
+    """The lines of a UTF-8 text file, without their line ends. Only ``\\n`` (or ``\\r\\n``) ends a line, so a
+    stray ``\\r`` or U+2028 inside a sentence cannot break the line alignment of a parallel corpus.
+
+    :raises InputFileError: naming a missing, unreadable, non-UTF-8 or empty (blank) file
+    """
+    path = require_file(path, what)
+    try:
+        with open(path, encoding="utf-8-sig", newline="") as f:  # newline="": no universal-newline translation
+            text = f.read()
+    except UnicodeDecodeError as err:
+        raise InputFileError(f"The {what} {path} is not UTF-8 text (byte {err.start}: {err.reason}); "
+                             "convert it to UTF-8.") from None
+    if not text.strip():
+        raise InputFileError(f"The {what} {path} is empty.")
+    lines = text.split("\n")
+    if lines[-1] == "":  # the line end of the last line
+        lines.pop()
+    return [line.removesuffix("\r") for line in lines]
+
+
+def read_aligned_lines(source_file: str | os.PathLike, target_file: str | os.PathLike,
+                       target_what: str = "target file") -> tuple[list[str], list[str]]:
+    """Two line-aligned files (line i of one translates line i of the other); different line counts are an
+    ``InputFileError`` naming both files and both counts."""
+    sources = read_lines(source_file, "source file")
+    targets = read_lines(target_file, target_what)
+    if len(sources) != len(targets):
+        raise InputFileError(
+            f"The parallel files are not aligned: the source file {source_file} has {len(sources)} lines but the "
+            f"{target_what} {target_file} has {len(targets)}. Line i of one must be the translation of line i of "
+            "the other."
+        )
+    return sources, targets

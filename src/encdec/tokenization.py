@@ -16,9 +16,8 @@ from pathlib import Path
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-from .data import read_lines
 from .errors import InputFileError
-from .io_utils import ensure_output_dir
+from .io_utils import ensure_output_dir, read_lines
 
 SPECIAL_TOKENS = {"pad_token": "<pad>", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}
 ALGORITHMS = ("bpe", "unigram")
