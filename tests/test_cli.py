@@ -185,6 +185,29 @@ def test_tokenizer_train(tmp_path, capsys) -> None:
     assert len(AutoTokenizer.from_pretrained(out)) <= 60
 
 
+def test_train_with_a_trained_tokenizer_and_overwrite(tmp_path, capsys) -> None:
+    """`encdec tokenizer train`, then `encdec train` with `tokenizer.path`; training again into the same folder
+    needs `--training.overwrite true`."""
+    pairs = make_date_pairs(300, seed=0)
+    text = write_lines(tmp_path / "all.txt", [text for pair in pairs for text in pair])
+    assert main(["tokenizer", "train", "--files", str(text), "--output", str(tmp_path / "tok"), "--vocab-size",
+                 "100"]) == 0
+    out = tmp_path / "model"
+    config = write_run_config(tmp_path, "rnn", out, tokenizer={"path": str(tmp_path / "tok")},
+                              training={"max_steps": 2, "eval_strategy": "no"}, data={"builtin_test": 0})
+    assert main(["train", str(config)]) == 0
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "tok")
+    assert json.loads((out / "config.json").read_text())["vocab_size"] == len(tokenizer)
+    assert (out / "tokenizer.json").read_bytes() != b"" and not (out / "tokenizer").exists()
+    assert set(json.loads((out / "eval_results.json").read_text())) >= {"train", "validation"}
+
+    (out / "notes.txt").write_text("mine")
+    user_error(capsys, ["train", str(config)], "--training.overwrite true")
+    assert (out / "notes.txt").read_text() == "mine"
+    assert main(["train", str(config), "--training.overwrite", "true"]) == 0
+    assert not (out / "notes.txt").exists() and check_model_folder(out)
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 def test_evaluate_prints_and_writes_scores_with_signatures(trained, test_files, tmp_path, capsys,
                                                            family: str) -> None:

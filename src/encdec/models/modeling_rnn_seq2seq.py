@@ -33,7 +33,7 @@ from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput, Seq2
 
 from .attention import additive_attention_scores, masked_softmax
 from .configuration_rnn_seq2seq import RNNSeq2SeqConfig
-from .seq2seq_utils import seq2seq_cross_entropy, shift_tokens_right
+from .seq2seq_utils import Seq2SeqLMMixin, seed_auto_map
 
 RNN_CLASSES: dict[str, type[nn.RNNBase]] = {"lstm": nn.LSTM, "gru": nn.GRU}
 
@@ -442,6 +442,12 @@ class RNNSeq2SeqDecoder(nn.Module):
         self.output_projection = nn.Linear(config.readout_size, config.output_size, bias=False) \
             if config.readout_size != config.output_size else None
 
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.embed_tokens = value
+
     def initial_state(self, encoder_outputs: RNNSeq2SeqEncoderOutput) -> DecoderState:
         final_hidden = encoder_outputs.final_hidden_state  # (B, Le x directions, He)
         hidden, cell = self.bridge(final_hidden, encoder_outputs.final_cell_state)  # (Ld, B, H) each
@@ -516,10 +522,7 @@ class RNNSeq2SeqPreTrainedModel(PreTrainedModel):
 
     def __init__(self, config: RNNSeq2SeqConfig, *inputs, **kwargs) -> None:
         super().__init__(config, *inputs, **kwargs)
-        # `save_pretrained` records only the saving class's auto class in `auto_map`; seed the bare model's
-        # entry so that `AutoModel.from_pretrained(folder, trust_remote_code=True)` works too
-        module = __name__.rsplit(".", 1)[-1]
-        config.auto_map = {"AutoModel": f"{module}.RNNSeq2SeqModel", **(getattr(config, "auto_map", None) or {})}
+        seed_auto_map(config, __name__, "RNNSeq2SeqModel")
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
@@ -601,7 +604,7 @@ class RNNSeq2SeqModel(RNNSeq2SeqPreTrainedModel):
         )
 
 
-class RNNSeq2SeqForConditionalGeneration(RNNSeq2SeqPreTrainedModel, GenerationMixin):
+class RNNSeq2SeqForConditionalGeneration(Seq2SeqLMMixin, RNNSeq2SeqPreTrainedModel, GenerationMixin):
     """The encoder-decoder with its output layer: P(y_t | y_<t, x) = softmax(W_o o_t + b_o), where o_t is s_t (no
     attention), [s_t; c_t] (Bahdanau) or h̃_t (Luong, Eq. 6), mapped to E wide first when the weights are tied.
     Every variant keeps the bias b_o (Luong's Eq. 6 has none; a bias costs V parameters and cannot hurt)."""
@@ -625,38 +628,6 @@ class RNNSeq2SeqForConditionalGeneration(RNNSeq2SeqPreTrainedModel, GenerationMi
         """The state is recurrent, not key/value: generate must not inject a ``DynamicCache``; the model makes its
         own ``RNNSeq2SeqCache`` on the first step."""
         return False
-
-    def resize_token_embeddings(self, new_num_tokens: int | None = None, pad_to_multiple_of: int | None = None,
-                                mean_resizing: bool = True) -> nn.Embedding:
-        """Resize the joint vocabulary: encoder and decoder embeddings and the output layer, tied or not."""
-        embeddings = super().resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
-        if not self.config.tie_word_embeddings:  # transformers resizes only the input embedding and the head
-            decoder = self.model.decoder
-            decoder.embed_tokens = self._get_resized_embeddings(
-                decoder.embed_tokens, embeddings.num_embeddings, mean_resizing=mean_resizing)
-        return embeddings
-
-    def get_encoder(self, modality: str | None = None) -> RNNSeq2SeqEncoder:
-        return self.model.encoder
-
-    def get_decoder(self) -> RNNSeq2SeqDecoder:
-        return self.model.decoder
-
-    def get_input_embeddings(self) -> nn.Embedding:
-        return self.model.get_input_embeddings()
-
-    def set_input_embeddings(self, value: nn.Embedding) -> None:
-        self.model.set_input_embeddings(value)
-
-    def get_output_embeddings(self) -> nn.Linear:
-        return self.lm_head
-
-    def set_output_embeddings(self, new_embeddings: nn.Linear) -> None:
-        self.lm_head = new_embeddings
-
-    def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
-        """Used by ``DataCollatorForSeq2Seq(model=...)``: (B, T) labels -> (B, T) decoder inputs."""
-        return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
 
     def forward(
         self,
@@ -686,17 +657,7 @@ class RNNSeq2SeqForConditionalGeneration(RNNSeq2SeqPreTrainedModel, GenerationMi
             encoder_outputs=encoder_outputs, past_key_values=past_key_values, inputs_embeds=inputs_embeds,
             decoder_inputs_embeds=decoder_inputs_embeds, use_cache=use_cache, output_attentions=output_attentions,
         )
-        logits = self.lm_head(outputs.last_hidden_state)  # (B, T, V)
-        loss = seq2seq_cross_entropy(logits, labels, num_items_in_batch) if labels is not None else None
-        return Seq2SeqLMOutput(
-            loss=loss,
-            logits=logits,
-            past_key_values=outputs.past_key_values,
-            cross_attentions=outputs.cross_attentions,
-            encoder_last_hidden_state=outputs.encoder_last_hidden_state,
-            encoder_hidden_states=outputs.encoder_hidden_states,
-            encoder_attentions=outputs.encoder_attentions,
-        )
+        return self.lm_output(outputs, labels, num_items_in_batch)
 
 
 __all__ = [

@@ -27,7 +27,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from .attention import eager_attention_forward
 from .configuration_transformer_seq2seq import TransformerSeq2SeqConfig
-from .seq2seq_utils import seq2seq_cross_entropy, shift_tokens_right
+from .seq2seq_utils import Seq2SeqLMMixin, seed_auto_map
 
 
 class SinusoidalPositionalEmbedding(nn.Module):
@@ -269,11 +269,7 @@ class TransformerSeq2SeqPreTrainedModel(PreTrainedModel):
 
     def __init__(self, config: TransformerSeq2SeqConfig, *inputs, **kwargs) -> None:
         super().__init__(config, *inputs, **kwargs)
-        # `save_pretrained` records only the saving class's auto class in `auto_map`; seed the bare model's
-        # entry so that `AutoModel.from_pretrained(folder, trust_remote_code=True)` works too
-        module = __name__.rsplit(".", 1)[-1]
-        seeded = {"AutoModel": f"{module}.TransformerSeq2SeqModel"}
-        config.auto_map = {**seeded, **(getattr(config, "auto_map", None) or {})}
+        seed_auto_map(config, __name__, "TransformerSeq2SeqModel")
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
@@ -370,6 +366,12 @@ class TransformerSeq2SeqDecoder(nn.Module):
         )
         self.final_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) \
             if config.normalize_before else None
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.embeddings.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.embeddings.embed_tokens = value
 
     def forward(
         self,
@@ -488,7 +490,7 @@ class TransformerSeq2SeqModel(TransformerSeq2SeqPreTrainedModel):
         )
 
 
-class TransformerSeq2SeqForConditionalGeneration(TransformerSeq2SeqPreTrainedModel, GenerationMixin):
+class TransformerSeq2SeqForConditionalGeneration(Seq2SeqLMMixin, TransformerSeq2SeqPreTrainedModel, GenerationMixin):
     """The Transformer with its pre-softmax projection: P(y_t | y_<t, x) = softmax(W_out s_t) (Section 3.4)."""
 
     _tied_weights_keys = {
@@ -504,38 +506,6 @@ class TransformerSeq2SeqForConditionalGeneration(TransformerSeq2SeqPreTrainedMod
         if self.generation_config is not None:  # saved as generation_config.json; transformers' default is 20
             # max_new_tokens rather than max_length: a caller's own max_new_tokens then replaces it without a warning
             self.generation_config.max_new_tokens = config.max_position_embeddings - 1  # + the start token
-
-    def resize_token_embeddings(self, new_num_tokens: int | None = None, pad_to_multiple_of: int | None = None,
-                                mean_resizing: bool = True) -> nn.Embedding:
-        """Resize the joint vocabulary: encoder and decoder embeddings and the LM head, tied or not."""
-        embeddings = super().resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
-        if not self.config.tie_word_embeddings:  # transformers resizes only the input embedding and the head
-            decoder = self.model.decoder.embeddings
-            decoder.embed_tokens = self._get_resized_embeddings(
-                decoder.embed_tokens, embeddings.num_embeddings, mean_resizing=mean_resizing)
-        return embeddings
-
-    def get_encoder(self, modality: str | None = None) -> TransformerSeq2SeqEncoder:
-        return self.model.encoder
-
-    def get_decoder(self) -> TransformerSeq2SeqDecoder:
-        return self.model.decoder
-
-    def get_input_embeddings(self) -> nn.Embedding:
-        return self.model.get_input_embeddings()
-
-    def set_input_embeddings(self, value: nn.Embedding) -> None:
-        self.model.set_input_embeddings(value)
-
-    def get_output_embeddings(self) -> nn.Linear:
-        return self.lm_head
-
-    def set_output_embeddings(self, new_embeddings: nn.Linear) -> None:
-        self.lm_head = new_embeddings
-
-    def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
-        """Used by ``DataCollatorForSeq2Seq(model=...)``: (B, T) labels -> (B, T) decoder inputs."""
-        return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
 
     def forward(
         self,
@@ -567,19 +537,7 @@ class TransformerSeq2SeqForConditionalGeneration(TransformerSeq2SeqPreTrainedMod
             decoder_inputs_embeds=decoder_inputs_embeds, use_cache=use_cache,
             output_attentions=output_attentions, output_hidden_states=output_hidden_states,
         )
-        logits = self.lm_head(outputs.last_hidden_state)  # (B, T, V)
-        loss = seq2seq_cross_entropy(logits, labels, num_items_in_batch) if labels is not None else None
-        return Seq2SeqLMOutput(
-            loss=loss,
-            logits=logits,
-            past_key_values=outputs.past_key_values,
-            decoder_hidden_states=outputs.decoder_hidden_states,
-            decoder_attentions=outputs.decoder_attentions,
-            cross_attentions=outputs.cross_attentions,
-            encoder_last_hidden_state=outputs.encoder_last_hidden_state,
-            encoder_hidden_states=outputs.encoder_hidden_states,
-            encoder_attentions=outputs.encoder_attentions,
-        )
+        return self.lm_output(outputs, labels, num_items_in_batch)
 
 
 __all__ = [

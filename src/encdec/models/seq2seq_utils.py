@@ -1,12 +1,13 @@
-"""Teacher forcing and the loss, shared by every model family.
+"""Teacher forcing, the loss and the LM-head plumbing, shared by every model family.
 
-This file is copied next to the weights by ``save_pretrained``: it imports only torch.
+This file is copied next to the weights by ``save_pretrained``: it imports only torch and transformers.
 """
 
 from __future__ import annotations
 
 import torch
 from torch import nn
+from transformers.modeling_outputs import Seq2SeqLMOutput, Seq2SeqModelOutput
 
 
 def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
@@ -38,3 +39,67 @@ def seq2seq_cross_entropy(
     if torch.is_tensor(num_items_in_batch):
         num_items_in_batch = num_items_in_batch.to(loss.device)
     return loss / num_items_in_batch
+
+
+def seed_auto_map(config, module_name: str, model_class: str) -> None:
+    """``save_pretrained`` records only the saving class's auto class in ``auto_map``; seed the bare model's
+    ``AutoModel`` entry too, so ``AutoModel.from_pretrained(folder, trust_remote_code=True)`` works."""
+    module = module_name.rsplit(".", 1)[-1]
+    config.auto_map = {"AutoModel": f"{module}.{model_class}", **(getattr(config, "auto_map", None) or {})}
+
+
+class Seq2SeqLMMixin:
+    """What every ``*ForConditionalGeneration`` of this package shares: the accessors transformers expects,
+    teacher forcing from labels, the loss, and vocabulary resizing. The class sets ``self.model`` (with
+    ``encoder``, ``decoder`` and ``get_input_embeddings``) and ``self.lm_head``; its decoder exposes
+    ``get_input_embeddings`` / ``set_input_embeddings``."""
+
+    def get_encoder(self, modality: str | None = None) -> nn.Module:
+        return self.model.encoder
+
+    def get_decoder(self) -> nn.Module:
+        return self.model.decoder
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.model.get_input_embeddings()
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.model.set_input_embeddings(value)
+
+    def get_output_embeddings(self) -> nn.Linear:
+        return self.lm_head
+
+    def set_output_embeddings(self, new_embeddings: nn.Linear) -> None:
+        self.lm_head = new_embeddings
+
+    def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
+        """Used by ``DataCollatorForSeq2Seq(model=...)``: (B, T) labels -> (B, T) decoder inputs."""
+        return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
+
+    def resize_token_embeddings(self, new_num_tokens: int | None = None, pad_to_multiple_of: int | None = None,
+                                mean_resizing: bool = True) -> nn.Embedding:
+        """Resize the joint vocabulary: encoder and decoder embeddings and the LM head, tied or not."""
+        embeddings = super().resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
+        if not self.config.tie_word_embeddings:  # transformers resizes only the input embedding and the head
+            decoder = self.get_decoder()
+            decoder.set_input_embeddings(self._get_resized_embeddings(
+                decoder.get_input_embeddings(), embeddings.num_embeddings, mean_resizing=mean_resizing))
+        return embeddings
+
+    def lm_output(self, outputs: Seq2SeqModelOutput, labels: torch.Tensor | None,
+                  num_items_in_batch: int | torch.Tensor | None) -> Seq2SeqLMOutput:
+        """The pre-softmax projection of the decoder output (B, T, V), the loss when labels are given, and the
+        base model's other outputs."""
+        logits = self.lm_head(outputs.last_hidden_state)  # (B, T, V)
+        loss = seq2seq_cross_entropy(logits, labels, num_items_in_batch) if labels is not None else None
+        return Seq2SeqLMOutput(
+            loss=loss,
+            logits=logits,
+            past_key_values=outputs.past_key_values,
+            decoder_hidden_states=outputs.decoder_hidden_states,
+            decoder_attentions=outputs.decoder_attentions,
+            cross_attentions=outputs.cross_attentions,
+            encoder_last_hidden_state=outputs.encoder_last_hidden_state,
+            encoder_hidden_states=outputs.encoder_hidden_states,
+            encoder_attentions=outputs.encoder_attentions,
+        )
