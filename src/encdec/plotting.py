@@ -13,7 +13,6 @@ Choosing the weights (layer and head are 0-based):
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +23,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from .errors import EncdecError, OverwriteError
 from .evaluation import load_model_and_tokenizer, max_source_length
+from .io_utils import atomic_output
 
 
 def readable_tokens(tokenizer: PreTrainedTokenizerBase, ids: list[int]) -> list[str]:
@@ -142,14 +142,8 @@ def save_attention_plot(
     matrix, source_tokens, target_tokens = attention_matrix(model, tokenizer, text, layer, head, mean, max_new_tokens)
     figure = plot_attention(matrix, source_tokens, target_tokens,
                             title=f"{Path(model_dir).name}: {describe_selection(layer, head, mean)}")
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=out_path.parent, prefix=f".{out_path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        figure.savefig(tmp_name, format=file_format, dpi=150)
-        os.replace(tmp_name, out_path)  # a reader sees the old file or the new one, never half of one
-    finally:
-        Path(tmp_name).unlink(missing_ok=True)
+    with atomic_output(out_path) as tmp:
+        figure.savefig(tmp, format=file_format, dpi=150)
     return out_path
 
 
