@@ -26,13 +26,15 @@ def cmd_tokenizer_train(args: argparse.Namespace) -> None:
 
 
 def cmd_train(args: argparse.Namespace) -> None:
+    from .distributed import process_state
     from .training import load_run_config, train
 
     config = load_run_config(args.config, args.overrides)
     results = train(config)
-    summary = {split: results[split] for split in ("validation", "test") if split in results}
-    print(json.dumps(summary, indent=2))
-    print(f"model folder: {config.training.output_dir}")
+    if process_state().is_main_process:  # under `accelerate launch`, one summary, not one per process
+        summary = {split: results[split] for split in ("validation", "test") if split in results}
+        print(json.dumps(summary, indent=2))
+        print(f"model folder: {config.training.output_dir}")
 
 
 def cmd_evaluate(args: argparse.Namespace) -> None:

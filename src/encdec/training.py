@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from datasets import DatasetDict
+from datasets import DatasetDict, disable_progress_bars
 from transformers import (
     AutoConfig,
     AutoModelForSeq2SeqLM,
@@ -31,6 +31,7 @@ from transformers import (
 
 from .config_io import apply_overrides, from_dict, load_yaml
 from .data import DataSpec, format_report, load_data, tokenize_dataset
+from .distributed import cpu_processes, process_state, unsharded_copy
 from .errors import EncdecError, OverwriteError
 from .io_utils import atomic_write_json, require_file
 from .metrics import build_compute_metrics
@@ -160,6 +161,17 @@ class EncdecTrainer(Seq2SeqTrainer):
         finally:
             config.max_length = max_length
 
+    def evaluation_loop(self, *args, **kwargs):
+        """Several processes: ``Seq2SeqTrainer.evaluate``/``predict`` gather with ``accelerator.gather`` (transformers
+        PR #27025, for ``num_return_sequences`` > 1), which keeps the examples Accelerate repeats to even out the
+        processes' last batches: BLEU would count some sentences twice whenever the split is not a multiple of
+        processes x batch. With one sequence per example, ``gather_for_metrics`` drops the repeats."""
+        returned = (getattr(self, "_gen_kwargs", None) or {}).get("num_return_sequences") \
+            or getattr(self.model.generation_config, "num_return_sequences", None) or 1
+        if returned == 1:
+            self.gather_function = self.accelerator.gather_for_metrics
+        return super().evaluation_loop(*args, **kwargs)
+
 
 def latest_complete_checkpoint(checkpoint_dir: Path) -> Path | None:
     """The newest ``checkpoint-N`` that holds ``trainer_state.json``: Trainer writes that file last, so a
@@ -170,15 +182,21 @@ def latest_complete_checkpoint(checkpoint_dir: Path) -> Path | None:
 
 
 def prepare_output_dir(settings: TrainingSettings) -> Path:
+    """Under several processes every one checks (and refuses alike), then only the main one deletes and creates."""
     output_dir = Path(settings.output_dir)
     resuming = bool(settings.resume_from_checkpoint)
-    if output_dir.is_dir() and any(output_dir.iterdir()) and not resuming:
-        if not settings.overwrite:
-            raise OverwriteError(f"The output directory {output_dir} already exists and is not empty; pass "
-                                 "--training.overwrite true to replace it, --training.resume_from_checkpoint true "
-                                 "to continue it, or choose another output_dir.")
-        shutil.rmtree(output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
+    clear = output_dir.is_dir() and any(output_dir.iterdir()) and not resuming
+    if clear and not settings.overwrite:
+        raise OverwriteError(f"The output directory {output_dir} already exists and is not empty; pass "
+                             "--training.overwrite true to replace it, --training.resume_from_checkpoint true "
+                             "to continue it, or choose another output_dir.")
+    state = process_state()
+    state.wait_for_everyone()  # every process has looked before the main one changes anything
+    if state.is_main_process:
+        if clear:
+            shutil.rmtree(output_dir)
+        output_dir.mkdir(parents=True, exist_ok=True)
+    state.wait_for_everyone()
     return output_dir
 
 
@@ -187,14 +205,18 @@ def get_tokenizer(config: RunConfig, train_texts: list[str], output_dir: Path):
     saved = output_dir / TOKENIZER_SUBDIR
     if config.tokenizer.path:
         return load_tokenizer(config.tokenizer.path)
-    if saved.is_dir():
-        return load_tokenizer(saved)
-    s = config.tokenizer
-    tokenizer = train_tokenizer(train_texts, vocab_size=s.vocab_size, algorithm=s.algorithm,
-                                pre_tokenizer=s.pre_tokenizer, min_frequency=s.min_frequency,
-                                model_max_length=max(config.training.max_source_length,
-                                                     config.training.max_target_length))
-    return tokenizer  # train() saves it to <output_dir>/tokenizer once the run is set up
+    state = process_state()
+    with state.main_process_first():  # several processes: the main one trains and saves it, the others load it
+        if saved.is_dir():
+            return load_tokenizer(saved)
+        s = config.tokenizer
+        tokenizer = train_tokenizer(train_texts, vocab_size=s.vocab_size, algorithm=s.algorithm,
+                                    pre_tokenizer=s.pre_tokenizer, min_frequency=s.min_frequency,
+                                    model_max_length=max(config.training.max_source_length,
+                                                         config.training.max_target_length))
+        if state.num_processes > 1:
+            tokenizer.save_pretrained(saved)
+    return tokenizer  # one process: train() saves it to <output_dir>/tokenizer once the run is set up
 
 
 def check_positions(config: RunConfig, model_config) -> None:
@@ -255,6 +277,8 @@ def training_arguments(config: RunConfig, output_dir: Path, d_model: int, has_ev
         dataloader_num_workers=s.dataloader_num_workers,
         ddp_find_unused_parameters=False,  # every parameter of both families gets a gradient
         dataloader_pin_memory=torch.cuda.is_available(),
+        use_cpu=cpu_processes(),  # under a launcher without a GPU: join the processes on the CPU (gloo)
+        log_level_replica="error",  # several processes: warnings once, from the main process
     )
 
 
@@ -273,15 +297,19 @@ def training_summary(train_metrics: dict) -> dict[str, Any]:
             "wall time (s)": train_metrics.get("train_runtime"), "final training loss": train_metrics.get("train_loss")}
 
 
-def save_final_folder(trainer: Seq2SeqTrainer, tokenizer, output_dir: Path, results: dict, config: RunConfig) -> None:
+def save_final_folder(trainer: Seq2SeqTrainer, tokenizer, output_dir: Path, results: dict, config: RunConfig,
+                      state_dict: dict | None = None) -> None:
     """Write the model folder atomically: everything goes to a temporary sibling first, then each file is moved
-    into ``output_dir`` with ``os.replace``. Only the main process writes."""
+    into ``output_dir`` with ``os.replace``. Only the main process writes. ``state_dict``: the gathered full weights
+    of a sharded (FSDP) model, saved through an unsharded copy."""
     from .hub import save_for_pipeline, write_model_card
 
     staging_root = output_dir / ".final-tmp"
     shutil.rmtree(staging_root, ignore_errors=True)
     staging = staging_root / output_dir.resolve().name  # the model card names the model after its folder
     model = trainer.model
+    if state_dict is not None:
+        model = unsharded_copy(trainer.accelerator.unwrap_model(model), state_dict)
     save_for_pipeline(model, tokenizer, staging)  # model, tokenizer, generation config, code, custom_pipelines
     atomic_write_json(staging / "eval_results.json", results)
     split = "test" if "test" in results else "validation"
@@ -315,6 +343,8 @@ def tokenize_splits(datasets: DatasetDict, tokenizer, settings: TrainingSettings
 def train(config: RunConfig) -> dict:
     """Run one training job and return the evaluation results (also written to ``eval_results.json``)."""
     set_seed(config.training.seed)
+    if not process_state().is_main_process:  # several processes: one copy of the progress bars, the main one's
+        disable_progress_bars()
     output_dir = prepare_output_dir(config.training)
     datasets = load_data(config.data)
     train_split = datasets["train"]
@@ -348,7 +378,7 @@ def train(config: RunConfig) -> dict:
     if resume is True:
         resume = latest_complete_checkpoint(output_dir / CHECKPOINT_SUBDIR)
         resume = str(resume) if resume else None
-    if not config.tokenizer.path and not (output_dir / TOKENIZER_SUBDIR).is_dir():
+    if not config.tokenizer.path and not (output_dir / TOKENIZER_SUBDIR).is_dir() and trainer.is_world_process_zero():
         tokenizer.save_pretrained(output_dir / TOKENIZER_SUBDIR)  # only now: a setup error leaves output_dir empty
     train_output = trainer.train(resume_from_checkpoint=resume or None)
     results: dict[str, Any] = {"train": {**train_output.metrics, "global_step": train_output.global_step},
@@ -357,8 +387,10 @@ def train(config: RunConfig) -> dict:
         if split in tokenized:
             metrics = trainer.evaluate(tokenized[split], metric_key_prefix=split)
             results[split] = {k.removeprefix(f"{split}_"): v for k, v in metrics.items()}
+    # FSDP (GPUs only): every process takes part in gathering the sharded weights, the main one saves them
+    full_state = trainer.accelerator.get_state_dict(trainer.model) if trainer.is_fsdp_enabled else None
     if trainer.is_world_process_zero():
-        save_final_folder(trainer, tokenizer, output_dir, results, config)
+        save_final_folder(trainer, tokenizer, output_dir, results, config, state_dict=full_state)
     return results
 
 

@@ -1,0 +1,431 @@
+"""Several processes: DDP through ``encdec train`` under a launcher, FSDP with ``fully_shard``, and the checks.
+
+``encdec train`` needs nothing special to run in several processes: Seq2SeqTrainer (Accelerate underneath) wraps
+the model in DDP, gives each process its share of every batch and gathers the generated predictions for BLEU,
+and ``training.py`` lets only the main process write files. Launch it with Accelerate or torchrun::
+
+    accelerate launch --config_file configs/accelerate/cpu-2proc.yaml -m encdec train configs/demo-transformer.yaml
+    torchrun --nproc_per_node 2 -m encdec train configs/demo-transformer.yaml
+
+What this module adds:
+
+- ``cpu_processes()`` / ``process_state()``: Accelerate joins processes only on an accelerator unless told to use
+  the CPU; under a launcher on a machine without a GPU, encdec tells it (gloo backend).
+- FSDP on CPU processes. Accelerate (and so Trainer) turn FSDP on only for GPU-type devices: on CPU processes
+  Trainer silently falls back to DDP. ``shard_model`` applies torch's FSDP2 ``fully_shard`` directly, one unit per
+  ``_no_split_modules`` class (Transformer: each encoder and decoder layer), except that a unit never holds a
+  tied parameter (the RNN's encoder and decoder both hold the shared embedding: their other children become the
+  units). ``save_full_model`` gathers the full state dict on rank 0 and writes an ordinary model folder.
+- The worker behind the tests, ``python -m encdec.distributed SUBCOMMAND`` (run it under a launcher):
+  ``fsdp`` (train a tiny model under FSDP, save it), ``ddp-check`` (every model variant under Trainer's DDP with
+  ``find_unused_parameters=False``: each parameter gets a gradient, nothing is reported unused), ``evaluate``
+  (generation-based BLEU/chrF of a model folder, predictions split between the processes), ``cli`` (``encdec``
+  itself) and ``batch`` (several of these in one launch, to pay the start-up once).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import logging
+import os
+import sys
+import tempfile
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from accelerate import PartialState
+from torch import nn
+from transformers import PreTrainedModel
+
+PAD, BOS, EOS = 0, 1, 2  # the toy task's special ids
+FIRST_DIGIT = 3  # ids 3..12 are the digits 0..9
+TOY_VOCAB_SIZE = FIRST_DIGIT + 10
+
+# methods that a parent calls on a unit besides ``forward`` (the RNN decoder projects the attention keys once per
+# source through ``DecoderStep.project_keys``): FSDP must gather the unit's parameters for them as for ``forward``
+FSDP_FORWARD_METHODS = ("project_keys",)
+
+TINY_TRANSFORMER = {"model_type": "transformer_seq2seq", "d_model": 16, "encoder_layers": 2, "decoder_layers": 2,
+                    "encoder_attention_heads": 2, "decoder_attention_heads": 2, "encoder_ffn_dim": 32,
+                    "decoder_ffn_dim": 32, "max_position_embeddings": 32, "tie_word_embeddings": True}
+TINY_RNN = {"model_type": "rnn_seq2seq", "cell_type": "lstm", "attention": "bahdanau", "embedding_dim": 16,
+            "hidden_size": 16, "encoder_layers": 1, "decoder_layers": 1, "bidirectional_encoder": True,
+            "bridge": "linear_tanh", "tie_word_embeddings": True}
+TINY_MODELS = {"transformer": TINY_TRANSFORMER, "rnn": TINY_RNN}
+# every RNN attention variant (and input feeding on and off, and a GRU), then the Transformer
+DDP_VARIANTS: dict[str, dict[str, Any]] = {
+    "rnn-none": {**TINY_RNN, "attention": "none", "bidirectional_encoder": False},
+    "rnn-bahdanau": TINY_RNN,
+    "rnn-luong_dot": {**TINY_RNN, "attention": "luong_dot", "bidirectional_encoder": False},
+    "rnn-luong_general": {**TINY_RNN, "attention": "luong_general"},
+    "rnn-luong_concat": {**TINY_RNN, "attention": "luong_concat"},
+    "rnn-luong_general-no-input-feeding": {**TINY_RNN, "attention": "luong_general", "input_feeding": False},
+    "rnn-gru-bahdanau": {**TINY_RNN, "cell_type": "gru"},
+    "transformer": TINY_TRANSFORMER,
+}
+
+
+# --- processes -------------------------------------------------------------------------------------------------------
+
+def _has_accelerator() -> bool:
+    accelerator = getattr(torch, "accelerator", None)  # torch >= 2.6: CUDA, XPU, MPS, ...
+    return accelerator.is_available() if accelerator is not None else torch.cuda.is_available()
+
+
+def cpu_processes() -> bool:
+    """Whether Accelerate must be told to join the processes on the CPU (gloo): under a launcher (``WORLD_SIZE`` >
+    1) on a machine without a GPU, or with ``ACCELERATE_USE_CPU=true``. Without it Accelerate sees no device to
+    join the processes on, and each one would train alone on the whole data."""
+    if os.environ.get("ACCELERATE_USE_CPU", "").lower() in ("1", "true", "yes"):
+        return True
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1 and not _has_accelerator()
+
+
+def process_state() -> PartialState:
+    """Accelerate's view of the processes (rank, main process, barriers); creating it joins the process group."""
+    return PartialState(cpu=cpu_processes())
+
+
+# --- FSDP --------------------------------------------------------------------------------------------------------
+
+def _shared_with_outside(module: nn.Module, model: nn.Module) -> bool:
+    """Whether a parameter of ``module`` is also held by a module outside it (a tied weight)."""
+    inside = {id(p) for p in module.parameters()}
+    submodules = {id(m) for m in module.modules()}
+    for other in model.modules():
+        if id(other) in submodules:
+            continue
+        if any(id(p) in inside for p in other.parameters(recurse=False)):
+            return True
+    return False
+
+
+def fsdp_units(model: PreTrainedModel) -> list[nn.Module]:
+    """The modules to shard one by one (they never nest): every module whose class is in ``_no_split_modules``,
+    except that a module holding a tied parameter is replaced by those of its children that hold none (recursively);
+    what is left (embeddings, LM head) belongs to the root unit. Two units never share a parameter, which FSDP
+    requires."""
+    names = set(getattr(model, "_no_split_modules", None) or [])
+    units: list[nn.Module] = []
+
+    def visit(module: nn.Module, candidate: bool) -> None:
+        if candidate and any(True for _ in module.parameters()):
+            if not _shared_with_outside(module, model):
+                units.append(module)
+                return
+            for child in module.children():  # split a unit that holds a tied weight into its children
+                visit(child, True)
+            return
+        for child in module.children():
+            visit(child, type(child).__name__ in names)
+
+    visit(model, False)
+    return units
+
+
+def shard_model(model: PreTrainedModel) -> PreTrainedModel:
+    """Apply FSDP2 ``fully_shard`` (full shard) to each of ``fsdp_units(model)``, then to the model (the root unit).
+    Works on CPU processes with gloo; the model keeps its class (with an FSDP mix-in) and its methods."""
+    from torch.distributed.fsdp import fully_shard, register_fsdp_forward_method
+
+    for unit in fsdp_units(model):
+        fully_shard(unit)
+        for method in FSDP_FORWARD_METHODS:  # gather the unit's parameters for these calls too
+            if callable(getattr(unit, method, None)):
+                register_fsdp_forward_method(unit, method)
+    fully_shard(model)
+    return model
+
+
+def unsharded_copy(model: nn.Module, state_dict: dict[str, torch.Tensor]) -> PreTrainedModel:
+    """An ordinary (unwrapped, unsharded) copy of ``model`` holding the full ``state_dict``: what to save after FSDP.
+    ``model`` may be an FSDP2 module or the model inside an FSDP1 wrapper."""
+    from torch.distributed.fsdp import FSDPModule
+
+    cls = next(c for c in type(model).__mro__ if issubclass(c, PreTrainedModel) and not issubclass(c, FSDPModule))
+    plain = cls(copy.deepcopy(model.config))
+    missing, unexpected = plain.load_state_dict(state_dict, strict=False)
+    tied = set(getattr(plain, "all_tied_weights_keys", None) or getattr(plain, "_tied_weights_keys", None) or {})
+    if unexpected or set(missing) - tied:
+        raise RuntimeError(f"The gathered state dict does not fit {cls.__name__}: missing {sorted(missing)}, "
+                           f"unexpected {sorted(unexpected)}.")
+    plain.tie_weights()
+    if getattr(model, "generation_config", None) is not None:
+        plain.generation_config = copy.deepcopy(model.generation_config)
+    return plain.eval()
+
+
+def save_full_model(model: PreTrainedModel, folder: str | os.PathLike, tokenizer=None) -> Path | None:
+    """Gather the full state dict of a sharded model on rank 0 and save an ordinary folder there (``save_pretrained``,
+    and the tokenizer when given), which loads in one process. Every process must call it; returns the folder on
+    rank 0, None elsewhere."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    folder = Path(folder)
+    if dist.get_rank() == 0:
+        plain = unsharded_copy(model, state)
+        plain.save_pretrained(folder)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(folder)
+    dist.barrier()
+    return folder if dist.get_rank() == 0 else None
+
+
+# --- the toy task: reverse a digit sequence --------------------------------------------------------------------------
+
+def toy_examples(n: int, seed: int = 0, min_len: int = 3, max_len: int = 8) -> list[dict[str, list[int]]]:
+    """``n`` examples of "reverse the digits", unpadded: input_ids (digits, EOS) and labels (reversed, EOS)."""
+    generator = torch.Generator().manual_seed(seed)
+    examples = []
+    for _ in range(n):
+        length = int(torch.randint(min_len, max_len + 1, (1,), generator=generator))
+        digits = torch.randint(FIRST_DIGIT, TOY_VOCAB_SIZE, (length,), generator=generator).tolist()
+        examples.append({"input_ids": digits + [EOS], "labels": digits[::-1] + [EOS]})
+    return examples
+
+
+def collate(examples: Sequence[dict[str, list[int]]]) -> dict[str, torch.Tensor]:
+    """Right-pad a list of toy examples: input_ids (B, S), attention_mask (B, S), labels (B, T) with -100 padding."""
+    source = max(len(e["input_ids"]) for e in examples)
+    target = max(len(e["labels"]) for e in examples)
+    input_ids = torch.full((len(examples), source), PAD, dtype=torch.long)
+    attention_mask = torch.zeros(len(examples), source, dtype=torch.long)
+    labels = torch.full((len(examples), target), -100, dtype=torch.long)
+    for i, example in enumerate(examples):
+        input_ids[i, : len(example["input_ids"])] = torch.tensor(example["input_ids"])
+        attention_mask[i, : len(example["input_ids"])] = 1
+        labels[i, : len(example["labels"])] = torch.tensor(example["labels"])
+    return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
+
+
+def tiny_model(family_or_config: str | dict[str, Any], seed: int = 0) -> PreTrainedModel:
+    """A tiny model of the toy vocabulary, dropout off, initialised from ``seed``."""
+    from transformers import AutoConfig, AutoModelForSeq2SeqLM
+
+    import encdec  # noqa: F401  (registers the Auto classes)
+
+    values = dict(TINY_MODELS[family_or_config] if isinstance(family_or_config, str) else family_or_config)
+    values.update(vocab_size=TOY_VOCAB_SIZE, pad_token_id=PAD, bos_token_id=BOS, eos_token_id=EOS,
+                  decoder_start_token_id=BOS, dropout=0.0)
+    config = AutoConfig.for_model(values.pop("model_type"), **values)
+    torch.manual_seed(seed)
+    return AutoModelForSeq2SeqLM.from_config(config)
+
+
+def train_steps(model: PreTrainedModel, examples: Sequence[dict], steps: int, batch_size: int,
+                lr: float = 3e-3) -> list[float]:
+    """A plain AdamW loop over consecutive batches of ``batch_size`` examples (the global batch). Under several
+    processes the model is sharded with ``shard_model`` and each process takes a contiguous slice of every batch.
+    The loss of each process is its summed token loss over the token count of the whole batch, times the number of
+    processes (FSDP averages the gradients over the processes), so the gradient is that of one process on the whole
+    batch. Returns the loss of each step (of the whole batch)."""
+    world = dist.get_world_size() if dist.is_initialized() else 1
+    rank = dist.get_rank() if dist.is_initialized() else 0
+    if batch_size % world:
+        raise ValueError(f"The batch of {batch_size} examples does not split evenly between {world} processes.")
+    if world > 1:
+        shard_model(model)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+    model.train()
+    losses = []
+    per_process = batch_size // world
+    for step in range(steps):
+        batch = examples[step * batch_size: (step + 1) * batch_size]
+        inputs = collate(batch[rank * per_process: (rank + 1) * per_process])
+        tokens = (inputs["labels"] != -100).sum()
+        if world > 1:
+            dist.all_reduce(tokens)
+        loss = model(**inputs, num_items_in_batch=tokens).loss  # this process's summed loss / all tokens
+        (loss * world).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        total = loss.detach().clone()
+        if world > 1:
+            dist.all_reduce(total)
+        losses.append(total.item())
+    return losses
+
+
+# --- the worker's subcommands ----------------------------------------------------------------------------------------
+
+def _write_json(path: str | os.PathLike, data: Any) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2))
+
+
+def run_fsdp(args: argparse.Namespace) -> int:
+    """Train a tiny model of ``args.family`` under FSDP for ``args.steps`` steps and save it to ``args.output``."""
+    state = process_state()
+    model = tiny_model(args.family, seed=args.seed)
+    unit_ids = {id(unit) for unit in fsdp_units(model)}
+    units = [name for name, module in model.named_modules() if id(module) in unit_ids]
+    examples = toy_examples(args.steps * args.batch_size, seed=args.seed)
+    losses = train_steps(model, examples, args.steps, args.batch_size, lr=args.lr)
+    save_full_model(model, args.output)
+    if state.is_main_process:
+        _write_json(Path(args.output) / "fsdp_run.json", {"losses": losses, "units": units,
+                                                          "num_processes": state.num_processes})
+    return 0
+
+
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+def run_ddp_check(args: argparse.Namespace) -> int:
+    """Train every ``DDP_VARIANTS`` model for ``args.steps`` steps with ``EncdecTrainer`` (DDP,
+    ``find_unused_parameters=False``); record per variant the parameters without a gradient at each optimiser
+    step, the warnings and the DDP flag. Writes ``<output>/rank<N>.json``."""
+    from datasets import Dataset
+    from transformers import Seq2SeqTrainingArguments, TrainerCallback
+
+    from .training import EncdecTrainer
+
+    class GradientCheck(TrainerCallback):
+        def __init__(self, model: nn.Module) -> None:
+            self.model, self.missing = model, set()
+
+        def on_pre_optimizer_step(self, training_args, trainer_state, control, **kwargs):
+            self.missing |= {name for name, p in self.model.named_parameters() if p.grad is None}
+
+    state = process_state()
+    handler = _Records()
+    loggers = [logging.getLogger(), logging.getLogger("transformers"), logging.getLogger("torch")]
+    report = {}
+    for name, values in DDP_VARIANTS.items():
+        model = tiny_model(values)
+        check = GradientCheck(model)
+        examples = toy_examples(args.steps * args.batch_size * state.num_processes, seed=1)
+        with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for log in loggers:
+                log.addHandler(handler)
+            try:
+                training_args = Seq2SeqTrainingArguments(
+                    output_dir=tmp, max_steps=args.steps, per_device_train_batch_size=args.batch_size,
+                    learning_rate=1e-3, save_strategy="no", report_to=[], logging_steps=1, disable_tqdm=True,
+                    ddp_find_unused_parameters=False, use_cpu=cpu_processes())
+                trainer = EncdecTrainer(model=model, args=training_args, train_dataset=Dataset.from_list(examples),
+                                        data_collator=collate, callbacks=[check])
+                trainer.train()
+            finally:
+                for log in loggers:
+                    log.removeHandler(handler)
+        wrapped = trainer.model_wrapped
+        report[name] = {
+            "ddp": type(wrapped).__name__,
+            "find_unused_parameters": getattr(wrapped, "find_unused_parameters", None),
+            "without_gradient": sorted(check.missing),
+            "warnings": [str(w.message) for w in caught] + handler.messages,
+            "global_step": trainer.state.global_step,
+        }
+        handler.messages = []
+    _write_json(Path(args.output) / f"rank{state.process_index}.json",
+                {"num_processes": state.num_processes, "variants": report})
+    return 0
+
+
+def evaluate_folder(model_dir: str | os.PathLike, config, split: str = "validation") -> dict[str, float]:
+    """Generation-based evaluation of a saved model folder on a run config's ``split``: the evaluation ``encdec
+    train`` ends with (``EncdecTrainer.evaluate``, ``predict_with_generate``, BLEU/chrF, the same Trainer
+    arguments). Under a launcher the examples are split between the processes and the predictions gathered (the
+    padding Accelerate adds to even out the shares is dropped). Returns the metrics without the split prefix."""
+    from transformers import AutoModelForSeq2SeqLM, DataCollatorForSeq2Seq
+
+    from .data import load_data
+    from .metrics import build_compute_metrics
+    from .tokenization import load_tokenizer
+    from .training import EncdecTrainer, tokenize_splits, training_arguments
+
+    tokenizer = load_tokenizer(model_dir)
+    model = AutoModelForSeq2SeqLM.from_pretrained(model_dir, trust_remote_code=True)
+    tokenized, _ = tokenize_splits(load_data(config.data), tokenizer, config.training)
+    d_model = getattr(model.config, "d_model", None) or model.config.hidden_size
+    with tempfile.TemporaryDirectory() as tmp:
+        args = training_arguments(config, Path(tmp), d_model, has_eval=False)  # no evaluation schedule: one call
+        trainer = EncdecTrainer(model=model, args=args, data_collator=DataCollatorForSeq2Seq(tokenizer, model=model),
+                                processing_class=tokenizer, compute_metrics=build_compute_metrics(tokenizer))
+        metrics = trainer.evaluate(tokenized[split], metric_key_prefix=split)
+    return {key.removeprefix(f"{split}_"): value for key, value in metrics.items()}
+
+
+def run_evaluate(args: argparse.Namespace) -> int:
+    from .training import load_run_config
+
+    state = process_state()
+    metrics = evaluate_folder(args.model, load_run_config(args.config, args.overrides), args.split)
+    if state.is_main_process:
+        _write_json(args.output, {**metrics, "num_processes": state.num_processes})
+    return 0
+
+
+def run_cli(args: argparse.Namespace) -> int:
+    from .cli import main
+
+    return main(args.argv)
+
+
+def run_batch(args: argparse.Namespace) -> int:
+    """Run each command line of the JSON list ``args.jobs`` (e.g. ``[["fsdp", "--family", "rnn", ...], ["cli",
+    "train", ...]]``) in turn in these processes; stop at the first that fails."""
+    for job in json.loads(Path(args.jobs).read_text()):
+        status = main(job)
+        if status:
+            return status
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m encdec.distributed",
+                                     description="Multi-process jobs and checks; run under accelerate launch or "
+                                                 "torchrun.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    p = commands.add_parser("fsdp", help="train a tiny model on the toy task under FSDP2 and save a normal folder")
+    p.add_argument("--family", choices=sorted(TINY_MODELS), required=True)
+    p.add_argument("--output", required=True)
+    p.add_argument("--steps", type=int, default=4)
+    p.add_argument("--batch-size", type=int, default=16, help="the global batch (split between the processes)")
+    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=run_fsdp)
+    p = commands.add_parser("ddp-check", help="every model variant under Trainer's DDP: unused parameters, warnings")
+    p.add_argument("--output", required=True, help="folder for rank<N>.json")
+    p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--batch-size", type=int, default=4, help="per process")
+    p.set_defaults(func=run_ddp_check)
+    p = commands.add_parser("evaluate", help="BLEU/chrF of a model folder on a run config's split (Trainer)")
+    p.add_argument("--model", required=True)
+    p.add_argument("--config", required=True)
+    p.add_argument("--split", default="validation")
+    p.add_argument("--output", required=True, help="JSON file for the metrics")
+    p.add_argument("overrides", nargs=argparse.REMAINDER, help="--section.key value pairs for the run config")
+    p.set_defaults(func=run_evaluate)
+    p = commands.add_parser("cli", help="an encdec command line, e.g. `cli train CONFIG.yaml --training.max_steps 5`")
+    p.add_argument("argv", nargs=argparse.REMAINDER)
+    p.set_defaults(func=run_cli)
+    p = commands.add_parser("batch", help="several of these command lines (a JSON list of lists) in one launch")
+    p.add_argument("jobs")
+    p.set_defaults(func=run_batch)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

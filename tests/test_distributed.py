@@ -1,0 +1,356 @@
+"""Several processes on the CPU (gloo): ``encdec train`` under ``accelerate launch`` and torchrun, FSDP, the checks.
+
+Two launches of two processes do all the multi-process work (each start-up costs seconds on this machine):
+
+1. ``accelerate launch --config_file configs/accelerate/cpu-2proc.yaml -m encdec train`` on a tiny Transformer run
+   (4 steps of 2 x 8 pairs, a checkpoint at step 4, BLEU at the end);
+2. ``torchrun --nproc_per_node 2 -m encdec.distributed batch``: that run resumed for one more step, a tiny RNN run,
+   the 2-process evaluation of the first run's folder, the DDP check of every model variant, and FSDP training of
+   both families.
+
+The one-process references run here, in the test process. What is compared and the tolerances:
+
+- final parameters, 2 processes x batch B vs 1 process x batch 2B: max |difference| <= PARAM_ATOL (1e-5; observed
+  ~1e-7 after 4 AdamW steps). The two runs see the same pairs in the same steps (the seedable sampler's permutation
+  does not depend on the number of processes, and Accelerate deals step k's batches 2k and 2k+1 to the processes),
+  and Trainer normalises each process's loss by the token count of the whole step; what remains is the float
+  summation order: the gradient all-reduce adds two partial sums where one process adds all terms at once, and
+  the matrix products run on differently padded shapes. Not compared: the key biases of attention. Softmax is
+  invariant to adding one score to every key, so their gradient is zero in exact arithmetic and rounding noise
+  (~1e-10) in practice; AdamW divides by sqrt(v) ~ |noise| and moves them by up to ~lr per step in a direction
+  the noise decides, differently in every run, without changing any output (the logits are compared instead).
+- logged losses: relative 1e-5.
+- generation-based evaluation (BLEU, chrF, loss) of one folder by 2 processes and by 1: equal to 1e-9. With a
+  per-device evaluation batch of 1 no example is padded, so the generated ids cannot depend on how the examples
+  are dealt out; the 23 examples do not split evenly, so Accelerate's padding of the last step (dropped again by
+  ``gather_for_metrics``) is exercised.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+import yaml
+from safetensors.torch import load_file
+from transformers import AutoModelForSeq2SeqLM
+
+from encdec.distributed import (
+    DDP_VARIANTS,
+    collate,
+    cpu_processes,
+    evaluate_folder,
+    fsdp_units,
+    tiny_model,
+    toy_examples,
+    train_steps,
+)
+from encdec.hub import check_model_folder
+from encdec.training import CHECKPOINT_SUBDIR, TOKENIZER_SUBDIR, load_run_config, train
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+ACCELERATE_CONFIGS = REPO_ROOT / "configs" / "accelerate"
+PARAM_ATOL = 1e-5
+LOSS_RTOL = 1e-5
+STEPS, BATCH = 4, 8  # optimiser steps of the first run; per-process batch (the one-process reference takes 2 x 8)
+TINY = {
+    "transformer": {"model_type": "transformer_seq2seq", "d_model": 16, "encoder_layers": 1, "decoder_layers": 1,
+                    "encoder_attention_heads": 2, "decoder_attention_heads": 2, "encoder_ffn_dim": 32,
+                    "decoder_ffn_dim": 32, "dropout": 0.0, "max_position_embeddings": 64},
+    "rnn": {"model_type": "rnn_seq2seq", "cell_type": "lstm", "attention": "bahdanau", "embedding_dim": 16,
+            "hidden_size": 16, "encoder_layers": 1, "decoder_layers": 1, "bidirectional_encoder": True,
+            "bridge": "linear_tanh", "dropout": 0.0, "tie_word_embeddings": True},
+}
+DEMOS = {"transformer": "demo-transformer.yaml", "rnn": "demo-lstm-bahdanau.yaml"}
+
+
+def run_config(root: Path, family: str, output_dir: Path, **training) -> Path:
+    """The family's demo run config with a tiny model (dropout off), 400/23 built-in pairs, 4 steps of 8 pairs per
+    process, evaluation batches of 1 and greedy decoding."""
+    model = root / f"{family}.json"
+    model.write_text(json.dumps(TINY[family]))
+    config = yaml.safe_load((REPO_ROOT / "configs" / DEMOS[family]).read_text())
+    config["model"] = str(model)
+    config["data"].update(builtin_train=400, builtin_validation=23, builtin_test=0)
+    config["tokenizer"].update(vocab_size=120, min_frequency=1)
+    config["training"].update(output_dir=str(output_dir), max_steps=STEPS, per_device_train_batch_size=BATCH,
+                              per_device_eval_batch_size=1, eval_strategy="steps", eval_steps=STEPS, logging_steps=1,
+                              learning_rate=3e-3, lr_scheduler_type="linear", warmup_steps=2, save_total_limit=2,
+                              report_to="none")
+    config["training"].update(training)
+    config["generation"].update(num_beams=1, max_new_tokens=12)
+    path = root / f"{family}-run.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def launch(args: list[str], accelerate: bool = False, timeout: int = 300) -> subprocess.CompletedProcess:
+    """Two CPU processes running ``python -m args...``: through ``accelerate launch`` with the repository's
+    cpu-2proc.yaml, or through torchrun. Outputs are prefixed with the rank (``[default0]:``)."""
+    port = str(free_port())  # never the default 29500: other jobs on the machine may hold it
+    if accelerate:
+        launcher = ["accelerate.commands.launch", "--config_file", str(ACCELERATE_CONFIGS / "cpu-2proc.yaml"),
+                    "--main_process_port", port]
+    else:
+        launcher = ["torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
+                    "--master_port", port]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+           "TRANSFORMERS_NO_ADVISORY_WARNINGS": "1", "CUDA_VISIBLE_DEVICES": ""}
+    command = [sys.executable, "-m", *launcher, "--tee", "3", "-m", *args]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
+    assert result.returncode == 0, f"{' '.join(command)}\n{result.stdout[-4000:]}\n{result.stderr[-8000:]}"
+    return result
+
+
+def rank_output(result: subprocess.CompletedProcess, rank: int) -> list[str]:
+    prefix = f"[default{rank}]:"
+    return [line[len(prefix):] for line in (result.stdout + result.stderr).splitlines() if line.startswith(prefix)]
+
+
+def without_key_biases(state: dict[str, torch.Tensor], d_model: int) -> dict[str, torch.Tensor]:
+    """The state dict with the attention key biases zeroed (see the module docstring)."""
+    out = {}
+    for name, tensor in state.items():
+        tensor = tensor.clone()
+        if name.endswith("qkv_proj.bias"):  # [b_Q; b_K; b_V]
+            tensor[d_model: 2 * d_model] = 0
+        elif name.endswith("kv_proj.bias"):  # [b_K; b_V]
+            tensor[:d_model] = 0
+        out[name] = tensor
+    return out
+
+
+def unit_names(model) -> set[str]:
+    unit_ids = {id(unit) for unit in fsdp_units(model)}
+    return {name for name, module in model.named_modules() if id(module) in unit_ids}
+
+
+def max_difference(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
+    assert a.keys() == b.keys()
+    return max((a[name].float() - b[name].float()).abs().max().item() for name in a)
+
+
+def logged_losses(folder: Path, checkpoint: int) -> dict[int, float]:
+    """The training loss of every logged step, from ``checkpoint-<checkpoint>``'s history."""
+    state = json.loads((folder / CHECKPOINT_SUBDIR / f"checkpoint-{checkpoint}" / "trainer_state.json").read_text())
+    return {entry["step"]: entry["loss"] for entry in state["log_history"] if "loss" in entry}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> SimpleNamespace:
+    """The two launches (see the module docstring); returns their folders and outputs."""
+    root = tmp_path_factory.mktemp("distributed")
+    out = SimpleNamespace(root=root, transformer=root / "transformer", rnn=root / "rnn", resumed=root / "resumed-2p",
+                          resumed_1p=root / "resumed-1p", fsdp=root / "fsdp", ddp_check=root / "ddp-check",
+                          evaluated=root / "evaluated-2p.json")
+    out.transformer_config = run_config(root, "transformer", out.transformer)
+    out.rnn_config = run_config(root, "rnn", out.rnn, eval_strategy="no")
+    out.transformer.mkdir()
+    (out.transformer / "stale.txt").write_text("from an earlier run")  # --training.overwrite true removes it
+
+    out.first = launch(["encdec", "train", str(out.transformer_config), "--training.overwrite", "true"],
+                       accelerate=True)
+    for copy in (out.resumed, out.resumed_1p):  # the same checkpoint, resumed by 2 processes and by 1
+        shutil.copytree(out.transformer, copy)
+    resume = ["--training.resume_from_checkpoint", "true", "--training.max_steps", str(STEPS + 1),
+              "--training.eval_steps", "1"]  # a checkpoint (with the logged loss) at step 5
+    jobs = [
+        ["cli", "train", str(out.transformer_config), "--training.output_dir", str(out.resumed), *resume],
+        ["cli", "train", str(out.rnn_config)],
+        ["evaluate", "--model", str(out.transformer), "--config", str(out.transformer_config),
+         "--output", str(out.evaluated)],
+        ["ddp-check", "--output", str(out.ddp_check)],
+        ["fsdp", "--family", "transformer", "--output", str(out.fsdp / "transformer")],
+        ["fsdp", "--family", "rnn", "--output", str(out.fsdp / "rnn")],
+    ]
+    (root / "jobs.json").write_text(json.dumps(jobs))
+    out.second = launch(["encdec.distributed", "batch", str(root / "jobs.json")])
+    out.resume = resume
+    return out
+
+
+# --- configs and units (no processes) --------------------------------------------------------------------------------
+
+def test_accelerate_configs_load_and_comment_every_key() -> None:
+    from accelerate.commands.config.config_args import load_config_from_file
+
+    expected = {"cpu-2proc": ("MULTI_GPU", 2, "no"), "single-gpu": ("NO", 1, "bf16"),
+                "multi-gpu-ddp": ("MULTI_GPU", 8, "bf16"), "multi-gpu-fsdp": ("FSDP", 8, "bf16")}
+    assert {p.stem for p in ACCELERATE_CONFIGS.glob("*.yaml")} == set(expected)
+    for name, (kind, processes, precision) in expected.items():
+        path = ACCELERATE_CONFIGS / f"{name}.yaml"
+        config = load_config_from_file(str(path))
+        assert (str(config.distributed_type).split(".")[-1], config.num_processes, config.mixed_precision) == (
+            kind, processes, precision)
+        keys = [line for line in path.read_text().splitlines() if line.strip() and not line.lstrip().startswith("#")]
+        assert all("#" in line for line in keys), [line for line in keys if "#" not in line]
+    fsdp = load_config_from_file(str(ACCELERATE_CONFIGS / "multi-gpu-fsdp.yaml")).fsdp_config
+    assert fsdp["fsdp_auto_wrap_policy"] == "TRANSFORMER_BASED_WRAP"
+    assert "fsdp_transformer_layer_cls_to_wrap" not in fsdp  # the model's _no_split_modules decide
+    assert fsdp["fsdp_reshard_after_forward"] == "FULL_SHARD" and fsdp["fsdp_state_dict_type"] == "FULL_STATE_DICT"
+
+
+def test_cpu_processes_only_under_a_launcher_without_gpu(monkeypatch) -> None:
+    monkeypatch.delenv("ACCELERATE_USE_CPU", raising=False)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    assert not cpu_processes()
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert cpu_processes() == (not torch.cuda.is_available())
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    monkeypatch.setenv("ACCELERATE_USE_CPU", "true")
+    assert cpu_processes()
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_fsdp_units_follow_no_split_modules_and_never_share_a_parameter(tied: bool) -> None:
+    transformer = tiny_model({**TINY["transformer"], "encoder_layers": 2, "tie_word_embeddings": tied})
+    assert set(transformer._no_split_modules) == {"TransformerSeq2SeqEncoderLayer", "TransformerSeq2SeqDecoderLayer"}
+    units = unit_names(transformer)
+    assert units == {"model.encoder.layers.0", "model.encoder.layers.1", "model.decoder.layers.0"}
+
+    rnn = tiny_model({**TINY["rnn"], "tie_word_embeddings": tied})
+    assert set(rnn._no_split_modules) == {"RNNSeq2SeqEncoder", "RNNSeq2SeqDecoder"}
+    units = unit_names(rnn)
+    if tied:  # the shared embedding sits in the encoder and the decoder: their other children are the units
+        assert units == {"model.encoder.rnn", "model.decoder.bridge", "model.decoder.step",
+                         "model.decoder.output_projection"}
+    else:
+        assert units == {"model.encoder", "model.decoder"}
+    for model in (transformer, rnn):
+        owners = [{id(p) for p in unit.parameters()} for unit in fsdp_units(model)]
+        assert all(not (a & b) for i, a in enumerate(owners) for b in owners[i + 1:])
+
+
+# --- DDP through encdec train ------------------------------------------------------------------------------------
+
+def test_two_processes_train_like_one_process_with_twice_the_batch(runs, tmp_path) -> None:
+    reference = tmp_path / "one-process"
+    train(load_run_config(runs.transformer_config, [
+        "--training.output_dir", str(reference), "--training.per_device_train_batch_size", str(2 * BATCH),
+        "--tokenizer.path", str(runs.transformer / TOKENIZER_SUBDIR)]))
+    two, one = load_file(runs.transformer / "model.safetensors"), load_file(reference / "model.safetensors")
+    d_model = TINY["transformer"]["d_model"]
+    assert max_difference(without_key_biases(two, d_model), without_key_biases(one, d_model)) <= PARAM_ATOL
+    two_losses, one_losses = logged_losses(runs.transformer, STEPS), logged_losses(reference, STEPS)
+    assert sorted(two_losses) == list(range(1, STEPS + 1))
+    assert two_losses == pytest.approx(one_losses, rel=LOSS_RTOL)
+
+    models = [AutoModelForSeq2SeqLM.from_pretrained(folder).eval() for folder in (runs.transformer, reference)]
+    batch = collate(toy_examples(4, seed=3))  # any ids below the vocabulary size
+    with torch.no_grad():
+        logits = [model(**batch).logits for model in models]
+    torch.testing.assert_close(logits[0], logits[1], atol=1e-4, rtol=0)
+
+
+def test_the_distributed_run_writes_one_complete_folder_and_logs_once(runs) -> None:
+    folder = runs.transformer
+    assert not (folder / "stale.txt").exists()  # overwrite: the main process cleared the folder
+    check_model_folder(folder)
+    assert (folder / TOKENIZER_SUBDIR / "tokenizer.json").is_file()
+    checkpoint = folder / CHECKPOINT_SUBDIR / f"checkpoint-{STEPS}"
+    assert {"rng_state_0.pth", "rng_state_1.pth", "trainer_state.json"} <= {p.name for p in checkpoint.iterdir()}
+    results = json.loads((folder / "eval_results.json").read_text())
+    assert results["train"]["global_step"] == STEPS
+    assert results["train"]["epoch"] == pytest.approx(STEPS * 2 * BATCH / 400)  # 2 x 8 pairs per step
+    model = AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=True)
+    assert model.config.model_type == "transformer_seq2seq"
+
+    main, other = rank_output(runs.first, 0), rank_output(runs.first, 1)
+    assert any("'loss'" in line for line in main) and any("it/s" in line for line in main)
+    # rank 1: no progress bars, no training logs, no transformers warnings (the CLI's closing summary aside)
+    noise = [line for line in other if "it/s" in line or "'loss'" in line or "examples/s" in line
+             or "[transformers]" in line]
+    assert noise == []
+    for result in (runs.first, runs.second):
+        assert "unused parameters" not in result.stderr
+
+
+def test_generation_evaluation_under_ddp_matches_one_process(runs) -> None:
+    one = evaluate_folder(runs.transformer, load_run_config(runs.transformer_config))
+    during_training = json.loads((runs.transformer / "eval_results.json").read_text())["validation"]
+    after = json.loads(runs.evaluated.read_text())
+    assert after["num_processes"] == 2
+    assert one["chrf"] > 0  # the predictions are not empty
+    for two in (during_training, after):
+        for metric in ("bleu", "chrf", "gen_len"):
+            assert two[metric] == one[metric], metric
+        assert two["loss"] == pytest.approx(one["loss"], rel=1e-6)
+
+
+def test_a_distributed_checkpoint_resumes_with_two_processes_and_with_one(runs) -> None:
+    train(load_run_config(runs.transformer_config, [
+        "--training.output_dir", str(runs.resumed_1p), "--training.per_device_train_batch_size", str(2 * BATCH),
+        *runs.resume]))
+    step = STEPS + 1
+    two, one = logged_losses(runs.resumed, step), logged_losses(runs.resumed_1p, step)
+    assert two[step] == pytest.approx(one[step], rel=LOSS_RTOL)
+    assert two[step] != two[STEPS]  # a new batch, not the last one again
+    for folder in (runs.resumed, runs.resumed_1p):
+        assert json.loads((folder / "eval_results.json").read_text())["train"]["global_step"] == step
+        check_model_folder(folder)
+
+
+def test_rnn_two_processes_train_like_one_process(runs, tmp_path) -> None:
+    reference = tmp_path / "one-process"
+    train(load_run_config(runs.rnn_config, [
+        "--training.output_dir", str(reference), "--training.per_device_train_batch_size", str(2 * BATCH),
+        "--tokenizer.path", str(runs.rnn / TOKENIZER_SUBDIR)]))
+    check_model_folder(runs.rnn)
+    two, one = load_file(runs.rnn / "model.safetensors"), load_file(reference / "model.safetensors")
+    assert max_difference(two, one) <= PARAM_ATOL
+    results = [json.loads((folder / "eval_results.json").read_text()) for folder in (runs.rnn, reference)]
+    assert results[0]["train"]["train_loss"] == pytest.approx(results[1]["train"]["train_loss"], rel=LOSS_RTOL)
+    assert results[0]["validation"]["bleu"] == results[1]["validation"]["bleu"]
+
+
+def test_every_variant_trains_under_ddp_without_unused_parameters(runs) -> None:
+    for rank in (0, 1):
+        report = json.loads((runs.ddp_check / f"rank{rank}.json").read_text())
+        assert report["num_processes"] == 2 and set(report["variants"]) == set(DDP_VARIANTS)
+        for name, variant in report["variants"].items():
+            assert variant["ddp"] == "DistributedDataParallel", name
+            assert variant["find_unused_parameters"] is False, name
+            assert variant["without_gradient"] == [], name
+            assert variant["global_step"] == 3, name
+            assert not [w for w in variant["warnings"] if "unused" in w.lower()], name
+
+
+# --- FSDP -------------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("family", ["transformer", "rnn"])
+def test_fsdp_training_saves_a_folder_that_matches_one_process(runs, family: str) -> None:
+    folder = runs.fsdp / family
+    run = json.loads((folder / "fsdp_run.json").read_text())
+    assert run["num_processes"] == 2
+    expected_units = {"transformer": ["model.encoder.layers.0", "model.encoder.layers.1", "model.decoder.layers.0",
+                                      "model.decoder.layers.1"],
+                      "rnn": ["model.encoder.rnn", "model.decoder.bridge", "model.decoder.step",
+                              "model.decoder.output_projection"]}
+    assert run["units"] == expected_units[family]
+    sharded = AutoModelForSeq2SeqLM.from_pretrained(folder).eval()  # an ordinary folder, one process
+
+    reference = tiny_model(family)  # the worker's defaults: seed 0, 4 steps of 16 examples, lr 3e-3
+    losses = train_steps(reference, toy_examples(4 * 16), steps=4, batch_size=16, lr=3e-3)
+    assert run["losses"] == pytest.approx(losses, rel=LOSS_RTOL)
+    state, reference_state = sharded.state_dict(), reference.state_dict()
+    if family == "transformer":
+        d_model = reference.config.d_model
+        state, reference_state = without_key_biases(state, d_model), without_key_biases(reference_state, d_model)
+    assert max_difference(state, reference_state) <= PARAM_ATOL
+    batch = collate(toy_examples(4, seed=3))
+    with torch.no_grad():
+        torch.testing.assert_close(sharded(**batch).logits, reference.eval()(**batch).logits, atol=1e-4, rtol=0)
