@@ -390,8 +390,10 @@ class TransformerSeq2SeqDecoder(nn.Module):
         hidden_states = self.embeddings(input_ids, inputs_embeds, past_length)  # (B, T, D)
         self_cache = past_key_values.self_attention_cache if isinstance(past_key_values, EncoderDecoderCache) \
             else past_key_values
-        causal_mask = create_causal_mask(config=self.config, inputs_embeds=hidden_states,
-                                         attention_mask=attention_mask, past_key_values=self_cache)
+        causal_mask = None  # one new token without padding sees every cached position: nothing to mask
+        if attention_mask is not None or hidden_states.size(1) > 1:
+            causal_mask = create_causal_mask(config=self.config, inputs_embeds=hidden_states,
+                                             attention_mask=attention_mask, past_key_values=self_cache)
         cross_mask = create_bidirectional_mask(config=self.config, inputs_embeds=hidden_states,
                                                attention_mask=encoder_attention_mask,
                                                encoder_hidden_states=encoder_hidden_states)
@@ -506,6 +508,14 @@ class TransformerSeq2SeqForConditionalGeneration(Seq2SeqLMMixin, TransformerSeq2
         if self.generation_config is not None:  # saved as generation_config.json; transformers' default is 20
             # max_new_tokens rather than max_length: a caller's own max_new_tokens then replaces it without a warning
             self.generation_config.max_new_tokens = config.max_position_embeddings - 1  # + the start token
+
+    @staticmethod
+    def _reorder_cache(past_key_values: EncoderDecoderCache, beam_idx: torch.LongTensor) -> EncoderDecoderCache:
+        """Beam search: keep the self-attention K/V of the surviving beams. ``beam_idx`` only moves beams within
+        their own sentence, and the cross-attention K/V are the same for every beam of a sentence (they depend on
+        the source alone), so they stay as they are instead of being copied at every step."""
+        past_key_values.self_attention_cache.reorder_cache(beam_idx)
+        return past_key_values
 
     def forward(
         self,

@@ -5,6 +5,8 @@ This file is copied next to the weights by ``save_pretrained``: it imports only 
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 from torch import nn
 from transformers.modeling_outputs import Seq2SeqLMOutput, Seq2SeqModelOutput
@@ -53,6 +55,14 @@ class Seq2SeqLMMixin:
     teacher forcing from labels, the loss, and vocabulary resizing. The class sets ``self.model`` (with
     ``encoder``, ``decoder`` and ``get_input_embeddings``) and ``self.lm_head``; its decoder exposes
     ``get_input_embeddings`` / ``set_input_embeddings``."""
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        # These classes are registered for the Auto classes (so save_pretrained ships their code), which makes
+        # generate() call inspect.signature(self.forward) at every step, a compatibility check for old remote
+        # code. A precomputed __signature__ (the same signature) turns that ~30 us per step into ~2 us.
+        if "forward" in cls.__dict__:
+            cls.forward.__signature__ = inspect.signature(cls.forward)
 
     def get_encoder(self, modality: str | None = None) -> nn.Module:
         return self.model.encoder
