@@ -65,7 +65,7 @@ class BenchmarkSettings:
     train_steps: int = 30  # timed training steps per model (the median is reported)
     train_block: int = 4  # consecutive steps of one model before switching to the other
     generation_warmup: int = 1  # un-timed generate() calls per model and decoding mode
-    generation_repeats: int = 11  # timed generate() calls per model and decoding mode
+    generation_repeats: int = 15  # timed generate() calls per model and decoding mode
     memory_steps: int = 3  # training steps run in the fresh process that measures peak memory
     train_batch: int = 64  # sentence pairs per training step
     source_length: int = 24  # source tokens per sentence (random ids, no padding)
@@ -110,6 +110,7 @@ class Row:
     better: str  # "higher", "lower", "equal" (a sanity check) or "info" (storage differs by design)
     decimals: int = 0
     spread: tuple[float, float] | None = None  # quartiles of the ratio over calls timed side by side
+    ratio: float | None = None  # throughput: the median of those paired ratios; None: ours / reference
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -246,16 +247,16 @@ def time_interleaved(calls: Sequence[Callable[[], None]], warmup: int, repeats: 
 
 
 def throughput_row(metric: str, tokens: int, times: Sequence[Sequence[float]]) -> Row:
-    """Tokens/s from the median call time of each contender, with the quartiles of the paired ratios.
+    """Tokens/s from the median call time of each contender; the ratio is the median of the paired ratios.
 
     The k-th calls of both contenders ran in the same round, close in time, so ``reference_k / ours_k`` is a
-    throughput ratio under (nearly) the same load; its quartiles show how much of the ratio is noise.
+    throughput ratio under (nearly) the same load. Their median is the headline ratio (as in the RNN section):
+    a ratio of two medians can mix calls from rounds under different load. The quartiles show the noise.
     """
     ours, reference = times
-    ratios = [r / o for o, r in zip(ours, reference, strict=True)]
-    q1, _, q3 = statistics.quantiles(ratios, n=4, method="inclusive") if len(ratios) > 1 else ratios * 3
+    median, q1, q3 = paired_ratios(reference, ours)
     return Row(metric, tokens / statistics.median(ours), tokens / statistics.median(reference), "higher",
-               spread=(q1, q3))
+               spread=(q1, q3), ratio=median)
 
 
 def _rss_kib(field: str) -> int:
@@ -380,7 +381,7 @@ def format_table(rows: Sequence[Row], ours_name: str, reference_name: str) -> st
         "|---|---:|---:|---:|---:|---|",
     ]
     for row in rows:
-        ratio = row.ours / row.reference if row.reference else float("nan")
+        ratio = row.ratio if row.ratio is not None else row.ours / row.reference if row.reference else float("nan")
         spread = f"{row.spread[0]:.3f} - {row.spread[1]:.3f}" if row.spread else "-"
         lines.append(f"| {row.metric} | {row.ours:,.{row.decimals}f} | {row.reference:,.{row.decimals}f} "
                      f"| {ratio:.3f} | {spread} | {row.better} |")
@@ -702,9 +703,10 @@ def common_method(settings: BenchmarkSettings) -> str:
         f"- **Interleaving and noise**: both models are timed in the same process in alternating blocks "
         f"({count(s.train_block, 'training step')} or 1 generate call per block, the order reversed every round), "
         f"so a change in machine load hits both alike; absolute figures move with load, ratios much less. "
-        f"`ours / reference` divides the medians. `paired ratio, IQR` gives the 25-75 % quartiles of "
-        f"reference time / our time over the k-th calls of both models, which ran side by side: an IQR that "
-        f"spans 1.000 means the two are tied within the noise of this run. torch runs "
+        f"For throughput, `ours / reference` is the median, and `paired ratio, IQR` the 25-75 % quartiles, of "
+        f"reference time / our time over the k-th calls of both models, which ran side by side (a ratio of two "
+        f"medians could mix calls from rounds under different load); an IQR that spans 1.000 means the two are "
+        f"tied within the noise of this run. Counts and memory divide ours by the reference. torch runs "
         f"{count(s.threads, 'intra-op thread')}: on a shared machine, more threads than idle cores made single "
         f"steps swing several-fold."
     )
