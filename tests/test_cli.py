@@ -25,19 +25,9 @@ from transformers.utils import logging as hf_logging
 from encdec.cli import main
 from encdec.data import make_date_pairs
 from encdec.hub import check_model_folder, save_for_pipeline
-from tiny_model_folders import date_tokenizer, tiny_model
+from tiny_model_folders import DEMO_CONFIGS, REPO_ROOT, TINY_MODELS, date_tokenizer, tiny_model
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 FAMILIES = ("transformer", "rnn")
-DEMO_CONFIGS = {"transformer": "demo-transformer.yaml", "rnn": "demo-lstm-bahdanau.yaml"}
-TINY_MODELS = {
-    "transformer": {"model_type": "transformer_seq2seq", "d_model": 16, "encoder_layers": 1, "decoder_layers": 1,
-                    "encoder_attention_heads": 2, "decoder_attention_heads": 2, "encoder_ffn_dim": 32,
-                    "decoder_ffn_dim": 32, "dropout": 0.0, "max_position_embeddings": 64},
-    "rnn": {"model_type": "rnn_seq2seq", "cell_type": "lstm", "attention": "bahdanau", "embedding_dim": 16,
-            "hidden_size": 16, "encoder_layers": 1, "decoder_layers": 1, "bidirectional_encoder": True,
-            "bridge": "linear_tanh", "dropout": 0.0},
-}
 SOURCES = ["3rd of March 2021", "Mar 3, 21", "1/2/2000", "Wednesday, 3 Mar 2021"]
 REFERENCES = ["2021-03-03", "2021-03-03", "2000-01-02", "2021-03-03"]
 

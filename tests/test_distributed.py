@@ -55,21 +55,14 @@ from encdec.distributed import (
 )
 from encdec.hub import check_model_folder
 from encdec.training import CHECKPOINT_SUBDIR, TOKENIZER_SUBDIR, load_run_config, train
+from tiny_model_folders import DEMO_CONFIGS, REPO_ROOT, TINY_MODELS
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 ACCELERATE_CONFIGS = REPO_ROOT / "configs" / "accelerate"
 PARAM_ATOL = 1e-5
 LOSS_RTOL = 1e-5
 STEPS, BATCH = 4, 8  # optimiser steps of the first run; per-process batch (the one-process reference takes 2 x 8)
-TINY = {
-    "transformer": {"model_type": "transformer_seq2seq", "d_model": 16, "encoder_layers": 1, "decoder_layers": 1,
-                    "encoder_attention_heads": 2, "decoder_attention_heads": 2, "encoder_ffn_dim": 32,
-                    "decoder_ffn_dim": 32, "dropout": 0.0, "max_position_embeddings": 64},
-    "rnn": {"model_type": "rnn_seq2seq", "cell_type": "lstm", "attention": "bahdanau", "embedding_dim": 16,
-            "hidden_size": 16, "encoder_layers": 1, "decoder_layers": 1, "bidirectional_encoder": True,
-            "bridge": "linear_tanh", "dropout": 0.0, "tie_word_embeddings": True},
-}
-DEMOS = {"transformer": "demo-transformer.yaml", "rnn": "demo-lstm-bahdanau.yaml"}
+TINY = {"transformer": TINY_MODELS["transformer"], "rnn": {**TINY_MODELS["rnn"], "tie_word_embeddings": True}}
+DEMOS = DEMO_CONFIGS
 
 
 def run_config(root: Path, family: str, output_dir: Path, **training) -> Path:

@@ -32,17 +32,8 @@ from encdec.training import (
     train,
     training_arguments,
 )
+from tiny_model_folders import DEMO_CONFIGS, REPO_ROOT, TINY_MODELS
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-DEMO_CONFIGS = {"transformer": "demo-transformer.yaml", "rnn": "demo-lstm-bahdanau.yaml"}
-TINY_MODELS = {
-    "transformer": {"model_type": "transformer_seq2seq", "d_model": 16, "encoder_layers": 1, "decoder_layers": 1,
-                    "encoder_attention_heads": 2, "decoder_attention_heads": 2, "encoder_ffn_dim": 32,
-                    "decoder_ffn_dim": 32, "dropout": 0.0, "max_position_embeddings": 64},
-    "rnn": {"model_type": "rnn_seq2seq", "cell_type": "lstm", "attention": "bahdanau", "embedding_dim": 16,
-            "hidden_size": 16, "encoder_layers": 1, "decoder_layers": 1, "bidirectional_encoder": True,
-            "bridge": "linear_tanh", "dropout": 0.0},
-}
 CODE_FILES = {
     "transformer": {"modeling_transformer_seq2seq.py", "configuration_transformer_seq2seq.py", "pipeline_seq2seq.py"},
     "rnn": {"modeling_rnn_seq2seq.py", "configuration_rnn_seq2seq.py", "pipeline_seq2seq.py"},

@@ -53,3 +53,16 @@ def build_model_folders(root: Path) -> dict[str, Path]:
     """``{"transformer": dir, "rnn": dir}`` under ``root``."""
     tokenizer = date_tokenizer()
     return {family: save_folder(tiny_model(family, tokenizer), tokenizer, root / family) for family in FAMILIES}
+
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DEMO_CONFIGS = {"transformer": "demo-transformer.yaml", "rnn": "demo-lstm-bahdanau.yaml"}
+# model-config JSONs of tiny models of both families, for run configs written by the CLI/training tests
+TINY_MODELS = {
+    "transformer": {"model_type": "transformer_seq2seq", "d_model": 16, "encoder_layers": 1, "decoder_layers": 1,
+                    "encoder_attention_heads": 2, "decoder_attention_heads": 2, "encoder_ffn_dim": 32,
+                    "decoder_ffn_dim": 32, "dropout": 0.0, "max_position_embeddings": 64},
+    "rnn": {"model_type": "rnn_seq2seq", "cell_type": "lstm", "attention": "bahdanau", "embedding_dim": 16,
+            "hidden_size": 16, "encoder_layers": 1, "decoder_layers": 1, "bidirectional_encoder": True,
+            "bridge": "linear_tanh", "dropout": 0.0},
+}
