@@ -169,6 +169,8 @@ def runs(tmp_path_factory) -> SimpleNamespace:
         ["ddp-check", "--output", str(out.ddp_check)],
         ["fsdp", "--family", "transformer", "--output", str(out.fsdp / "transformer")],
         ["fsdp", "--family", "rnn", "--output", str(out.fsdp / "rnn")],
+        ["fsdp", "--family", "transformer", "--api", "fsdp1", "--output", str(out.fsdp / "fsdp1-transformer")],
+        ["fsdp", "--family", "rnn", "--api", "fsdp1", "--output", str(out.fsdp / "fsdp1-rnn")],
     ]
     (root / "jobs.json").write_text(json.dumps(jobs))
     out.second = launch(["encdec.distributed", "batch", str(root / "jobs.json")])
@@ -216,13 +218,9 @@ def test_fsdp_units_follow_no_split_modules_and_never_share_a_parameter(tied: bo
     assert units == {"model.encoder.layers.0", "model.encoder.layers.1", "model.decoder.layers.0"}
 
     rnn = tiny_model({**TINY["rnn"], "tie_word_embeddings": tied})
-    assert set(rnn._no_split_modules) == {"RNNSeq2SeqEncoder", "RNNSeq2SeqDecoder"}
-    units = unit_names(rnn)
-    if tied:  # the shared embedding sits in the encoder and the decoder: their other children are the units
-        assert units == {"model.encoder.rnn", "model.decoder.bridge", "model.decoder.step",
-                         "model.decoder.output_projection"}
-    else:
-        assert units == {"model.encoder", "model.decoder"}
+    assert set(rnn._no_split_modules) == {"LSTM", "GRU", "DecoderStep", "BahdanauDecoderStep", "LuongDecoderStep"}
+    # the recurrent stack and the decoder step; embeddings, bridge and output layer stay in the root unit
+    assert unit_names(rnn) == {"model.encoder.rnn", "model.decoder.step"}
     for model in (transformer, rnn):
         owners = [{id(p) for p in unit.parameters()} for unit in fsdp_units(model)]
         assert all(not (a & b) for i, a in enumerate(owners) for b in owners[i + 1:])
@@ -331,8 +329,7 @@ def test_fsdp_training_saves_a_folder_that_matches_one_process(runs, family: str
     assert run["num_processes"] == 2
     expected_units = {"transformer": ["model.encoder.layers.0", "model.encoder.layers.1", "model.decoder.layers.0",
                                       "model.decoder.layers.1"],
-                      "rnn": ["model.encoder.rnn", "model.decoder.bridge", "model.decoder.step",
-                              "model.decoder.output_projection"]}
+                      "rnn": ["model.encoder.rnn", "model.decoder.step"]}
     assert run["units"] == expected_units[family]
     sharded = AutoModelForSeq2SeqLM.from_pretrained(folder).eval()  # an ordinary folder, one process
 
@@ -347,3 +344,15 @@ def test_fsdp_training_saves_a_folder_that_matches_one_process(runs, family: str
     batch = collate(toy_examples(4, seed=3))
     with torch.no_grad():
         torch.testing.assert_close(sharded(**batch).logits, reference.eval()(**batch).logits, atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("family", ["transformer", "rnn"])
+def test_fsdp1_auto_wrap_from_no_split_modules_trains_like_one_process(runs, family: str) -> None:
+    """What Accelerate's FSDP plugin (configs/accelerate/multi-gpu-fsdp.yaml) does, run on CPU: FSDP1 wraps the
+    classes named in ``_no_split_modules``; with tied embeddings no two units may share a weight."""
+    run = json.loads((runs.fsdp / f"fsdp1-{family}" / "fsdp_run.json").read_text())
+    assert run["num_processes"] == 2
+    reference = tiny_model(family)  # tied embeddings (TINY_MODELS of encdec.distributed)
+    assert reference.config.tie_word_embeddings
+    losses = train_steps(reference, toy_examples(4 * 16), steps=4, batch_size=16, lr=3e-3)
+    assert run["losses"] == pytest.approx(losses, rel=LOSS_RTOL)

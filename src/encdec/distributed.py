@@ -47,10 +47,6 @@ PAD, BOS, EOS = 0, 1, 2  # the toy task's special ids
 FIRST_DIGIT = 3  # ids 3..12 are the digits 0..9
 TOY_VOCAB_SIZE = FIRST_DIGIT + 10
 
-# methods that a parent calls on a unit besides ``forward`` (the RNN decoder projects the attention keys once per
-# source through ``DecoderStep.project_keys``): FSDP must gather the unit's parameters for them as for ``forward``
-FSDP_FORWARD_METHODS = ("project_keys",)
-
 TINY_TRANSFORMER = {"model_type": "transformer_seq2seq", "d_model": 16, "encoder_layers": 2, "decoder_layers": 2,
                     "encoder_attention_heads": 2, "decoder_attention_heads": 2, "encoder_ffn_dim": 32,
                     "decoder_ffn_dim": 32, "max_position_embeddings": 32, "tie_word_embeddings": True}
@@ -129,16 +125,29 @@ def fsdp_units(model: PreTrainedModel) -> list[nn.Module]:
     return units
 
 
+def wrap_fsdp1(model: PreTrainedModel) -> nn.Module:
+    """FSDP1 with the auto-wrap policy that Accelerate's FSDP plugin builds from ``_no_split_modules``
+    (``TRANSFORMER_BASED_WRAP``, full shard, ``use_orig_params``), on the CPU: the check, without a GPU, that both
+    families wrap and train the way ``configs/accelerate/multi-gpu-fsdp.yaml`` will wrap them."""
+    import functools
+
+    from torch.distributed.fsdp import FullyShardedDataParallel
+    from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
+
+    names = set(model._no_split_modules)
+    classes = {type(module) for module in model.modules() if type(module).__name__ in names}
+    policy = functools.partial(transformer_auto_wrap_policy, transformer_layer_cls=classes)
+    return FullyShardedDataParallel(model, auto_wrap_policy=policy, use_orig_params=True,
+                                    device_id=torch.device("cpu"))
+
+
 def shard_model(model: PreTrainedModel) -> PreTrainedModel:
     """Apply FSDP2 ``fully_shard`` (full shard) to each of ``fsdp_units(model)``, then to the model (the root unit).
     Works on CPU processes with gloo; the model keeps its class (with an FSDP mix-in) and its methods."""
-    from torch.distributed.fsdp import fully_shard, register_fsdp_forward_method
+    from torch.distributed.fsdp import fully_shard
 
-    for unit in fsdp_units(model):
+    for unit in fsdp_units(model):  # every unit's parameters are used inside its own forward only
         fully_shard(unit)
-        for method in FSDP_FORWARD_METHODS:  # gather the unit's parameters for these calls too
-            if callable(getattr(unit, method, None)):
-                register_fsdp_forward_method(unit, method)
     fully_shard(model)
     return model
 
@@ -220,18 +229,19 @@ def tiny_model(family_or_config: str | dict[str, Any], seed: int = 0) -> PreTrai
 
 
 def train_steps(model: PreTrainedModel, examples: Sequence[dict], steps: int, batch_size: int,
-                lr: float = 3e-3) -> list[float]:
+                lr: float = 3e-3, api: str = "fsdp2") -> list[float]:
     """A plain AdamW loop over consecutive batches of ``batch_size`` examples (the global batch). Under several
     processes the model is sharded with ``shard_model`` and each process takes a contiguous slice of every batch.
     The loss of each process is its summed token loss over the token count of the whole batch, times the number of
     processes (FSDP averages the gradients over the processes), so the gradient is that of one process on the whole
-    batch. Returns the loss of each step (of the whole batch)."""
+    batch. ``api`` picks FSDP2 (``shard_model``) or FSDP1 (``wrap_fsdp1``). Returns the loss of each step (of the
+    whole batch)."""
     world = dist.get_world_size() if dist.is_initialized() else 1
     rank = dist.get_rank() if dist.is_initialized() else 0
     if batch_size % world:
         raise ValueError(f"The batch of {batch_size} examples does not split evenly between {world} processes.")
     if world > 1:
-        shard_model(model)
+        model = shard_model(model) if api == "fsdp2" else wrap_fsdp1(model)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
     model.train()
     losses = []
@@ -268,8 +278,9 @@ def run_fsdp(args: argparse.Namespace) -> int:
     unit_ids = {id(unit) for unit in fsdp_units(model)}
     units = [name for name, module in model.named_modules() if id(module) in unit_ids]
     examples = toy_examples(args.steps * args.batch_size, seed=args.seed)
-    losses = train_steps(model, examples, args.steps, args.batch_size, lr=args.lr)
-    save_full_model(model, args.output)
+    losses = train_steps(model, examples, args.steps, args.batch_size, lr=args.lr, api=args.api)
+    if args.api == "fsdp2":
+        save_full_model(model, args.output)
     if state.is_main_process:
         _write_json(Path(args.output) / "fsdp_run.json", {"losses": losses, "units": units,
                                                           "num_processes": state.num_processes})
@@ -393,13 +404,15 @@ def build_parser() -> argparse.ArgumentParser:
                                      description="Multi-process jobs and checks; run under accelerate launch or "
                                                  "torchrun.")
     commands = parser.add_subparsers(dest="command", required=True)
-    p = commands.add_parser("fsdp", help="train a tiny model on the toy task under FSDP2 and save a normal folder")
+    p = commands.add_parser("fsdp", help="train a tiny model on the toy task under FSDP and save a normal folder")
     p.add_argument("--family", choices=sorted(TINY_MODELS), required=True)
     p.add_argument("--output", required=True)
     p.add_argument("--steps", type=int, default=4)
     p.add_argument("--batch-size", type=int, default=16, help="the global batch (split between the processes)")
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--api", choices=["fsdp2", "fsdp1"], default="fsdp2",
+                   help="fsdp2: fully_shard per unit, then save a folder; fsdp1: Accelerate's auto-wrap, losses only")
     p.set_defaults(func=run_fsdp)
     p = commands.add_parser("ddp-check", help="every model variant under Trainer's DDP: unused parameters, warnings")
     p.add_argument("--output", required=True, help="folder for rank<N>.json")

@@ -147,7 +147,9 @@ class RNNSeq2SeqAttention(nn.Module):
     """Global attention over all source positions: alpha_t = softmax(score(q_t, h_i)) over the real tokens,
     c_t = sum_i alpha_ti h_i (Bahdanau et al. 2015, Eq. 5-6; Luong et al. 2015, Eq. 7).
 
-    A subclass chooses the score; ``project_keys`` is its query-independent half, computed once per source.
+    A subclass chooses the score; ``project_keys`` is its query-independent half. It runs at the first step of a
+    source, inside ``forward`` (so a sharded module has its weights gathered), and the keys then travel with the
+    memory and the generation cache.
     """
 
     def __init__(self, config: RNNSeq2SeqConfig) -> None:
@@ -161,10 +163,14 @@ class RNNSeq2SeqAttention(nn.Module):
         """:param query: (B, T, H) :param keys: (B, S, A) :return: (B, T, S) energies"""
         raise NotImplementedError
 
-    def forward(self, query: torch.Tensor, memory: EncoderMemory) -> tuple[torch.Tensor, torch.Tensor]:
-        """:param query: (B, T, H) :return: the context c_t (B, T, De) and the weights alpha_t (B, T, S)"""
+    def forward(self, query: torch.Tensor, memory: EncoderMemory
+                ) -> tuple[torch.Tensor, torch.Tensor, EncoderMemory]:
+        """:param query: (B, T, H) :return: the context c_t (B, T, De), the weights alpha_t (B, T, S), and the
+        memory with its keys (projected here at the first step of a source)"""
+        if memory.keys is None:
+            memory = memory._replace(keys=self.project_keys(memory.values))  # (B, S, A), once per source
         weights = masked_softmax(self.score(query, memory.keys), memory.mask)  # (B, T, S)
-        return torch.bmm(weights, memory.values), weights  # (B, T, De)
+        return torch.bmm(weights, memory.values), weights, memory  # (B, T, De)
 
 
 class AdditiveAttention(RNNSeq2SeqAttention):
@@ -275,9 +281,10 @@ class DecoderStep(nn.Module):
     """The decoder without attention (Sutskever et al. 2014; Cho et al. 2014): s_t = RNN(E y_{t-1}, s_{t-1}), and
     the softmax reads s_t.
 
-    A decoder step maps the embedded previous tokens (B, T, E) and the state to the readout (B, T, O), the new state
-    and the alignment weights (B, T, S) or None. It takes T > 1 only where ``fused`` is True, that is where one call
-    over the whole target gives the same result as T calls of one token.
+    A decoder step maps the embedded previous tokens (B, T, E) and the state to the readout (B, T, O), the new state,
+    the alignment weights (B, T, S) or None, and the memory (whose keys its attention projects at the first step).
+    It takes T > 1 only where ``fused`` is True, that is where one call over the whole target gives the same result
+    as T calls of one token.
     """
 
     fused = True
@@ -290,15 +297,11 @@ class DecoderStep(nn.Module):
             dropout=config.dropout if num_layers > 1 else 0.0,
         )
 
-    def project_keys(self, values: torch.Tensor) -> torch.Tensor | None:
-        """:return: the keys the step's attention reads, projected once per source (None: no attention)"""
-        return None
-
     def forward(self, inputs: torch.Tensor, state: DecoderState, memory: EncoderMemory
-                ) -> tuple[torch.Tensor, DecoderState, torch.Tensor | None]:
-        """:param inputs: (B, T, E) :return: s_t (B, T, H), the state, None"""
+                ) -> tuple[torch.Tensor, DecoderState, torch.Tensor | None, EncoderMemory]:
+        """:param inputs: (B, T, E) :return: s_t (B, T, H), the state, None, the memory as given"""
         outputs, hidden, cell = run_rnn(self.rnn, inputs, state.hidden, state.cell)  # (B, T, H)
-        return outputs, DecoderState(hidden, cell, None), None
+        return outputs, DecoderState(hidden, cell, None), None, memory
 
 
 class BahdanauDecoderStep(DecoderStep):
@@ -316,17 +319,15 @@ class BahdanauDecoderStep(DecoderStep):
         super().__init__(config)
         self.attention = AdditiveAttention(config)
 
-    def project_keys(self, values: torch.Tensor) -> torch.Tensor:
-        return self.attention.project_keys(values)  # (B, S, A): W_h h_i, once per source
-
     def forward(self, inputs: torch.Tensor, state: DecoderState, memory: EncoderMemory
-                ) -> tuple[torch.Tensor, DecoderState, torch.Tensor]:
-        """:param inputs: (B, 1, E) :return: [s_t; c_t] (B, 1, H + De), the state, alpha_t (B, 1, S)"""
+                ) -> tuple[torch.Tensor, DecoderState, torch.Tensor, EncoderMemory]:
+        """:param inputs: (B, 1, E) :return: [s_t; c_t] (B, 1, H + De), the state, alpha_t (B, 1, S), the memory"""
         previous = state.hidden[-1:].transpose(0, 1)  # (B, 1, H): s_{t-1} of the top layer
-        context, weights = self.attention(previous, memory)  # (B, 1, De), (B, 1, S)
+        context, weights, memory = self.attention(previous, memory)  # (B, 1, De), (B, 1, S); W_h h_i kept
         rnn_inputs = torch.cat([inputs, context], dim=-1)  # (B, 1, E + De)
         outputs, hidden, cell = run_rnn(self.rnn, rnn_inputs, state.hidden, state.cell)  # (B, 1, H)
-        return torch.cat([outputs, context], dim=-1), DecoderState(hidden, cell, None), weights  # (B, 1, H + De)
+        readout = torch.cat([outputs, context], dim=-1)  # (B, 1, H + De)
+        return readout, DecoderState(hidden, cell, None), weights, memory
 
 
 class LuongDecoderStep(DecoderStep):
@@ -344,18 +345,16 @@ class LuongDecoderStep(DecoderStep):
         self.input_feeding = config.input_feeding
         self.fused = not config.input_feeding
 
-    def project_keys(self, values: torch.Tensor) -> torch.Tensor:
-        return self.attention.project_keys(values)  # (B, S, A)
-
     def forward(self, inputs: torch.Tensor, state: DecoderState, memory: EncoderMemory
-                ) -> tuple[torch.Tensor, DecoderState, torch.Tensor]:
-        """:param inputs: (B, T, E) (T = 1 with input feeding) :return: h̃_t (B, T, H), the state, alpha_t (B, T, S)"""
+                ) -> tuple[torch.Tensor, DecoderState, torch.Tensor, EncoderMemory]:
+        """:param inputs: (B, T, E) (T = 1 with input feeding)
+        :return: h̃_t (B, T, H), the state, alpha_t (B, T, S), the memory"""
         rnn_inputs = torch.cat([inputs, state.feed], dim=-1) if self.input_feeding else inputs  # (B, T, E [+ H])
         outputs, hidden, cell = run_rnn(self.rnn, rnn_inputs, state.hidden, state.cell)  # (B, T, H)
-        context, weights = self.attention(outputs, memory)  # (B, T, De), (B, T, S)
+        context, weights, memory = self.attention(outputs, memory)  # (B, T, De), (B, T, S)
         attentional = torch.tanh(self.W_c(torch.cat([context, outputs], dim=-1)))  # (B, T, H): h̃_t
         feed = attentional if self.input_feeding else None  # (B, 1, H)
-        return attentional, DecoderState(hidden, cell, feed), weights
+        return attentional, DecoderState(hidden, cell, feed), weights, memory
 
 
 def build_decoder_step(config: RNNSeq2SeqConfig) -> DecoderStep:
@@ -455,19 +454,19 @@ class RNNSeq2SeqDecoder(nn.Module):
         return DecoderState(hidden, cell, feed)  # h̃_0 = 0
 
     def unroll(self, inputs: torch.Tensor, state: DecoderState, memory: EncoderMemory
-               ) -> tuple[torch.Tensor, DecoderState, torch.Tensor | None]:
+               ) -> tuple[torch.Tensor, DecoderState, torch.Tensor | None, EncoderMemory]:
         """Run the step over ``inputs`` (B, T, E): in one call where it is ``fused``, else token by token.
 
-        :return: the readouts (B, T, O), the final state, the alignment weights (B, T, S) or None
+        :return: the readouts (B, T, O), the final state, the alignment weights (B, T, S) or None, the memory
         """
         if self.step.fused:
             return self.step(inputs, state, memory)
         readouts, alignments = [], []
         for t in range(inputs.size(1)):
-            readout, state, weights = self.step(inputs[:, t : t + 1], state, memory)  # (B, 1, O), (B, 1, S)
+            readout, state, weights, memory = self.step(inputs[:, t : t + 1], state, memory)  # (B, 1, O), (B, 1, S)
             readouts.append(readout)
             alignments.append(weights)
-        return torch.cat(readouts, dim=1), state, torch.cat(alignments, dim=1)  # (B, T, O), (B, T, S)
+        return torch.cat(readouts, dim=1), state, torch.cat(alignments, dim=1), memory  # (B, T, O), (B, T, S)
 
     def forward(
         self,
@@ -487,13 +486,13 @@ class RNNSeq2SeqDecoder(nn.Module):
         embeds = nn.functional.dropout(inputs_embeds, p=self.dropout, training=self.training)
         values = encoder_outputs.last_hidden_state  # (B, S, De)
         if past_key_values is None or past_key_values.is_empty:
-            state, keys = self.initial_state(encoder_outputs), self.step.project_keys(values)
+            state, keys = self.initial_state(encoder_outputs), None  # the step's attention projects the keys
         else:
             state, keys = past_key_values.read()
         mask = encoder_attention_mask.bool() if encoder_attention_mask is not None else None
-        readout, state, alignments = self.unroll(embeds, state, EncoderMemory(values, keys, mask))
+        readout, state, alignments, memory = self.unroll(embeds, state, EncoderMemory(values, keys, mask))
         if past_key_values is not None:
-            past_key_values.write(state, keys, embeds.size(1))
+            past_key_values.write(state, memory.keys, embeds.size(1))
         readout = nn.functional.dropout(readout, p=self.dropout, training=self.training)
         if self.output_projection is not None:
             readout = self.output_projection(readout)  # (B, T, E)
@@ -516,7 +515,9 @@ class RNNSeq2SeqPreTrainedModel(PreTrainedModel):
     base_model_prefix = "model"
     main_input_name = "input_ids"
     supports_gradient_checkpointing = False
-    _no_split_modules = ["RNNSeq2SeqEncoder", "RNNSeq2SeqDecoder"]
+    # The recurrent stacks and the decoder step are the units to keep whole (device maps) and to shard (FSDP). The
+    # embeddings, the bridge and the output layer stay outside them: tied weights must not sit in two units.
+    _no_split_modules = ["LSTM", "GRU", "DecoderStep", "BahdanauDecoderStep", "LuongDecoderStep"]
     # forward takes `num_items_in_batch`, so Trainer hands it over and the loss is exact under accumulation
     accepts_loss_kwargs = True
 
