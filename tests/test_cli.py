@@ -17,7 +17,6 @@ from types import SimpleNamespace
 
 import datasets
 import pytest
-import yaml
 from huggingface_hub import HfApi, ModelCard
 from transformers import AutoTokenizer
 from transformers.utils import logging as hf_logging
@@ -25,7 +24,7 @@ from transformers.utils import logging as hf_logging
 from encdec.cli import main
 from encdec.data import make_date_pairs
 from encdec.hub import check_model_folder, save_for_pipeline
-from tiny_model_folders import DEMO_CONFIGS, REPO_ROOT, TINY_MODELS, date_tokenizer, tiny_model
+from tiny_model_folders import TINY_MODELS, date_tokenizer, tiny_model, write_tiny_run_config
 
 FAMILIES = ("transformer", "rnn")
 SOURCES = ["3rd of March 2021", "Mar 3, 21", "1/2/2000", "Wednesday, 3 Mar 2021"]
@@ -35,22 +34,16 @@ REFERENCES = ["2021-03-03", "2021-03-03", "2000-01-02", "2021-03-03"]
 def write_run_config(root: Path, family: str, output_dir: Path, name: str = "run", **sections: dict) -> Path:
     """A tiny run YAML ``root/<family>-<name>.yaml``: the family's demo config with a tiny model, 200/20/20 built-in
     pairs and 10 steps (evaluated and saved every 5); ``sections`` update its sections."""
-    root.mkdir(parents=True, exist_ok=True)
-    model = root / f"{family}.json"
-    model.write_text(json.dumps(TINY_MODELS[family]))
-    config = yaml.safe_load((REPO_ROOT / "configs" / DEMO_CONFIGS[family]).read_text())
-    config["model"] = str(model)
-    config["data"].update(builtin_train=200, builtin_validation=20, builtin_test=20)
-    config["tokenizer"].update(vocab_size=120)
-    config["training"].update(output_dir=str(output_dir), max_steps=10, eval_steps=5, eval_strategy="steps",
-                              per_device_train_batch_size=16, per_device_eval_batch_size=32, warmup_steps=2,
-                              logging_steps=5, save_total_limit=1, report_to="none")
-    config["generation"].update(num_beams=1, max_new_tokens=12)
+    base = {
+        "data": {"builtin_train": 200, "builtin_validation": 20, "builtin_test": 20},
+        "tokenizer": {"vocab_size": 120},
+        "training": {"output_dir": str(output_dir), "max_steps": 10, "eval_steps": 5, "eval_strategy": "steps",
+                     "per_device_train_batch_size": 16, "per_device_eval_batch_size": 32, "warmup_steps": 2,
+                     "logging_steps": 5, "save_total_limit": 1, "report_to": "none"},
+    }
     for section, values in sections.items():
-        config.setdefault(section, {}).update(values)
-    path = root / f"{family}-{name}.yaml"
-    path.write_text(yaml.safe_dump(config))
-    return path
+        base[section] = {**base.get(section, {}), **values}
+    return write_tiny_run_config(root / f"{family}-{name}.yaml", family, TINY_MODELS[family], base)
 
 
 def write_lines(path: Path, lines: list[str]) -> Path:

@@ -39,7 +39,6 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-import yaml
 from safetensors.torch import load_file
 from transformers import AutoModelForSeq2SeqLM
 
@@ -55,7 +54,7 @@ from encdec.distributed import (
 )
 from encdec.hub import check_model_folder
 from encdec.training import CHECKPOINT_SUBDIR, TOKENIZER_SUBDIR, load_run_config, train
-from tiny_model_folders import DEMO_CONFIGS, REPO_ROOT, TINY_MODELS
+from tiny_model_folders import DEMO_CONFIGS, REPO_ROOT, TINY_MODELS, write_tiny_run_config
 
 ACCELERATE_CONFIGS = REPO_ROOT / "configs" / "accelerate"
 PARAM_ATOL = 1e-5
@@ -68,21 +67,14 @@ DEMOS = DEMO_CONFIGS
 def run_config(root: Path, family: str, output_dir: Path, **training) -> Path:
     """The family's demo run config with a tiny model (dropout off), 400/23 built-in pairs, 4 steps of 8 pairs per
     process, evaluation batches of 1 and greedy decoding."""
-    model = root / f"{family}.json"
-    model.write_text(json.dumps(TINY[family]))
-    config = yaml.safe_load((REPO_ROOT / "configs" / DEMOS[family]).read_text())
-    config["model"] = str(model)
-    config["data"].update(builtin_train=400, builtin_validation=23, builtin_test=0)
-    config["tokenizer"].update(vocab_size=120, min_frequency=1)
-    config["training"].update(output_dir=str(output_dir), max_steps=STEPS, per_device_train_batch_size=BATCH,
-                              per_device_eval_batch_size=1, eval_strategy="steps", eval_steps=STEPS, logging_steps=1,
-                              learning_rate=3e-3, lr_scheduler_type="linear", warmup_steps=2, save_total_limit=2,
-                              report_to="none")
-    config["training"].update(training)
-    config["generation"].update(num_beams=1, max_new_tokens=12)
-    path = root / f"{family}-run.yaml"
-    path.write_text(yaml.safe_dump(config))
-    return path
+    return write_tiny_run_config(root / f"{family}-run.yaml", family, TINY[family], {
+        "data": {"builtin_train": 400, "builtin_validation": 23, "builtin_test": 0},
+        "tokenizer": {"vocab_size": 120, "min_frequency": 1},
+        "training": {"output_dir": str(output_dir), "max_steps": STEPS, "per_device_train_batch_size": BATCH,
+                     "per_device_eval_batch_size": 1, "eval_strategy": "steps", "eval_steps": STEPS,
+                     "logging_steps": 1, "learning_rate": 3e-3, "lr_scheduler_type": "linear", "warmup_steps": 2,
+                     "save_total_limit": 2, "report_to": "none", **training},
+    })
 
 
 def free_port() -> int:

@@ -11,7 +11,6 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-import yaml
 from huggingface_hub import ModelCard
 from safetensors.torch import load_file
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
@@ -32,7 +31,7 @@ from encdec.training import (
     train,
     training_arguments,
 )
-from tiny_model_folders import DEMO_CONFIGS, REPO_ROOT, TINY_MODELS
+from tiny_model_folders import DEMO_CONFIGS, REPO_ROOT, TINY_MODELS, write_tiny_run_config
 
 CODE_FILES = {
     "transformer": {"modeling_transformer_seq2seq.py", "configuration_transformer_seq2seq.py", "pipeline_seq2seq.py"},
@@ -42,26 +41,17 @@ CODE_FILES = {
 
 def run_config(root: Path, family: str, output_dir: Path, **sections: dict) -> Path:
     """A tiny run YAML in ``root``: the family's demo config with a tiny model, 200/20/20 built-in pairs, 6 steps
-    (evaluated and saved every 3); ``sections`` update its sections."""
-    root.mkdir(parents=True, exist_ok=True)
-    model = root / f"{family}.json"
-    model.write_text(json.dumps(TINY_MODELS[family]))
-    config = yaml.safe_load((REPO_ROOT / "configs" / DEMO_CONFIGS[family]).read_text())
-    config["model"] = str(model)
-    config["data"].update(builtin_train=200, builtin_validation=20, builtin_test=20)
-    config["tokenizer"].update(vocab_size=120, min_frequency=1)
-    config["training"].update(output_dir=str(output_dir), max_steps=6, eval_steps=3, eval_strategy="steps",
-                              per_device_train_batch_size=16, per_device_eval_batch_size=32, warmup_steps=2,
-                              logging_steps=3, save_total_limit=2, report_to="none")
-    config["generation"].update(num_beams=1, max_new_tokens=12)
+    (evaluated and saved every 3); ``sections`` update its sections (a ``data`` section replaces the built-in one)."""
+    base = {
+        "data": {"builtin_train": 200, "builtin_validation": 20, "builtin_test": 20},
+        "tokenizer": {"vocab_size": 120, "min_frequency": 1},
+        "training": {"output_dir": str(output_dir), "max_steps": 6, "eval_steps": 3, "eval_strategy": "steps",
+                     "per_device_train_batch_size": 16, "per_device_eval_batch_size": 32, "warmup_steps": 2,
+                     "logging_steps": 3, "save_total_limit": 2, "report_to": "none"},
+    }
     for section, values in sections.items():
-        if section == "data":
-            config["data"] = values  # a data section replaces the built-in one
-        else:
-            config.setdefault(section, {}).update(values)
-    path = root / f"{family}-run.yaml"
-    path.write_text(yaml.safe_dump(config))
-    return path
+        base[section] = values if section == "data" else {**base.get(section, {}), **values}
+    return write_tiny_run_config(root / f"{family}-run.yaml", family, TINY_MODELS[family], base)
 
 
 @pytest.fixture

@@ -4,9 +4,11 @@ which is all these tests need."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import torch
+import yaml
 from transformers import PreTrainedTokenizerFast
 
 from encdec import (
@@ -66,3 +68,22 @@ TINY_MODELS = {
             "hidden_size": 16, "encoder_layers": 1, "decoder_layers": 1, "bidirectional_encoder": True,
             "bridge": "linear_tanh", "dropout": 0.0},
 }
+
+
+def write_tiny_run_config(path: Path, family: str, model: dict, sections: dict[str, dict]) -> Path:
+    """Write ``path``: the family's demo run config with the tiny ``model`` JSON written beside it, greedy decoding
+    of at most 12 tokens, and each of ``sections`` merged over the demo's section (a ``data`` section that names a
+    ``format`` replaces the built-in one)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    model_path = path.parent / f"{family}.json"
+    model_path.write_text(json.dumps(model))
+    config = yaml.safe_load((REPO_ROOT / "configs" / DEMO_CONFIGS[family]).read_text())
+    config["model"] = str(model_path)
+    config["generation"].update(num_beams=1, max_new_tokens=12)
+    for section, values in sections.items():
+        if section == "data" and "format" in values:
+            config["data"] = dict(values)
+        else:
+            config.setdefault(section, {}).update(values)
+    path.write_text(yaml.safe_dump(config))
+    return path
