@@ -213,6 +213,24 @@ def test_evaluate_prints_and_writes_scores_with_signatures(trained, test_files, 
     assert main([*argv, "--overwrite"]) == 0
 
 
+def test_evaluate_records_its_scores_in_the_model_card(copy_of, test_files, capsys) -> None:
+    """``--card-dataset`` rewrites the card: the new scores in the text and the model-index, the training rows that
+    ``encdec train`` recorded kept."""
+    folder = copy_of("rnn")
+    assert main(["evaluate", "--model", str(folder), "--source-file", str(test_files.source), "--reference-file",
+                 str(test_files.reference), "--num-beams", "3", "--card-dataset", "Dates (held out)",
+                 "--card-dataset-id", "someone/dates"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    card = ModelCard.load(folder / "README.md")
+    scores = {(r.metric_type, r.metric_config): r for r in card.data.eval_results}
+    assert scores[("bleu", None)].metric_value == round(printed["bleu"], 2)
+    assert scores[("bleu", "lowercase")].metric_value == round(printed["bleu_lowercase"], 2)
+    assert scores[("chrf", None)].metric_value == round(printed["chrf"], 2)
+    assert {(r.dataset_name, r.dataset_type, r.dataset_split) for r in scores.values()} == {
+        ("Dates (held out)", "someone/dates", "test")}
+    assert "| beam 3 |" in card.text and "| optimiser steps |" in card.text
+
+
 def test_translate_file_and_stdin(trained, tmp_path, capsys, monkeypatch) -> None:
     folder = str(trained["transformer"].folder)
     lines = ["3rd of March 2021", "", "1/2/2000", "a line\u2028with a line separator"]  # U+2028 does not end a line
@@ -348,6 +366,7 @@ def test_wrong_types(tmp_path, capsys) -> None:
     user_error(capsys, ["train", str(config), "--training.max_steps", "abc"], "training.max_steps", "int", "'abc'")
     user_error(capsys, ["train", str(config), "--training.overwrite", "yes please"], "training.overwrite", "bool")
     user_error(capsys, ["train", str(config), "--training.max_steps", "2.5"], "training.max_steps", "int")
+    user_error(capsys, ["train", str(config), "--training.eval_strategy", "no"], "training.eval_strategy", "quote")
     bad = write_run_config(tmp_path, "transformer", tmp_path / "out", "bad", data={"builtin_train": "many"})
     user_error(capsys, ["train", str(bad)], "data.builtin_train", "int")
     user_error(capsys, ["train", str(config), "--data.format", "parquet"], "data.format", "jsonl")

@@ -188,6 +188,22 @@ def test_training_arguments_carry_the_settings(tmp_path) -> None:
     assert not training_arguments(loss, tmp_path, d_model=16, has_eval=True).greater_is_better
 
 
+def test_validation_beam_size_and_length_grouping(tmp_path) -> None:
+    """``eval_num_beams`` decodes the validation set with its own beam size (the saved generation config keeps
+    ``generation.num_beams``); ``group_by_length`` switches the Trainer to its length-grouped sampler."""
+    settings = TrainingSettings(learning_rate=1e-3, lr_scheduler_type="linear", report_to="none")
+    config = RunConfig(model="unused.json", training=settings, generation=GenerationSettings(num_beams=5))
+    plain = training_arguments(config, tmp_path, d_model=16, has_eval=True)
+    assert plain.generation_num_beams == 5
+    assert getattr(plain, "train_sampling_strategy", "random") == "random" and not getattr(plain, "group_by_length",
+                                                                                           False)
+    settings.eval_num_beams, settings.group_by_length = 1, True
+    grouped = training_arguments(config, tmp_path, d_model=16, has_eval=True)
+    assert grouped.generation_num_beams == 1
+    assert "group_by_length" in (getattr(grouped, "train_sampling_strategy", None), getattr(grouped, "group_by_length",
+                                                                                           None) and "group_by_length")
+
+
 def test_latest_complete_checkpoint_skips_an_interrupted_write(tmp_path) -> None:
     assert latest_complete_checkpoint(tmp_path) is None
     for name, complete in [("checkpoint-2", True), ("checkpoint-10", True), ("checkpoint-12", False),

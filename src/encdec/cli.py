@@ -43,6 +43,11 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
     results = evaluate_model(args.model, args.source_file, args.reference_file, num_beams=args.num_beams,
                              batch_size=args.batch_size, max_new_tokens=args.max_new_tokens,
                              output_file=args.output, overwrite=args.overwrite)
+    if args.card_dataset:
+        from .hub import record_scores_in_card
+
+        split = args.card_split or Path(args.source_file).name.split(".")[0]
+        record_scores_in_card(args.model, results, args.card_dataset, split, dataset_id=args.card_dataset_id)
     print(json.dumps(results, indent=2))
 
 
@@ -113,6 +118,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-new-tokens", type=int, default=None)
     p.add_argument("--output", default=None, help="also write the results to this JSON file")
     p.add_argument("--overwrite", action="store_true")
+    p.add_argument("--card-dataset", default=None,
+                   help="also write these scores into the model folder's README.md model card (text and model-index), "
+                        "as measured on the data of this name, e.g. \"Multi30k De-En\"")
+    p.add_argument("--card-split", default=None, help="split name for the card (default: the source file's stem)")
+    p.add_argument("--card-dataset-id", default=None, help="Hub dataset id for the card, e.g. bentrevett/multi30k")
     p.set_defaults(func=cmd_evaluate)
 
     p = commands.add_parser("translate", help="translate lines from a file or stdin")

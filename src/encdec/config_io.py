@@ -56,6 +56,9 @@ def _check_type(where: str, value: Any, annotation: Any) -> Any:
             return float(value)
         except ValueError:
             pass
+    if annotation is str and isinstance(value, bool):
+        raise EncdecError(f"`{where}` must be a string, got {value!r}: YAML reads unquoted no/yes/off/on as "
+                          f"booleans, so quote the value (e.g. \"no\").")
     if annotation is bool and not isinstance(value, bool) or annotation is not bool and isinstance(value, bool):
         raise EncdecError(f"`{where}` must be {annotation.__name__}, got {value!r}.")
     if not isinstance(value, annotation):

@@ -232,11 +232,12 @@ def _human(n: int) -> str:
 def _eval_results(metrics: Mapping[str, Any], dataset_name: str, dataset_type: str) -> list[EvalResult]:
     split = metrics.get("split")
     results = []
-    for key, name in (("bleu", "BLEU"), ("chrf", "chrF")):
+    for key, name in (("bleu", "BLEU"), ("bleu_lowercase", "BLEU (lowercased)"), ("chrf", "chrF")):
         if metrics.get(key) is not None:
             results.append(EvalResult(task_type="translation", task_name="Translation", dataset_type=dataset_type,
-                                      dataset_name=dataset_name, dataset_split=split, metric_type=key,
-                                      metric_name=name, metric_value=metrics[key]))
+                                      dataset_name=dataset_name, dataset_split=split, metric_type=key.split("_")[0],
+                                      metric_name=name, metric_value=metrics[key],
+                                      metric_config="lowercase" if key == "bleu_lowercase" else None))
     return results
 
 
@@ -257,7 +258,8 @@ def render_model_card(
     :param dataset_name: human-readable name of the training/evaluation data
     :param dataset_id: its Hub dataset id, if it has one (goes into ``datasets`` and the model-index)
     :param metrics: ``{"bleu": float, "chrf": float, "bleu_signature": str, "chrf_signature": str,
-        "split": str}`` (other keys are ignored); BLEU and chrF go into the ``model-index`` as a translation result
+        "split": str}``, optionally ``"bleu_lowercase"`` and ``"num_beams"`` (other keys are ignored); the scores
+        go into the ``model-index`` as a translation result
     :param training_summary: free-form ``{label: value}`` rows (steps, epochs, hardware, wall time, ...)
     :param repo_id: the Hub id used in the usage snippet and as the model name
     """
@@ -267,7 +269,8 @@ def render_model_card(
         raise EncdecError(f"`family`={family!r} does not match the model's `model_type`={config.model_type!r}; "
                           "leave `family` unset to use the model's.")
     template = card_template(family)
-    scores = {key: round(float(metrics[key]), 2) for key in ("bleu", "chrf") if (metrics or {}).get(key) is not None}
+    scores = {key: round(float(metrics[key]), 2) for key in ("bleu", "bleu_lowercase", "chrf")
+              if (metrics or {}).get(key) is not None}
     metrics = {**metrics, **scores} if scores else None  # without BLEU or chrF, the card says "not evaluated"
     summary = {key: f"{value:.4g}" if isinstance(value, float) else value
                for key, value in (training_summary or {}).items()}
@@ -281,7 +284,7 @@ def render_model_card(
         pipeline_tag="translation",
         tags=["translation", "seq2seq", "encdec", family],
         datasets=[dataset_id] if dataset_id else None,
-        metrics=sorted(scores) or None,
+        metrics=sorted({key.split("_")[0] for key in scores}) or None,  # Hub metric ids: bleu, chrf
         model_name=model_name,
         eval_results=_eval_results(metrics, dataset_name, dataset_id or _slug(dataset_name)) if metrics else None,
     )
@@ -317,6 +320,20 @@ def write_model_card(model_dir: str | os.PathLike, *, overwrite: bool = False, *
         raise OverwriteError(f"{path} already exists; pass overwrite=True (--overwrite) to replace it.")
     atomic_write_text(path, render_model_card(model_dir, **card_kwargs))
     return path
+
+
+def record_scores_in_card(model_dir: str | os.PathLike, results: Mapping[str, Any], dataset_name: str, split: str,
+                          dataset_id: str | None = None) -> Path:
+    """Rewrite the model card of ``model_dir`` with the scores of ``encdec evaluate`` (``results``) in its text and
+    ``model-index``, keeping the training rows that ``encdec train`` recorded in ``eval_results.json``."""
+    model_dir = _require_dir(model_dir)
+    recorded = model_dir / "eval_results.json"
+    train = _read_json(recorded, "the training results").get("train", {}) if recorded.is_file() else {}
+    from .training import training_summary  # lazy: it imports the Trainer
+
+    return write_model_card(model_dir, overwrite=True, metrics={**results, "split": split},
+                            dataset_name=dataset_name, dataset_id=dataset_id,
+                            training_summary=training_summary(train) if train else None)
 
 
 # --- push ----------------------------------------------------------------------------------------------------------

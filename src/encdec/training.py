@@ -78,6 +78,7 @@ class TrainingSettings:
     eval_strategy: str = "epoch"  # "epoch", "steps" or "no": when BLEU/chrF are computed
     eval_steps: int | None = None  # with eval_strategy "steps"
     eval_max_samples: int | None = None  # evaluate on the first N validation pairs (faster), null for all
+    eval_num_beams: int | None = None  # beam size for validation during training; null = generation.num_beams
     save_total_limit: int = 2  # checkpoints kept (the best is always kept)
     early_stopping_patience: int | None = None  # evaluations without BLEU gain before stopping; null disables
     metric_for_best_model: str = "bleu"  # "bleu", "chrf" or "loss"
@@ -86,6 +87,7 @@ class TrainingSettings:
     report_to: str = "auto"  # "auto" = tensorboard when installed, "none", or a Trainer integration name
     bf16: bool = False  # bfloat16 autocast (CPU and recent GPUs)
     dataloader_num_workers: int = 0  # worker processes for batching
+    group_by_length: bool = False  # batch pairs of similar length together: less padding, faster steps
 
 
 @dataclass
@@ -239,6 +241,14 @@ def report_to(setting: str) -> list[str]:
     return [] if setting == "none" else [setting]
 
 
+def length_grouping(enabled: bool) -> dict[str, Any]:
+    """The Trainer argument that batches pairs of similar source length (LengthGroupedSampler): transformers
+    >= 5.5 names it ``train_sampling_strategy="group_by_length"``, earlier releases ``group_by_length=True``."""
+    if "train_sampling_strategy" in {f.name for f in dataclasses.fields(Seq2SeqTrainingArguments)}:
+        return {"train_sampling_strategy": "group_by_length" if enabled else "random"}
+    return {"group_by_length": enabled}
+
+
 def training_arguments(config: RunConfig, output_dir: Path, d_model: int, has_eval: bool) -> Seq2SeqTrainingArguments:
     s = config.training
     learning_rate, scheduler = resolve_learning_rate(s, d_model)
@@ -269,12 +279,13 @@ def training_arguments(config: RunConfig, output_dir: Path, d_model: int, has_ev
         metric_for_best_model=s.metric_for_best_model if eval_strategy != "no" else None,
         greater_is_better=s.metric_for_best_model != "loss",
         predict_with_generate=True,
-        generation_num_beams=config.generation.num_beams,
+        generation_num_beams=s.eval_num_beams or config.generation.num_beams,
         generation_max_length=None,
         logging_steps=s.logging_steps,
         report_to=report_to(s.report_to),
         bf16=s.bf16,
         dataloader_num_workers=s.dataloader_num_workers,
+        **length_grouping(s.group_by_length),
         ddp_find_unused_parameters=False,  # every parameter of both families gets a gradient
         dataloader_pin_memory=torch.cuda.is_available(),
         use_cpu=cpu_processes(),  # under a launcher without a GPU: join the processes on the CPU (gloo)

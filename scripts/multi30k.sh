@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Train one Multi30k De->En recipe, then score it on test2016 with beam 5 (recorded in the model card) and greedy.
+#   usage: scripts/multi30k.sh RECIPE [--section.key value ...]
+#   RECIPE: transformer-small | lstm-bahdanau | lstm-luong-general | lstm-noattn  (configs/multi30k-RECIPE.yaml)
+# The data is read in place from MULTI30K_DIR (default ../shared/data/multi30k); it is never copied.
+# docs/results.md was measured with OMP_NUM_THREADS=1, two recipes at a time on a 2-core machine.
+set -euo pipefail
+recipe=$1
+shift
+data=${MULTI30K_DIR:-../shared/data/multi30k}
+out=runs/multi30k-$recipe
+python -m encdec train "configs/multi30k-$recipe.yaml" --training.output_dir "$out" "$@"
+score() {
+  python -m encdec evaluate --model "$out" --source-file "$data/test2016.de" --reference-file "$data/test2016.en" \
+    --num-beams "$1" --output "$out/test2016-beam$1.json" --overwrite "${@:2}"
+}
+score 1
+score 5 --card-dataset "Multi30k De-En" --card-dataset-id bentrevett/multi30k
