@@ -15,4 +15,4 @@ score() {
     --num-beams "$1" --output "$out/test2016-beam$1.json" --overwrite "${@:2}"
 }
 score 1
-score 5 --card-dataset "Multi30k De-En" --card-dataset-id bentrevett/multi30k
+score 5 --card-dataset "Multi30k Task 1 De-En"

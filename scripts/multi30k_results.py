@@ -110,10 +110,10 @@ def curves_table(runs: dict[str, dict]) -> str:
 
 
 def replace_section(text: str, name: str, body: str) -> str:
-    pattern = re.compile(rf"(<!-- begin: {name} -->\n).*?(\n<!-- end: {name} -->)", re.S)
+    pattern = re.compile(rf"(<!-- begin: {name} -->\n)(?:.*?\n)?(<!-- end: {name} -->)", re.S)
     if not pattern.search(text):
         raise SystemExit(f"docs/results.md has no <!-- begin: {name} --> ... <!-- end: {name} --> markers")
-    return pattern.sub(lambda m: m.group(1) + body + m.group(2), text)
+    return pattern.sub(lambda m: m.group(1) + body + "\n" + m.group(2), text)
 
 
 def main() -> None:

@@ -10,7 +10,9 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
+from safetensors.torch import load_file
 
 from encdec.cli import main
 from tiny_model_folders import REPO_ROOT
@@ -29,20 +31,28 @@ LEARNING_RATE = {"transformer-small": 2e-3, "lstm-bahdanau": 3e-3}
 BLEU_FLOOR = 3.0  # on 200 val pairs, greedy; an untrained model scores about 0
 
 
-@pytest.mark.parametrize("recipe", sorted(SMALL))
-def test_a_shrunk_recipe_learns_on_multi30k(recipe: str, tmp_path) -> None:
+def shrunk_recipe(recipe: str, folder: Path, steps: int) -> Path:
+    """Write ``folder/run.yaml``: the recipe with the SMALL model, ``steps`` steps, validation on 200 val pairs at
+    the end, the output in ``folder/out``. test2016 is left out: tests never look at it."""
     config = yaml.safe_load((REPO_ROOT / "configs" / f"multi30k-{recipe}.yaml").read_text())
     config["model"] = str(REPO_ROOT / config["model"])
     config["model_overrides"] = SMALL[recipe]
-    config["data"].update(data_dir=str(MULTI30K), splits={"train": "train", "validation": "val"})  # test2016 untouched
+    config["data"].update(data_dir=str(MULTI30K), splits={"train": "train", "validation": "val"})
     config["tokenizer"]["vocab_size"] = 4000
-    steps = STEPS[recipe]
-    config["training"].update(output_dir=str(tmp_path / "out"), max_steps=steps, eval_steps=steps,
-                              eval_max_samples=200, warmup_steps=100, learning_rate=LEARNING_RATE[recipe],
-                              logging_steps=50, report_to="none")
+    config["training"].update(output_dir=str(folder / "out"), max_steps=steps, eval_steps=steps,
+                              eval_max_samples=200, warmup_steps=min(100, steps), logging_steps=min(50, steps),
+                              learning_rate=LEARNING_RATE[recipe], report_to="none")
     config["generation"].update(num_beams=1, max_new_tokens=40)
-    path = tmp_path / "run.yaml"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "run.yaml"
     path.write_text(yaml.safe_dump(config))
+    return path
+
+
+@pytest.mark.parametrize("recipe", sorted(SMALL))
+def test_a_shrunk_recipe_learns_on_multi30k(recipe: str, tmp_path) -> None:
+    steps = STEPS[recipe]
+    path = shrunk_recipe(recipe, tmp_path, steps)
 
     assert main(["train", str(path)]) == 0
     out = tmp_path / "out"
@@ -53,3 +63,21 @@ def test_a_shrunk_recipe_learns_on_multi30k(recipe: str, tmp_path) -> None:
     losses = [entry["loss"] for entry in json.loads(state.read_text())["log_history"] if "loss" in entry]
     assert len(losses) == steps // 50 and losses[-1] < losses[0] - 1.5, losses  # nats per target token
     assert results["validation"]["bleu"] > BLEU_FLOOR, results["validation"]
+
+
+def test_a_seeded_recipe_run_is_exactly_reproducible(tmp_path) -> None:
+    """What docs/results.md relies on: the same command twice (tokenizer training, length-grouped shuffling,
+    dropout, validation) gives bit-identical weights and identical scores."""
+    runs = []
+    for name in ("first", "second"):
+        assert main(["train", str(shrunk_recipe("lstm-bahdanau", tmp_path / name, steps=30))]) == 0
+        out = tmp_path / name / "out"
+        runs.append((load_file(out / "model.safetensors"), json.loads((out / "eval_results.json").read_text())))
+    (weights, results), (weights_again, results_again) = runs
+    assert weights.keys() == weights_again.keys()
+    for name, tensor in weights.items():
+        assert torch.equal(tensor, weights_again[name]), name
+    assert results["validation"] == {**results_again["validation"], "runtime": results["validation"]["runtime"],
+                                     "samples_per_second": results["validation"]["samples_per_second"],
+                                     "steps_per_second": results["validation"]["steps_per_second"]}
+    assert (tmp_path / "first/out/tokenizer.json").read_text() == (tmp_path / "second/out/tokenizer.json").read_text()

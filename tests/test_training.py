@@ -195,13 +195,15 @@ def test_validation_beam_size_and_length_grouping(tmp_path) -> None:
     config = RunConfig(model="unused.json", training=settings, generation=GenerationSettings(num_beams=5))
     plain = training_arguments(config, tmp_path, d_model=16, has_eval=True)
     assert plain.generation_num_beams == 5
-    assert getattr(plain, "train_sampling_strategy", "random") == "random" and not getattr(plain, "group_by_length",
-                                                                                           False)
+    sampling = "train_sampling_strategy" if hasattr(plain, "train_sampling_strategy") else "group_by_length"
+    assert getattr(plain, sampling) in ("random", False)
     settings.eval_num_beams, settings.group_by_length = 1, True
     grouped = training_arguments(config, tmp_path, d_model=16, has_eval=True)
     assert grouped.generation_num_beams == 1
-    assert "group_by_length" in (getattr(grouped, "train_sampling_strategy", None), getattr(grouped, "group_by_length",
-                                                                                           None) and "group_by_length")
+    assert getattr(grouped, sampling) in ("group_by_length", True)
+    settings.eval_num_beams = 0
+    with pytest.raises(EncdecError, match=r"training\.eval_num_beams.*at least 1"):
+        training_arguments(config, tmp_path, d_model=16, has_eval=True)
 
 
 def test_latest_complete_checkpoint_skips_an_interrupted_write(tmp_path) -> None:

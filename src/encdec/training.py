@@ -251,6 +251,9 @@ def length_grouping(enabled: bool) -> dict[str, Any]:
 
 def training_arguments(config: RunConfig, output_dir: Path, d_model: int, has_eval: bool) -> Seq2SeqTrainingArguments:
     s = config.training
+    if s.eval_num_beams is not None and s.eval_num_beams < 1:
+        raise EncdecError(f"`training.eval_num_beams`={s.eval_num_beams} must be at least 1 (1 = greedy), or null to "
+                          "use `generation.num_beams`.")
     learning_rate, scheduler = resolve_learning_rate(s, d_model)
     eval_strategy = s.eval_strategy if has_eval else "no"
     return Seq2SeqTrainingArguments(
@@ -305,7 +308,7 @@ def dataset_name(spec: DataSpec) -> str:
 def training_summary(train_metrics: dict) -> dict[str, Any]:
     """The model card's training rows."""
     return {"optimiser steps": train_metrics.get("global_step"), "epochs": train_metrics.get("epoch"),
-            "wall time (s)": train_metrics.get("train_runtime"), "final training loss": train_metrics.get("train_loss")}
+            "wall time (s)": train_metrics.get("train_runtime"), "mean training loss": train_metrics.get("train_loss")}
 
 
 def save_final_folder(trainer: Seq2SeqTrainer, tokenizer, output_dir: Path, results: dict, config: RunConfig,
