@@ -1,11 +1,13 @@
 """Collect the Multi30k De->En runs of scripts/multi30k.sh into the tables of docs/results.md.
 
-    python scripts/multi30k_results.py            # reads runs/multi30k-*/, rewrites the marked tables in place
+    python scripts/multi30k_results.py   # reads runs/multi30k-*/, rewrites the marked tables of docs/results.md
+                                         # and the summary in README.md in place
 
 Each recipe's row comes from its model folder: ``test2016-beam5.json`` and ``test2016-beam1.json`` (written by
 ``encdec evaluate``), ``eval_results.json`` (steps, epochs and training wall time from ``encdec train``), the
-weights' shapes (parameter count) and the last checkpoint's ``trainer_state.json`` (the validation curve). Only the
-text between ``<!-- begin: NAME -->`` and ``<!-- end: NAME -->`` markers is replaced; the prose around it is kept.
+weights' shapes (parameter count), the last checkpoint's ``trainer_state.json`` (the validation curve) and the model
+card (copied to model_cards/multi30k/RECIPE.md). Only the text between ``<!-- begin: NAME -->`` and
+``<!-- end: NAME -->`` markers is replaced; the prose around it is kept.
 A recipe without a finished run is left out of the tables and named on stderr.
 """
 
@@ -28,15 +30,19 @@ RECIPES = {  # recipe -> (row label, target cased BLEU with beam 5)
     "lstm-luong-general": ("BiLSTM + Luong general attention, input feeding", 35.0),
     "lstm-noattn": ("BiLSTM -> LSTM, no attention", 20.0),
 }
-PUBLISHED = [  # (model, BLEU, how it was measured, source), as quoted in the project's issue
+PUBLISHED = [  # (model, BLEU, how it was measured, source, our recipe, our closest measure), as quoted in the issue
     ("3+3 layer Transformer, d=256", "36.5", "lowercased, spaCy-tokenised, greedy",
-     "bentrevett/pytorch-seq2seq legacy notebook 6"),
+     "bentrevett/pytorch-seq2seq legacy notebook 6", "transformer-small", "bleu_lowercase"),
     ("6+6 layer pre-LN Transformer, 56M parameters", "39.0", "cased, detokenised, sacreBLEU 13a",
-     "dev-jonghoonpark/annotated-transformer-modern"),
-    ("post-LN, same recipe", "13.4", "-", "dev-jonghoonpark/annotated-transformer-modern"),
-    ("BiGRU + Bahdanau, 20M parameters", "28.3", "lowercased tokens", "bentrevett notebook 3"),
-    ("2-layer LSTM, no attention", "13.8", "lowercased tokens", "bentrevett notebook 1"),
+     "dev-jonghoonpark/annotated-transformer-modern", "transformer-small", "bleu"),
+    ("post-LN, same recipe", "13.4", "-", "dev-jonghoonpark/annotated-transformer-modern", "transformer-small",
+     "bleu"),
+    ("BiGRU + Bahdanau, 20M parameters", "28.3", "lowercased tokens", "bentrevett notebook 3", "lstm-bahdanau",
+     "bleu_lowercase"),
+    ("2-layer LSTM, no attention", "13.8", "lowercased tokens", "bentrevett notebook 1", "lstm-noattn",
+     "bleu_lowercase"),
 ]
+MEASURES = {"bleu": "cased BLEU", "bleu_lowercase": "lowercased BLEU"}
 
 
 def read_run(folder: Path) -> dict | None:
@@ -82,9 +88,14 @@ def results_table(runs: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
-def published_table() -> str:
-    lines = ["| published model | BLEU | how it was measured | source |", "|---|---:|---|---|"]
-    lines += [f"| {model} | {bleu} | {how} | {source} |" for model, bleu, how, source in PUBLISHED]
+def published_table(runs: dict[str, dict]) -> str:
+    lines = ["| published model | BLEU | how it was measured | source | ours, closest measure (sacreBLEU 13a): "
+             "beam 5 / greedy |", "|---|---:|---|---|---|"]
+    for model, bleu, how, source, recipe, measure in PUBLISHED:
+        run = runs.get(recipe)
+        ours = (f"`{recipe}`: {MEASURES[measure]} {run['beam'][measure]:.2f} / {run['greedy'][measure]:.2f}"
+                if run else f"`{recipe}`: not run")
+        lines.append(f"| {model} | {bleu} | {how} | {source} | {ours} |")
     return "\n".join(lines)
 
 
@@ -109,6 +120,19 @@ def curves_table(runs: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
+def summary_table(runs: dict[str, dict]) -> str:
+    """The README's short version: cased BLEU with beam 5 against the target, size and training time."""
+    lines = ["| recipe | parameters | test2016 BLEU, beam 5 (greedy) | target | chrF | training (1 core) |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for recipe, run in runs.items():
+        label, target = RECIPES[recipe]
+        beam, greedy, train = run["beam"], run["greedy"], run["train"]
+        lines.append(f"| {label} | {run['parameters'] / 1e6:.1f}M | **{beam['bleu']:.2f}** ({greedy['bleu']:.2f}) | "
+                     f"{target:.0f} | {beam['chrf']:.1f} | {minutes(train['train_runtime'])}, "
+                     f"{train['global_step']:,} steps |")
+    return "\n".join(lines)
+
+
 def replace_section(text: str, name: str, body: str) -> str:
     pattern = re.compile(rf"(<!-- begin: {name} -->\n)(?:.*?\n)?(<!-- end: {name} -->)", re.S)
     if not pattern.search(text):
@@ -120,6 +144,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=Path, default=REPO_ROOT / "runs", help="folder holding multi30k-RECIPE/")
     parser.add_argument("--output", type=Path, default=REPO_ROOT / "docs" / "results.md")
+    parser.add_argument("--cards", type=Path, default=REPO_ROOT / "model_cards" / "multi30k",
+                        help="folder for copies of the trained models' cards")
+    parser.add_argument("--readme", type=Path, default=REPO_ROOT / "README.md", help="gets the short summary table")
     args = parser.parse_args()
     runs = {}
     for recipe in RECIPES:
@@ -129,11 +156,17 @@ def main() -> None:
         else:
             runs[recipe] = run
     text = args.output.read_text(encoding="utf-8")
-    for name, body in (("results", results_table(runs)), ("published", published_table()),
+    for name, body in (("results", results_table(runs)), ("published", published_table(runs)),
                        ("commands", commands_table(runs)), ("curves", curves_table(runs))):
         text = replace_section(text, name, body)
     atomic_write_text(args.output, text)
-    print(f"wrote {args.output} ({len(runs)} of {len(RECIPES)} recipes)")
+    args.cards.mkdir(parents=True, exist_ok=True)
+    for recipe in runs:  # the trained models' cards (model-index with the test2016 scores), kept in the repository
+        card = args.runs / f"multi30k-{recipe}" / "README.md"
+        atomic_write_text(args.cards / f"{recipe}.md", card.read_text(encoding="utf-8"))
+    readme = args.readme.read_text(encoding="utf-8")
+    atomic_write_text(args.readme, replace_section(readme, "multi30k-summary", summary_table(runs)))
+    print(f"wrote {args.output} and the summary in {args.readme} ({len(runs)} of {len(RECIPES)} recipes)")
 
 
 if __name__ == "__main__":
