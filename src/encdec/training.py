@@ -242,8 +242,8 @@ def report_to(setting: str) -> list[str]:
 
 
 def length_grouping(enabled: bool) -> dict[str, Any]:
-    """The Trainer argument that batches pairs of similar source length (LengthGroupedSampler): transformers
-    >= 5.5 names it ``train_sampling_strategy="group_by_length"``, earlier releases ``group_by_length=True``."""
+    """The Trainer argument that batches pairs of similar source length (LengthGroupedSampler): recent transformers
+    releases name it ``train_sampling_strategy="group_by_length"``, older ones ``group_by_length=True``."""
     if "train_sampling_strategy" in {f.name for f in dataclasses.fields(Seq2SeqTrainingArguments)}:
         return {"train_sampling_strategy": "group_by_length" if enabled else "random"}
     return {"group_by_length": enabled}
