@@ -60,6 +60,8 @@ def test_derived_sizes() -> None:
         (dict(encoder_layers=0, bridge="zero"), "encoder_layers"),
         (dict(input_feeding=True, attention="bahdanau"), "input_feeding"),
         (dict(input_feeding=True, attention="none"), "input_feeding"),
+        (dict(context_feeding=True, attention="bahdanau"), "context_feeding"),
+        (dict(context_feeding="yes", attention="none"), "context_feeding"),
         (dict(bridge="last", decoder_layers=2), "decoder_layers"),
         (dict(bridge="last", encoder_hidden_size=10), "encoder_hidden_size"),
         (dict(bridge="last", bidirectional_encoder=True, encoder_hidden_size=12), "bridge"),

@@ -93,9 +93,11 @@ def test_attention_learns_to_reverse(overrides: dict) -> None:
 
 
 @pytest.mark.slow
-def test_no_attention_learns_to_copy_short_sequences() -> None:
+@pytest.mark.parametrize("context_feeding", [False, True], ids=["sutskever", "cho-context-feeding"])
+def test_no_attention_learns_to_copy_short_sequences(context_feeding: bool) -> None:
     torch.manual_seed(0)
     model = RNNSeq2SeqForConditionalGeneration(tiny_config(attention="none", hidden_size=64,
-                                                           bidirectional_encoder=False))
+                                                           bidirectional_encoder=False,
+                                                           context_feeding=context_feeding))
     train(model, steps=300, min_len=1, max_len=4, reverse=False)
     assert exact_match(model, 1, 4, reverse=False) >= 0.98

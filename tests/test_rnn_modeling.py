@@ -27,6 +27,9 @@ PAD, BOS, EOS, VOCAB = 0, 1, 2, 23
 VARIANTS = {
     "none-lstm": dict(attention="none", cell_type="lstm", bridge="last"),
     "none-gru-1to2": dict(attention="none", cell_type="gru", bridge="linear_tanh", encoder_layers=1),
+    "none-context-lstm": dict(attention="none", context_feeding=True, cell_type="lstm", bridge="linear_tanh"),
+    "none-context-gru-unidirectional": dict(attention="none", context_feeding=True, cell_type="gru",
+                                            bidirectional_encoder=False, bridge="last"),
     "bahdanau-lstm": dict(attention="bahdanau", cell_type="lstm", bridge="linear_tanh"),
     "bahdanau-gru": dict(attention="bahdanau", cell_type="gru", bridge="zero"),
     "luong_dot-lstm": dict(attention="luong_dot", cell_type="lstm", bridge="last"),
@@ -331,7 +334,7 @@ for folder in sys.argv[1:]:
     assert not type(model).__module__.startswith("encdec"), type(model).__module__
     bare = AutoModel.from_pretrained(folder, trust_remote_code=True)
     assert type(bare).__name__ == "RNNSeq2SeqModel", type(bare)
-    inputs = torch.load(folder + "/inputs.pt")
+    inputs = torch.load(folder + "/inputs.pt", weights_only=True)
     with torch.no_grad():
         result[folder] = model.generate(**inputs, num_beams=2, max_new_tokens=6).tolist()
 print("RESULT" + json.dumps(result))

@@ -45,6 +45,9 @@ class RNNSeq2SeqConfig(PretrainedConfig):
             ``"luong_concat"`` (Luong's Eq. 8 score on s_t, after the decoder step).
         input_feeding: feed the attentional vector h̃_{t-1} into the next decoder step (Luong, Section 3.3).
             ``None`` means on for the Luong variants (the paper) and off otherwise; it exists only for Luong.
+        context_feeding: with ``attention="none"`` only: the source summary c (the top encoder layer's final
+            state) joins every decoder step's input and the readout (Cho et al. 2014, Section 2.2), instead of
+            reaching the decoder through its initial state alone (Sutskever et al. 2014; default False).
         bridge: how the decoder's initial state is made from the encoder's final states.
             ``"last"``: s_0 = h_T and c'_0 = c_T per layer (Sutskever; Luong), both directions concatenated for a
             bidirectional encoder; the encoder output width and the layer counts must match the decoder's.
@@ -75,6 +78,7 @@ class RNNSeq2SeqConfig(PretrainedConfig):
         bidirectional_encoder: bool = False,
         attention: str = "luong_general",
         input_feeding: bool | None = None,
+        context_feeding: bool = False,
         bridge: str = "last",
         dropout: float = 0.2,
         tie_word_embeddings: bool = False,
@@ -98,6 +102,7 @@ class RNNSeq2SeqConfig(PretrainedConfig):
         self.cell_type = cell_type
         self.attention = attention
         self.input_feeding = input_feeding
+        self.context_feeding = context_feeding
         self.bridge = bridge
         self.dropout = dropout
         self.init_range = init_range
@@ -127,6 +132,14 @@ class RNNSeq2SeqConfig(PretrainedConfig):
         if not isinstance(self.init_range, (int, float)) or isinstance(self.init_range, bool) or self.init_range <= 0:
             raise ValueError(f"`init_range` must be a positive number, got {self.init_range!r}.")
         self._check_input_feeding()
+        if not isinstance(self.context_feeding, bool):
+            raise ValueError(f"`context_feeding` must be True or False, got {self.context_feeding!r}.")
+        if self.context_feeding and self.attention != "none":
+            raise ValueError(
+                f"`context_feeding`=True feeds one fixed source summary to every step (Cho et al. 2014); with "
+                f"`attention`={self.attention!r} each step already reads its own context. Set `context_feeding` to "
+                "False, or `attention` to 'none'."
+            )
         self._check_shapes()
         check_special_tokens(self)
 
@@ -181,15 +194,18 @@ class RNNSeq2SeqConfig(PretrainedConfig):
 
     @property
     def decoder_input_size(self) -> int:
-        """Width of the decoder RNN input: E y_{t-1}, plus c_t (Bahdanau) or h̃_{t-1} (Luong input feeding)."""
-        if self.attention == "bahdanau":
+        """Width of the decoder RNN input: E y_{t-1}, plus c_t (Bahdanau), c (context feeding) or h̃_{t-1} (Luong
+        input feeding)."""
+        if self.attention == "bahdanau" or self.context_feeding:
             return self.embedding_dim + self.encoder_output_size
         return self.embedding_dim + (self.hidden_size if self.input_feeding else 0)
 
     @property
     def readout_size(self) -> int:
-        """Width of the vector the softmax reads: s_t (none), [s_t; c_t] (Bahdanau) or h̃_t (Luong, Eq. 5)."""
-        return self.hidden_size + (self.encoder_output_size if self.attention == "bahdanau" else 0)
+        """Width of the vector the softmax reads: s_t (none), [s_t; c] (context feeding), [s_t; c_t] (Bahdanau) or
+        h̃_t (Luong, Eq. 5)."""
+        return self.hidden_size + (self.encoder_output_size if self.attention == "bahdanau" or self.context_feeding
+                                   else 0)
 
     @property
     def output_size(self) -> int:

@@ -1,7 +1,8 @@
 """The recurrent encoder-decoder (LSTM or GRU) with no attention, Bahdanau attention or Luong attention.
 
 - Sutskever et al. 2014 (arXiv:1409.3215) and Cho et al. 2014 (arXiv:1406.1078): the encoder's final state starts
-  the decoder, and P(y_t | y_<t, x) = softmax(W_o s_t + b_o).
+  the decoder, and P(y_t | y_<t, x) = softmax(W_o s_t + b_o). With ``context_feeding`` (Cho et al. 2014, Section 2.2)
+  the source summary c also joins every decoder input and the readout: P(y_t | y_<t, x) = softmax(W_o [s_t; c] + b_o).
 - Bahdanau et al. 2015 (arXiv:1409.0473): before each decoder step, the previous state s_{t-1} scores every
   source position, and the context c_t joins the decoder input.
 - Luong et al. 2015 (arXiv:1508.04025), global attention (Section 3.1): after each decoder step, s_t scores every
@@ -52,6 +53,7 @@ class EncoderMemory(NamedTuple):
     values: torch.Tensor  # (B, S, De): h_i
     keys: torch.Tensor | None  # (B, S, A): h_i as the score projects it, computed once per source
     mask: torch.Tensor | None  # (B, S) boolean, True = real token; None = no padding
+    summary: torch.Tensor | None = None  # (B, 1, De): Cho et al.'s fixed context c, with ``context_feeding`` only
 
 
 @dataclass
@@ -304,6 +306,24 @@ class DecoderStep(nn.Module):
         return outputs, DecoderState(hidden, cell, None), None, memory
 
 
+class ContextFeedingDecoderStep(DecoderStep):
+    """Cho et al. 2014, Section 2.2 (Eq. in Figure 1): one fixed context c summarises the source, and both the
+    recurrence and the output read it at every step: s_t = RNN([E y_{t-1}; c], s_{t-1}), p(y_t) = g([s_t; c]).
+
+    c is the top encoder layer's final state, both directions concatenated ([h_T^forward; h_1^backward]); Cho et al.
+    squash h_N once more through tanh(V h_N), which adds nothing to an LSTM or GRU state already in [-1, 1]. As in
+    ``BahdanauDecoderStep``, g is one linear map of [s_t; c] (their maxout over y_{t-1} left out). c does not change
+    with t, so the whole target runs in one call (``fused``).
+    """
+
+    def forward(self, inputs: torch.Tensor, state: DecoderState, memory: EncoderMemory
+                ) -> tuple[torch.Tensor, DecoderState, None, EncoderMemory]:
+        """:param inputs: (B, T, E) :return: [s_t; c] (B, T, H + De), the state, None, the memory as given"""
+        context = memory.summary.expand(-1, inputs.size(1), -1)  # (B, T, De)
+        outputs, hidden, cell = run_rnn(self.rnn, torch.cat([inputs, context], dim=-1), state.hidden, state.cell)
+        return torch.cat([outputs, context], dim=-1), DecoderState(hidden, cell, None), None, memory
+
+
 class BahdanauDecoderStep(DecoderStep):
     """Bahdanau et al. 2015, Section 3.1 and Appendix A.2: the top layer's previous state s_{t-1} attends (Eq. 5-6,
     additive score of A.1.2), then s_t = RNN([E y_{t-1}; c_t], s_{t-1}).
@@ -359,7 +379,7 @@ class LuongDecoderStep(DecoderStep):
 
 def build_decoder_step(config: RNNSeq2SeqConfig) -> DecoderStep:
     if config.attention == "none":
-        return DecoderStep(config)
+        return ContextFeedingDecoderStep(config) if config.context_feeding else DecoderStep(config)
     if config.attention == "bahdanau":
         return BahdanauDecoderStep(config)
     return LuongDecoderStep(config)
@@ -434,6 +454,8 @@ class RNNSeq2SeqDecoder(nn.Module):
         self.embed_tokens = nn.Embedding(config.vocab_size, config.embedding_dim, config.pad_token_id)
         self.dropout = config.dropout
         self.input_feeding = config.input_feeding
+        self.context_feeding = config.context_feeding
+        self.num_directions = config.num_directions
         self.hidden_size = config.hidden_size
         self.bridge = BRIDGES[config.bridge](config)
         self.step = build_decoder_step(config)
@@ -490,7 +512,11 @@ class RNNSeq2SeqDecoder(nn.Module):
         else:
             state, keys = past_key_values.read()
         mask = encoder_attention_mask.bool() if encoder_attention_mask is not None else None
-        readout, state, alignments, memory = self.unroll(embeds, state, EncoderMemory(values, keys, mask))
+        summary = None
+        if self.context_feeding:  # c: the top layer's final state, directions concatenated (B, 1, De)
+            summary = encoder_outputs.final_hidden_state[:, -self.num_directions :].flatten(1).unsqueeze(1)
+        memory = EncoderMemory(values, keys, mask, summary)
+        readout, state, alignments, memory = self.unroll(embeds, state, memory)
         if past_key_values is not None:
             past_key_values.write(state, memory.keys, embeds.size(1))
         readout = nn.functional.dropout(readout, p=self.dropout, training=self.training)
