@@ -213,6 +213,23 @@ def test_evaluate_prints_and_writes_scores_with_signatures(trained, test_files, 
     assert main([*argv, "--overwrite"]) == 0
 
 
+def test_length_penalty_reaches_beam_search(trained, test_files, tmp_path, capsys) -> None:
+    """``--length-penalty`` replaces the generation config's value in both commands: evaluate records it, and a
+    strong penalty either way changes the beam's choices on this data (longer or shorter outputs)."""
+    folder = str(trained["transformer"].folder)
+    lengths = {}
+    for penalty in ("-3.0", "3.0"):
+        assert main(["evaluate", "--model", folder, "--source-file", str(test_files.source), "--reference-file",
+                     str(test_files.reference), "--num-beams", "4", "--length-penalty", penalty]) == 0
+        printed = json.loads(capsys.readouterr().out)
+        assert printed["length_penalty"] == float(penalty)
+        output = tmp_path / f"lp{penalty}.txt"
+        assert main(["translate", "--model", folder, "--input", str(test_files.source), "--output", str(output),
+                     "--num-beams", "4", "--length-penalty", penalty]) == 0
+        lengths[penalty] = sum(len(line) for line in output.read_text().splitlines())
+    assert lengths["-3.0"] < lengths["3.0"]
+
+
 def test_evaluate_records_its_scores_in_the_model_card(copy_of, test_files, capsys) -> None:
     """``--card-dataset`` rewrites the card: the new scores in the text and the model-index, the training rows that
     ``encdec train`` recorded kept."""

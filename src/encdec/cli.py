@@ -42,7 +42,7 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
 
     results = evaluate_model(args.model, args.source_file, args.reference_file, num_beams=args.num_beams,
                              batch_size=args.batch_size, max_new_tokens=args.max_new_tokens,
-                             output_file=args.output, overwrite=args.overwrite)
+                             output_file=args.output, overwrite=args.overwrite, length_penalty=args.length_penalty)
     if args.card_dataset:
         from .hub import record_scores_in_card
 
@@ -65,6 +65,8 @@ def cmd_translate(args: argparse.Namespace) -> None:
     kwargs = {"num_beams": args.num_beams}
     if args.max_new_tokens:
         kwargs["max_new_tokens"] = args.max_new_tokens
+    if args.length_penalty is not None and args.num_beams > 1:  # greedy search ignores it (and would warn)
+        kwargs["length_penalty"] = args.length_penalty
     outputs = translate_lines(args.model, lines, batch_size=args.batch_size, **kwargs)
     text = "".join(line + "\n" for line in outputs)
     if args.output:
@@ -86,6 +88,10 @@ def cmd_plot_attention(args: argparse.Namespace) -> None:
     path = save_attention_plot(args.model, args.text, args.out, layer=args.layer, head=args.head, mean=args.mean,
                                overwrite=args.overwrite)
     print(f"attention heatmap written to {path}")
+
+
+LENGTH_PENALTY_HELP = ("beam search's length normalisation exponent: scores are log p / length**this; default: the "
+                       "model's generation_config (greedy search ignores it)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -116,6 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-beams", type=int, default=5)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--max-new-tokens", type=int, default=None)
+    p.add_argument("--length-penalty", type=float, default=None, help=LENGTH_PENALTY_HELP)
     p.add_argument("--output", default=None, help="also write the results to this JSON file")
     p.add_argument("--overwrite", action="store_true")
     p.add_argument("--card-dataset", default=None,
@@ -132,6 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-beams", type=int, default=5)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--max-new-tokens", type=int, default=None)
+    p.add_argument("--length-penalty", type=float, default=None, help=LENGTH_PENALTY_HELP)
     p.add_argument("--overwrite", action="store_true")
     p.set_defaults(func=cmd_translate)
 
