@@ -137,7 +137,8 @@ def test_card_describes_the_architecture(folders, tokenizer) -> None:
     assert "| Decoder | 1 layer(s), hidden size 16 |" in rnn
     assert "Cho et al." not in rnn
     baseline = render_model_card(tiny_model("rnn", tokenizer, attention="none", context_feeding=True))
-    assert "source summary feeds every decoder step (Cho et al. 2014)" in baseline
+    assert ("| Attention | none: one fixed source summary starts the decoder and feeds every decoder step and the "
+            "readout (Cho et al. 2014) |") in baseline
 
 
 def test_card_without_metrics_has_no_model_index(folders) -> None:
