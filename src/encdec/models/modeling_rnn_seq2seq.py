@@ -307,11 +307,12 @@ class DecoderStep(nn.Module):
 
 
 class ContextFeedingDecoderStep(DecoderStep):
-    """Cho et al. 2014, Section 2.2 (Eq. in Figure 1): one fixed context c summarises the source, and both the
-    recurrence and the output read it at every step: s_t = RNN([E y_{t-1}; c], s_{t-1}), p(y_t) = g([s_t; c]).
+    """Cho et al. 2014, Section 2.2: one fixed context c summarises the source, and both the recurrence and the
+    output read it at every step: s_t = RNN([E y_{t-1}; c], s_{t-1}), p(y_t) = g([s_t; c]).
 
-    c is the top encoder layer's final state, both directions concatenated ([h_T^forward; h_1^backward]); Cho et al.
-    squash h_N once more through tanh(V h_N), which adds nothing to an LSTM or GRU state already in [-1, 1]. As in
+    c is the top encoder layer's final state, both directions concatenated ([h_T^forward; h_1^backward]). Cho et al.
+    take c = tanh(V h_N) with a learned V; here c is h_N itself (already in [-1, 1]), and the weights that read c
+    (the RNN's input weights and W_o) are linear maps of it anyway. As in
     ``BahdanauDecoderStep``, g is one linear map of [s_t; c] (their maxout over y_{t-1} left out). c does not change
     with t, so the whole target runs in one call (``fused``).
     """
