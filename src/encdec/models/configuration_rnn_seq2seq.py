@@ -193,19 +193,22 @@ class RNNSeq2SeqConfig(PretrainedConfig):
         return self.num_directions * self.encoder_hidden_size
 
     @property
+    def fed_context_size(self) -> int:
+        """Width of the context that joins both the decoder input and the readout: c_t (Bahdanau) or c (context
+        feeding) are ``encoder_output_size`` wide; the other variants feed none (0)."""
+        return self.encoder_output_size if self.attention == "bahdanau" or self.context_feeding else 0
+
+    @property
     def decoder_input_size(self) -> int:
         """Width of the decoder RNN input: E y_{t-1}, plus c_t (Bahdanau), c (context feeding) or h̃_{t-1} (Luong
         input feeding)."""
-        if self.attention == "bahdanau" or self.context_feeding:
-            return self.embedding_dim + self.encoder_output_size
-        return self.embedding_dim + (self.hidden_size if self.input_feeding else 0)
+        return self.embedding_dim + self.fed_context_size + (self.hidden_size if self.input_feeding else 0)
 
     @property
     def readout_size(self) -> int:
         """Width of the vector the softmax reads: s_t (none), [s_t; c] (context feeding), [s_t; c_t] (Bahdanau) or
         h̃_t (Luong, Eq. 5)."""
-        return self.hidden_size + (self.encoder_output_size if self.attention == "bahdanau" or self.context_feeding
-                                   else 0)
+        return self.hidden_size + self.fed_context_size
 
     @property
     def output_size(self) -> int:
