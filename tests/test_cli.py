@@ -248,6 +248,25 @@ def test_evaluate_records_its_scores_in_the_model_card(copy_of, test_files, caps
     assert "| beam 3 |" in card.text and "| optimiser steps |" in card.text
 
 
+@pytest.mark.parametrize("family", FAMILIES)
+def test_average_of_the_trainer_checkpoints_evaluates(test_files, tmp_path, capsys, family: str) -> None:
+    """``encdec average`` over the checkpoints ``encdec train`` kept (tokenizer and steps read from them) gives a
+    folder that ``encdec evaluate`` scores."""
+    config = write_run_config(tmp_path, family, tmp_path / "run", training={"save_total_limit": 3})
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert main(["train", str(config)]) == 0
+    checkpoints = sorted((tmp_path / "run").glob("checkpoints/checkpoint-*"),
+                         key=lambda path: int(path.name.split("-")[1]))
+    assert [path.name for path in checkpoints] == ["checkpoint-5", "checkpoint-10"]
+    out = tmp_path / "avg"
+    assert main(["average", *map(str, checkpoints), "--output", str(out)]) == 0
+    assert json.loads((out / "averaging.json").read_text())["steps"] == [5, 10]
+    capsys.readouterr()
+    assert main(["evaluate", "--model", str(out), "--source-file", str(test_files.source), "--reference-file",
+                 str(test_files.reference), "--num-beams", "2"]) == 0
+    assert 0.0 <= json.loads(capsys.readouterr().out)["bleu"] <= 100.0
+
+
 def test_translate_file_and_stdin(trained, tmp_path, capsys, monkeypatch) -> None:
     folder = str(trained["transformer"].folder)
     lines = ["3rd of March 2021", "", "1/2/2000", "a line\u2028with a line separator"]  # U+2028 does not end a line

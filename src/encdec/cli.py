@@ -75,6 +75,13 @@ def cmd_translate(args: argparse.Namespace) -> None:
         sys.stdout.write(text)
 
 
+def cmd_average(args: argparse.Namespace) -> None:
+    from .averaging import average_checkpoints
+
+    path = average_checkpoints(args.checkpoints, args.output, tokenizer_dir=args.tokenizer, overwrite=args.overwrite)
+    print(f"the average of {len(args.checkpoints)} checkpoints saved to {path}")
+
+
 def cmd_push(args: argparse.Namespace) -> None:
     from .hub import push_model
 
@@ -142,6 +149,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--length-penalty", type=float, default=None, help=LENGTH_PENALTY_HELP)
     p.add_argument("--overwrite", action="store_true")
     p.set_defaults(func=cmd_translate)
+
+    p = commands.add_parser("average", help="average the weights of checkpoints of one run into a model folder")
+    p.add_argument("checkpoints", nargs="+",
+                   help="checkpoint or model folders of one model, e.g. runs/X/checkpoints/checkpoint-{7500,9000}")
+    p.add_argument("--output", required=True, help="the new model folder")
+    p.add_argument("--tokenizer", default=None, help="tokenizer folder (default: the last checkpoint's tokenizer)")
+    p.add_argument("--overwrite", action="store_true")
+    p.set_defaults(func=cmd_average)
 
     p = commands.add_parser("push", help="push a model folder (model, tokenizer, card) to the Hugging Face Hub")
     p.add_argument("--model", required=True)

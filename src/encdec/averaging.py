@@ -1,0 +1,153 @@
+"""Checkpoint averaging: one model whose every weight is the mean of that weight over several checkpoints of a run.
+
+Vaswani et al. (2017, "Attention Is All You Need", Sec. 6.1) report their base Transformers as "a single model
+obtained by averaging the last 5 checkpoints"; the average of points along the end of the optimisation path usually
+generalises a little better than its last point. fairseq ships the same operation as
+``scripts/average_checkpoints.py``, but for fairseq's own checkpoint format; neither transformers nor accelerate
+averages saved model folders, hence this short module.
+
+    encdec average runs/X/checkpoints/checkpoint-7500 runs/X/checkpoints/checkpoint-9000 --output runs/X-avg
+
+The checkpoints must come from one model configuration (the same ``config.json`` up to bookkeeping keys and the same
+tensor names, shapes and dtypes); anything else is refused with the file and the field that differ. Floating-point
+weights are summed in float64 and cast back; integer buffers must be equal in every checkpoint. The output is a
+complete model folder (weights, config, generation config, tokenizer, remote code, ``averaging.json`` naming the
+inputs), written to a temporary sibling first and renamed into place, so ``encdec evaluate`` and ``encdec push``
+take it as is.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+from .errors import EncdecError, InputFileError, OverwriteError
+from .hub import WEIGHTS_NAME, _read_json, _require_dir, read_safetensors_shapes, save_for_pipeline
+from .io_utils import atomic_write_json
+
+# config.json keys that differ between checkpoints of one model without changing it
+_BOOKKEEPING_KEYS = {"_name_or_path", "transformers_version", "architectures", "auto_map", "custom_pipelines"}
+
+
+def _check_same_model(folders: list[Path]) -> None:
+    """Refuse checkpoints of different models: their configs, tensor names or shapes differ."""
+    first_config = {k: v for k, v in _read_json(folders[0] / "config.json", "the model config").items()
+                    if k not in _BOOKKEEPING_KEYS}
+    first_shapes = read_safetensors_shapes(folders[0] / WEIGHTS_NAME)
+    for folder in folders[1:]:
+        config = {k: v for k, v in _read_json(folder / "config.json", "the model config").items()
+                  if k not in _BOOKKEEPING_KEYS}
+        differing = sorted(key for key in first_config.keys() | config.keys()
+                           if first_config.get(key) != config.get(key))
+        if differing:
+            key = differing[0]
+            raise EncdecError(
+                f"{folder / 'config.json'} differs from {folders[0] / 'config.json'} in {differing} (e.g. {key!r}: "
+                f"{config.get(key)!r} against {first_config.get(key)!r}); only checkpoints of one model configuration "
+                "can be averaged: pass checkpoints of a single run.")
+        shapes = read_safetensors_shapes(folder / WEIGHTS_NAME)
+        if shapes.keys() != first_shapes.keys():
+            odd = sorted(shapes.keys() ^ first_shapes.keys())
+            raise EncdecError(f"{folder / WEIGHTS_NAME} and {folders[0] / WEIGHTS_NAME} hold different tensors "
+                              f"({odd[:5]}); only checkpoints of one model can be averaged.")
+        for name, shape in shapes.items():
+            if shape != first_shapes[name]:
+                raise EncdecError(f"{folder / WEIGHTS_NAME}: tensor {name!r} has shape {shape}, but "
+                                  f"{first_shapes[name]} in {folders[0] / WEIGHTS_NAME}; only checkpoints of one "
+                                  "model can be averaged.")
+
+
+def average_state_dicts(paths: Sequence[Path]) -> dict[str, torch.Tensor]:
+    """The element-wise mean of the safetensors files ``paths`` (same names and shapes): floating-point tensors are
+    accumulated in float64 and returned in their stored dtype; any other tensor must be equal in every file."""
+    total: dict[str, torch.Tensor] = {}
+    first = load_file(str(paths[0]))
+    for name, tensor in first.items():
+        total[name] = tensor.double() if tensor.is_floating_point() else tensor
+    for path in paths[1:]:
+        for name, tensor in load_file(str(path)).items():
+            if tensor.dtype != first[name].dtype:
+                raise EncdecError(f"{path}: tensor {name!r} is {tensor.dtype}, but {first[name].dtype} in {paths[0]}; "
+                                  "only checkpoints saved in one dtype can be averaged.")
+            if tensor.is_floating_point():
+                total[name] += tensor.double()
+            elif not torch.equal(tensor, total[name]):
+                raise EncdecError(f"{path}: the integer tensor {name!r} differs from {paths[0]}; integer buffers "
+                                  "cannot be averaged, so these checkpoints are not of one model.")
+    return {name: (tensor / len(paths)).to(first[name].dtype) if tensor.is_floating_point() else tensor
+            for name, tensor in total.items()}
+
+
+def average_checkpoints(checkpoints: Sequence[str | os.PathLike], output_dir: str | os.PathLike,
+                        tokenizer_dir: str | os.PathLike | None = None, overwrite: bool = False) -> Path:
+    """Average the weights of ``checkpoints`` (model folders or Trainer checkpoints of one model) into a new model
+    folder ``output_dir``. The config, generation config and tokenizer come from the last checkpoint (or the
+    tokenizer from ``tokenizer_dir``). Returns ``output_dir``."""
+    folders = [_require_dir(path) for path in checkpoints]
+    if len(folders) < 2:
+        raise EncdecError(f"Averaging needs at least 2 checkpoints, got {len(folders)}; pass several checkpoint "
+                          "folders of one run, e.g. runs/X/checkpoints/checkpoint-*.")
+    if len({folder.resolve() for folder in folders}) != len(folders):
+        raise EncdecError("The same checkpoint folder was given twice; each checkpoint may be averaged only once.")
+    output_dir = Path(output_dir)
+    if any(output_dir.resolve() == folder.resolve() for folder in folders):
+        raise EncdecError(f"The output folder {output_dir} is one of the checkpoints; choose a new folder.")
+    if output_dir.exists() and (not output_dir.is_dir() or any(output_dir.iterdir())) and not overwrite:
+        raise OverwriteError(f"The output folder {output_dir} exists and is not empty; pass --overwrite to replace "
+                             "it or choose another folder.")
+    _check_same_model(folders)
+    averaged = average_state_dicts([folder / WEIGHTS_NAME for folder in folders])
+
+    tokenizer_source = Path(tokenizer_dir) if tokenizer_dir is not None else folders[-1]
+    if not (tokenizer_source / "tokenizer.json").is_file():
+        raise InputFileError(f"{tokenizer_source / 'tokenizer.json'} is missing, so the averaged folder would have no "
+                             "tokenizer; pass --tokenizer with the run's tokenizer folder (e.g. runs/X/tokenizer).")
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_source, trust_remote_code=False)
+    model = AutoModelForSeq2SeqLM.from_pretrained(folders[-1])  # encdec's registered classes, no remote code
+    state = model.state_dict()
+    unknown = sorted(set(averaged) - set(state))
+    if unknown:
+        raise EncdecError(f"{folders[-1] / WEIGHTS_NAME} holds tensors the model does not have ({unknown[:5]}); "
+                          "re-save the checkpoint with this version of encdec.")
+    with torch.no_grad():
+        for name, tensor in averaged.items():
+            state[name].copy_(tensor)  # state_dict() tensors share storage with the parameters and buffers
+
+    output_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=output_dir.parent, prefix=f".{output_dir.name}.", suffix=".tmp"))
+    try:
+        save_for_pipeline(model.eval(), tokenizer, staging)
+        atomic_write_json(staging / "averaging.json", {
+            "checkpoints": [str(folder) for folder in folders],
+            "steps": [_checkpoint_step(folder) for folder in folders],
+            "tokenizer": str(tokenizer_source),
+        })
+        if output_dir.exists():  # only reached with overwrite (or an empty folder): swap, then drop the old one
+            old = Path(tempfile.mkdtemp(dir=output_dir.parent, prefix=f".{output_dir.name}.", suffix=".old"))
+            os.replace(output_dir, old / "folder")
+            os.replace(staging, output_dir)
+            shutil.rmtree(old)
+        else:
+            os.replace(staging, output_dir)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return output_dir
+
+
+def _checkpoint_step(folder: Path) -> int | None:
+    """The Trainer's global step of a checkpoint folder, when it has a ``trainer_state.json``."""
+    state = folder / "trainer_state.json"
+    if not state.is_file():
+        return None
+    try:
+        return json.loads(state.read_text(encoding="utf-8")).get("global_step")
+    except (OSError, json.JSONDecodeError):
+        return None
