@@ -15,6 +15,7 @@ from huggingface_hub import ModelCard
 from safetensors.torch import load_file
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
+from encdec import RNNSeq2SeqConfig, TransformerSeq2SeqConfig
 from encdec.data import make_date_splits
 from encdec.errors import EncdecError
 from encdec.hub import PIPELINE_TASK, check_model_folder
@@ -27,6 +28,7 @@ from encdec.training import (
     TrainingSettings,
     latest_complete_checkpoint,
     load_run_config,
+    post_ln_warmup_warning,
     resolve_learning_rate,
     train,
     training_arguments,
@@ -159,6 +161,29 @@ def test_vaswani_schedule_is_the_papers_rate() -> None:
         5e-4, "cosine")
     with pytest.raises(EncdecError, match=r"training\.learning_rate.*vaswani"):
         resolve_learning_rate(TrainingSettings(lr_scheduler_type="linear", learning_rate=None), 64)
+
+
+def test_deep_post_ln_with_a_short_warm_up_gets_a_warning() -> None:
+    def config(**overrides):
+        return TransformerSeq2SeqConfig(**{"encoder_layers": 6, "decoder_layers": 6, "normalize_before": False,
+                                           **overrides})
+    short, paper = TrainingSettings(warmup_steps=400), TrainingSettings(warmup_steps=4000)
+    warning = post_ln_warmup_warning(config(), short)
+    assert "6 layers" in warning and "400-step" in warning
+    assert "training.warmup_steps" in warning and "normalize_before: true" in warning  # both fixes are named
+    assert "6 layers" in post_ln_warmup_warning(config(encoder_layers=2), short)  # the deeper stack counts
+    assert post_ln_warmup_warning(config(), paper) is None
+    assert post_ln_warmup_warning(config(normalize_before=True), short) is None
+    assert post_ln_warmup_warning(config(encoder_layers=3, decoder_layers=3), short) is None
+    assert post_ln_warmup_warning(RNNSeq2SeqConfig(encoder_layers=6, decoder_layers=6), short) is None
+
+
+@pytest.mark.parametrize("name", ["multi30k-transformer-small.yaml", "multi30k-transformer-base.yaml"])
+def test_the_multi30k_transformer_recipes_pass_the_post_ln_check(name: str) -> None:
+    run = load_run_config(REPO_ROOT / "configs" / name)
+    values = json.loads((REPO_ROOT / run.model).read_text())
+    values.pop("model_type")
+    assert post_ln_warmup_warning(TransformerSeq2SeqConfig(**values, **run.model_overrides), run.training) is None
 
 
 def test_training_arguments_carry_the_settings(tmp_path) -> None:
