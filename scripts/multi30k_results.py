@@ -8,7 +8,9 @@ Each recipe's row comes from its model folder: ``test2016-beam5.json`` and ``tes
 weights' shapes (parameter count), the last checkpoint's ``trainer_state.json`` (the validation curve) and the model
 card (copied to model_cards/multi30k/RECIPE.md). Only the text between ``<!-- begin: NAME -->`` and
 ``<!-- end: NAME -->`` markers is replaced; the prose around it is kept.
-A recipe without a finished run is left out of the tables and named on stderr.
+Run folders are not committed (weights stay out of the repository), so a recipe without a finished run in ``--runs``
+keeps its existing rows: rows are matched by their first cell, and only the recipes found in ``--runs`` are
+rewritten. Each kept recipe is named on stderr.
 """
 
 from __future__ import annotations
@@ -43,6 +45,13 @@ PUBLISHED = [  # (model, BLEU, how it was measured, source, our recipe, our clos
      "bleu_lowercase"),
 ]
 MEASURES = {"bleu": "cased BLEU", "bleu_lowercase": "lowercased BLEU"}
+# OMP_NUM_THREADS of each row's run (the run folders do not record it): the transformer ran alone on both cores, the
+# LSTM recipes two at a time, one core each
+THREADS = {"transformer-small": 2, "lstm-bahdanau": 1, "lstm-luong-general": 1, "lstm-noattn": 1}
+
+
+def cores(recipe: str) -> str:
+    return f"{THREADS[recipe]} core{'s' if THREADS[recipe] > 1 else ''}"
 
 
 def read_run(folder: Path) -> dict | None:
@@ -66,7 +75,7 @@ def minutes(seconds: float) -> str:
 
 def results_table(runs: dict[str, dict]) -> str:
     lines = ["| recipe | parameters | BLEU beam 5 | BLEU greedy | lc BLEU beam 5 | lc BLEU greedy | chrF beam 5 | "
-             "chrF greedy | target (BLEU beam 5) | steps (epochs) | training wall time | beam 5 sent/s |",
+             "chrF greedy | target (BLEU beam 5) | steps (epochs) | training wall time (cores) | beam 5 sent/s |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for recipe, run in runs.items():
         label, target = RECIPES[recipe]
@@ -77,11 +86,13 @@ def results_table(runs: dict[str, dict]) -> str:
         lines.append(
             f"| {label} (`{recipe}`) | {run['parameters'] / 1e6:.1f}M | **{beam['bleu']:.2f}** | "
             f"{greedy['bleu']:.2f} | {scores} | {target:.1f} ({met}) | "
-            f"{train['global_step']:,} ({train['epoch']:.1f}) | {minutes(train['train_runtime'])} | "
-            f"{beam['sentences_per_second']:.1f} |")
+            f"{train['global_step']:,} ({train['epoch']:.1f}) | {minutes(train['train_runtime'])} "
+            f"({THREADS[recipe]}) | {beam['sentences_per_second']:.1f} |")
     signatures = {run["beam"]["bleu_signature"] for run in runs.values()}
     chrf = {run["beam"]["chrf_signature"] for run in runs.values()}
     lowercase = {run["beam"]["bleu_lowercase_signature"] for run in runs.values()}
+    if not runs:
+        return "\n".join(lines)
     lines += ["", "sacreBLEU signatures: BLEU " + ", ".join(f"`{s}`" for s in sorted(signatures)) +
               "; lowercased BLEU " + ", ".join(f"`{s}`" for s in sorted(lowercase)) +
               "; chrF " + ", ".join(f"`{s}`" for s in sorted(chrf)) + "."]
@@ -92,16 +103,16 @@ def published_table(runs: dict[str, dict]) -> str:
     lines = ["| published model | BLEU | how it was measured | source | ours, closest measure (sacreBLEU 13a): "
              "beam 5 / greedy |", "|---|---:|---|---|---|"]
     for model, bleu, how, source, recipe, measure in PUBLISHED:
-        run = runs.get(recipe)
-        ours = (f"`{recipe}`: {MEASURES[measure]} {run['beam'][measure]:.2f} / {run['greedy'][measure]:.2f}"
-                if run else f"`{recipe}`: not run")
-        lines.append(f"| {model} | {bleu} | {how} | {source} | {ours} |")
+        if recipe in runs:  # the others keep their rows (merge_rows)
+            run = runs[recipe]
+            ours = f"`{recipe}`: {MEASURES[measure]} {run['beam'][measure]:.2f} / {run['greedy'][measure]:.2f}"
+            lines.append(f"| {model} | {bleu} | {how} | {source} | {ours} |")
     return "\n".join(lines)
 
 
 def commands_table(runs: dict[str, dict]) -> str:
     lines = ["| recipe | command (from the repository root, after `make venv`) |", "|---|---|"]
-    lines += [f"| `{recipe}` | `OMP_NUM_THREADS=1 PATH=.venv/bin:$PATH scripts/multi30k.sh {recipe}` |"
+    lines += [f"| `{recipe}` | `OMP_NUM_THREADS={THREADS[recipe]} PATH=.venv/bin:$PATH scripts/multi30k.sh {recipe}` |"
               for recipe in runs]
     return "\n".join(lines)
 
@@ -122,22 +133,43 @@ def curves_table(runs: dict[str, dict]) -> str:
 
 def summary_table(runs: dict[str, dict]) -> str:
     """The README's short version: cased BLEU with beam 5 against the target, size and training time."""
-    lines = ["| recipe | parameters | test2016 BLEU, beam 5 (greedy) | target | chrF | training (1 core) |",
+    lines = ["| recipe | parameters | test2016 BLEU, beam 5 (greedy) | target | chrF | training |",
              "|---|---:|---:|---:|---:|---:|"]
     for recipe, run in runs.items():
         label, target = RECIPES[recipe]
         beam, greedy, train = run["beam"], run["greedy"], run["train"]
         lines.append(f"| {label} | {run['parameters'] / 1e6:.1f}M | **{beam['bleu']:.2f}** ({greedy['bleu']:.2f}) | "
-                     f"{target:.0f} | {beam['chrf']:.1f} | {minutes(train['train_runtime'])}, "
+                     f"{target:.0f} | {beam['chrf']:.1f} | {minutes(train['train_runtime'])} on {cores(recipe)}, "
                      f"{train['global_step']:,} steps |")
     return "\n".join(lines)
 
 
+def _first_cell(line: str) -> str:
+    return line.split("|")[1].strip()
+
+
+def merge_rows(old: str, new: str) -> str:
+    """The table ``new`` (header, separator, rows, then optional lines after a blank line) with the rows of ``old``
+    whose first cell ``new`` has no row for kept in their places; ``new``'s other rows follow in their order."""
+    def split(body: str) -> tuple[list[str], list[str], list[str]]:
+        table, _, tail = body.partition("\n\n")
+        lines = table.splitlines()
+        return lines[:2], lines[2:], ([""] + tail.splitlines()) if tail else []
+    header, new_rows, tail = split(new)
+    _, old_rows, old_tail = split(old)
+    fresh = {_first_cell(row): row for row in new_rows}
+    rows = [fresh.pop(_first_cell(row), row) for row in old_rows] + list(fresh.values())
+    return "\n".join(header + rows + (tail or old_tail))
+
+
 def replace_section(text: str, name: str, body: str) -> str:
-    pattern = re.compile(rf"(<!-- begin: {name} -->\n)(?:.*?\n)?(<!-- end: {name} -->)", re.S)
-    if not pattern.search(text):
+    """Replace the table between the ``name`` markers by ``body``, keeping the old rows ``body`` does not have."""
+    pattern = re.compile(rf"(<!-- begin: {name} -->\n)(.*?\n)?(<!-- end: {name} -->)", re.S)
+    match = pattern.search(text)
+    if not match:
         raise SystemExit(f"docs/results.md has no <!-- begin: {name} --> ... <!-- end: {name} --> markers")
-    return pattern.sub(lambda m: m.group(1) + body + "\n" + m.group(2), text)
+    merged = merge_rows(match.group(2), body) if match.group(2) else body
+    return text[:match.start()] + match.group(1) + merged + "\n" + match.group(3) + text[match.end():]
 
 
 def main() -> None:
@@ -152,7 +184,8 @@ def main() -> None:
     for recipe in RECIPES:
         run = read_run(args.runs / f"multi30k-{recipe}")
         if run is None:
-            print(f"no finished run for {recipe} in {args.runs / f'multi30k-{recipe}'}; left out", file=sys.stderr)
+            print(f"no finished run for {recipe} in {args.runs / f'multi30k-{recipe}'}; its rows are kept as they are",
+                  file=sys.stderr)
         else:
             runs[recipe] = run
     text = args.output.read_text(encoding="utf-8")
@@ -166,7 +199,7 @@ def main() -> None:
         atomic_write_text(args.cards / f"{recipe}.md", card.read_text(encoding="utf-8"))
     readme = args.readme.read_text(encoding="utf-8")
     atomic_write_text(args.readme, replace_section(readme, "multi30k-summary", summary_table(runs)))
-    print(f"wrote {args.output} and the summary in {args.readme} ({len(runs)} of {len(RECIPES)} recipes)")
+    print(f"wrote {args.output} and the summary in {args.readme} ({len(runs)} of {len(RECIPES)} recipes rewritten)")
 
 
 if __name__ == "__main__":

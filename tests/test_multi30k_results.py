@@ -1,0 +1,80 @@
+"""scripts/multi30k_results.py: rebuilding the results tables from run folders rewrites the recipes that have a
+finished run and keeps every other recipe's rows as they are (run folders are never committed, so a rerun of one
+recipe must not wipe the others' measured rows)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import sys
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from tiny_model_folders import REPO_ROOT
+
+SPEC = importlib.util.spec_from_file_location("multi30k_results", REPO_ROOT / "scripts" / "multi30k_results.py")
+results = importlib.util.module_from_spec(SPEC)
+SPEC.loader.exec_module(results)
+
+
+def table(*rows: str, tail: str | None = None) -> str:
+    body = "\n".join(["| name | score |", "|---|---:|", *rows])
+    return body + (f"\n\n{tail}" if tail else "")
+
+
+def test_merge_rows_replaces_matching_rows_in_place_and_keeps_the_others():
+    old = table("| a | 1 |", "| b | 2 |", "| c | 3 |", tail="old signatures")
+    new = table("| b | 20 |", "| d | 40 |", tail="new signatures")
+    assert results.merge_rows(old, new) == table("| a | 1 |", "| b | 20 |", "| c | 3 |", "| d | 40 |",
+                                                 tail="new signatures")
+    # no tail in the new table: the old one stays
+    assert results.merge_rows(old, table("| a | 10 |")) == table("| a | 10 |", "| b | 2 |", "| c | 3 |",
+                                                                 tail="old signatures")
+
+
+def test_replace_section_needs_its_markers():
+    with pytest.raises(SystemExit, match="results"):
+        results.replace_section("no markers here\n", "results", table("| a | 1 |"))
+
+
+def fake_run(folder, bleu: float) -> None:
+    """A finished run folder as scripts/multi30k.sh leaves it, with made-up scores and a 10x10 weight."""
+    (folder / "checkpoints" / "checkpoint-10").mkdir(parents=True)
+    scores = {"bleu": bleu, "bleu_lowercase": bleu + 0.2, "chrf": 60.0, "sentences_per_second": 50.0,
+              "bleu_signature": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0",
+              "bleu_lowercase_signature": "nrefs:1|case:lc|eff:no|tok:13a|smooth:exp|version:2.6.0",
+              "chrf_signature": "nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no|version:2.6.0"}
+    (folder / "test2016-beam5.json").write_text(json.dumps(scores))
+    (folder / "test2016-beam1.json").write_text(json.dumps({**scores, "bleu": bleu - 1.0}))
+    (folder / "eval_results.json").write_text(json.dumps(
+        {"train": {"global_step": 10, "epoch": 0.5, "train_runtime": 600.0}}))
+    save_file({"w": torch.zeros(10, 10)}, str(folder / "model.safetensors"))
+    history = [{"step": 10, "loss": 3.0, "grad_norm": 1.5}, {"step": 10, "eval_bleu": 12.34}]
+    (folder / "checkpoints" / "checkpoint-10" / "trainer_state.json").write_text(json.dumps({"log_history": history}))
+    (folder / "README.md").write_text("---\nmodel-index: []\n---\n# a card\n")
+
+
+def test_a_single_rerun_rewrites_its_rows_only(tmp_path, monkeypatch):
+    docs, readme, cards = tmp_path / "results.md", tmp_path / "README.md", tmp_path / "cards"
+    shutil.copy(REPO_ROOT / "docs" / "results.md", docs)
+    shutil.copy(REPO_ROOT / "README.md", readme)
+    fake_run(tmp_path / "runs" / "multi30k-lstm-luong-general", bleu=50.25)
+    before = docs.read_text()
+    monkeypatch.setattr(sys, "argv", ["multi30k_results.py", "--runs", str(tmp_path / "runs"), "--output", str(docs),
+                                      "--cards", str(cards), "--readme", str(readme)])
+    results.main()
+    after = docs.read_text()
+    changed = {line for line in after.splitlines()} - {line for line in before.splitlines()}
+    assert changed and all("lstm-luong-general" in line or "Luong" in line for line in changed), changed
+    assert "**50.25** | 49.25 |" in after  # beam 5 and greedy BLEU of the new run
+    assert "| 10 (0.5) | 10.0 min (1) | 50.0 |" in after  # steps (epochs), wall time (cores), sentences/s
+    assert "10: 12.3" in after  # its validation curve
+    for recipe in ("transformer-small", "lstm-bahdanau", "lstm-noattn"):  # kept, not dropped
+        old_rows = [line for line in before.splitlines() if f"`{recipe}`" in line]
+        assert old_rows and all(line in after.splitlines() for line in old_rows), recipe
+    assert "**50.25** (49.25)" in readme.read_text()
+    assert (cards / "lstm-luong-general.md").read_text() == "---\nmodel-index: []\n---\n# a card\n"
+    assert sorted(path.name for path in cards.iterdir()) == ["lstm-luong-general.md"]
