@@ -3,8 +3,8 @@
 #   usage: scripts/multi30k.sh RECIPE [--section.key value ...]
 #   RECIPE: transformer-small | lstm-bahdanau | lstm-luong-general | lstm-noattn  (configs/multi30k-RECIPE.yaml)
 # The data is read in place from MULTI30K_DIR (default ../shared/data/multi30k); it is never copied.
-# docs/results.md gives each row's OMP_NUM_THREADS: 2 for the Transformer (alone on the 2-core machine), 1 for the
-# LSTM recipes (two at a time). A seeded run repeats exactly at the same thread count.
+# docs/results.md gives each row's OMP_NUM_THREADS (1 for every row: two recipes at a time on the 2-core machine).
+# A seeded run repeats exactly at the same thread count.
 set -euo pipefail
 recipe=$1
 shift
