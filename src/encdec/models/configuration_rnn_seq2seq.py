@@ -64,7 +64,8 @@ class RNNSeq2SeqConfig(PretrainedConfig):
 
     model_type = "rnn_seq2seq"
     keys_to_ignore_at_inference = ["past_key_values"]
-    attribute_map = {"num_hidden_layers": "decoder_layers"}
+    # transformers' generic names; the alignment is one distribution over the source per step: one "head"
+    attribute_map = {"num_hidden_layers": "decoder_layers", "num_attention_heads": "alignment_heads"}
 
     def __init__(
         self,
@@ -182,6 +183,17 @@ class RNNSeq2SeqConfig(PretrainedConfig):
                 "`bridge`='zero' with `attention`='none' leaves the decoder blind to the source; use `bridge`='last' "
                 "or 'linear_tanh', or add attention."
             )
+
+    @property
+    def alignment_heads(self) -> int:
+        """1: the alignment alpha_t is a single distribution over the source (``num_attention_heads``)."""
+        return 1
+
+    @alignment_heads.setter
+    def alignment_heads(self, value: int) -> None:
+        if value != 1:
+            raise ValueError(f"`num_attention_heads` of an RNN seq2seq model is 1 (one alignment per step), got "
+                             f"{value!r}.")
 
     @property
     def num_directions(self) -> int:

@@ -27,16 +27,28 @@ from typing import NamedTuple
 
 import torch
 from torch import nn
+from torch.func import functional_call
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from transformers import GenerationMixin, PreTrainedModel
 from transformers import initialization as init
+from transformers.cache_utils import Cache, CacheLayerMixin
 from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput, Seq2SeqModelOutput
+from transformers.utils import ModelOutput, logging
 
 from .attention import additive_attention_scores, masked_softmax
 from .configuration_rnn_seq2seq import RNNSeq2SeqConfig
-from .seq2seq_utils import Seq2SeqLMMixin, seed_auto_map
+from .seq2seq_utils import OutputFlags, Seq2SeqLMMixin, as_return_type, seed_auto_map
+
+logger = logging.get_logger(__name__)
 
 RNN_CLASSES: dict[str, type[nn.RNNBase]] = {"lstm": nn.LSTM, "gru": nn.GRU}
+
+
+def warn_no_self_attention() -> None:
+    logger.warning_once(
+        "RNN seq2seq models have no self-attention: `encoder_attentions` and `decoder_attentions` are None. "
+        "`cross_attentions` holds the alignment (one layer, one head), or None with `attention='none'`."
+    )
 
 
 class DecoderState(NamedTuple):
@@ -45,6 +57,11 @@ class DecoderState(NamedTuple):
     hidden: torch.Tensor  # (Ld, B, H): s_t of every layer
     cell: torch.Tensor | None  # (Ld, B, H): the LSTM memory cell; None for a GRU
     feed: torch.Tensor | None  # (B, 1, H): h̃_{t-1} with Luong input feeding; None otherwise
+
+    def map_batch(self, fn: Callable[[torch.Tensor, int], torch.Tensor]) -> DecoderState:
+        """``fn(tensor, batch_dim)`` applied to every tensor: beam reordering, expansion and selection."""
+        return DecoderState(fn(self.hidden, 1), None if self.cell is None else fn(self.cell, 1),
+                            None if self.feed is None else fn(self.feed, 0))
 
 
 class EncoderMemory(NamedTuple):
@@ -63,6 +80,9 @@ class RNNSeq2SeqEncoderOutput(BaseModelOutput):
 
     Args:
         last_hidden_state: (B, S, De) h_i, zero at padded positions.
+        hidden_states: with ``output_hidden_states``, the embedding output (B, S, E) and each layer's output
+            (B, S, De), both directions concatenated: Le + 1 tensors, the last one ``last_hidden_state``.
+        attentions: always None (no self-attention).
         final_hidden_state: (B, Le x directions, He) the last state of each layer and direction, taken at the true
             length (for the backward direction: its state at the first word). Layer-major, as torch orders it.
         final_cell_state: (B, Le x directions, He) the LSTM memory cells, in the same order; None for a GRU.
@@ -72,6 +92,14 @@ class RNNSeq2SeqEncoderOutput(BaseModelOutput):
     final_cell_state: torch.FloatTensor | None = None
 
 
+class RNNDecoderOutput(NamedTuple):
+    """One decoder call: the vector the softmax reads and, as asked, every layer's states and the alignments."""
+
+    readout: torch.Tensor  # (B, T, O)
+    hidden_states: tuple[torch.Tensor, ...] | None  # the embedding output (B, T, E), then each layer's s_t (B, T, H)
+    alignments: torch.Tensor | None  # (B, 1, T, S): alpha_t, one "head"
+
+
 def split_state(state: torch.Tensor | tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor | None]:
     """torch's LSTM state is ``(h, c)``, a GRU's is ``h``: return ``(h, c or None)``."""
     return state if isinstance(state, tuple) else (state, None)
@@ -79,7 +107,7 @@ def split_state(state: torch.Tensor | tuple[torch.Tensor, torch.Tensor]) -> tupl
 
 def run_rnn(rnn: nn.RNNBase, inputs: torch.Tensor, hidden: torch.Tensor, cell: torch.Tensor | None
             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """One fused call of a stacked RNN over all of ``inputs``.
+    """One fused call of a stacked RNN over all of ``inputs``: the fast path.
 
     :param inputs: (B, T, In); :param hidden, cell: (L, B, H)
     :return: top-layer states (B, T, H), then the last hidden and cell states (L, B, H)
@@ -88,61 +116,314 @@ def run_rnn(rnn: nn.RNNBase, inputs: torch.Tensor, hidden: torch.Tensor, cell: t
     return outputs, *split_state(state)
 
 
-class RNNSeq2SeqCache:
-    """The decoder's state between two ``generate`` steps, passed around as ``past_key_values``.
+def rnn_layer(rnn: nn.RNNBase, layer: int, inputs: torch.Tensor | nn.utils.rnn.PackedSequence,
+              state: torch.Tensor | tuple[torch.Tensor, torch.Tensor] | None = None) -> tuple:
+    """Layer ``layer`` of a stacked torch RNN run on its own, with that layer's own weights (a weightless one-layer
+    twin filled by ``functional_call``). The fused stacked call runs exactly this per layer, so the results are
+    bitwise equal; only the dropout between layers is drawn separately (see the callers).
 
-    It holds s_t (and c_t) of every layer, Luong's h̃_t for input feeding, and the encoder keys as the attention
-    score projects them (e.g. W_h h_i), computed once per source. Every tensor is batch-first, so beam search's
-    reordering and expansion act on dim 0. One decoder step reads it and writes it back; the cost of a step does
-    not depend on how many tokens came before.
+    :return: what the one-layer RNN returns: the outputs and its final state
+    """
+    directions = 2 if rnn.bidirectional else 1
+    input_size = rnn.input_size if layer == 0 else directions * rnn.hidden_size
+    twin = type(rnn)(input_size, rnn.hidden_size, 1, bias=rnn.bias, batch_first=rnn.batch_first,
+                     bidirectional=rnn.bidirectional, device="meta")  # built per call: no shared mutable module
+    weights = {name: getattr(rnn, name.replace("_l0", f"_l{layer}")) for name, _ in twin.named_parameters()}
+    return functional_call(twin, weights, (inputs,) if state is None else (inputs, state))
+
+
+class StepStack:
+    """One optional output (a layer's states, or the alignments) gathered over the steps of one decoder call.
+
+    A fused call records the whole tensor at once and it is returned as it is: the tensor the next computation read.
+    A token-by-token call records one step at a time. Concatenating those pieces afterwards would give a tensor the
+    loss does not depend on, so where gradients are on each piece is *tapped* before anything reads it:
+    x_t + (P_t - P_t.detach()) equals x_t, and the backward pass copies x_t's gradient into slice t of one tensor P,
+    which is returned holding the steps' values. Either way, a loss built from the logits back-propagates into the
+    returned tensor (``retain_grad()`` on it gets the gradient of what the next computation read).
+    """
+
+    def __init__(self, num_steps: int, dim: int) -> None:
+        self.num_steps, self.dim = num_steps, dim  # dim: the time axis
+        self.pieces: list[torch.Tensor] = []
+        self.recorded = 0
+        self.tap: torch.Tensor | None = None
+
+    def __call__(self, piece: torch.Tensor) -> torch.Tensor:
+        """Record ``piece`` (steps ``recorded`` .. along ``dim``) and return what the next computation must read."""
+        start, width = self.recorded, piece.size(self.dim)
+        self.recorded += width
+        self.pieces.append(piece)
+        if width == self.num_steps or not piece.requires_grad:
+            return piece
+        if self.tap is None:
+            shape = list(piece.shape)
+            shape[self.dim] = self.num_steps
+            self.tap = piece.new_zeros(shape, requires_grad=True)
+        tap = self.tap.narrow(self.dim, start, width)
+        return piece + (tap - tap.detach())
+
+    def result(self) -> torch.Tensor:
+        """The recorded steps as one tensor, ``num_steps`` long along ``dim``."""
+        if self.tap is None:
+            return self.pieces[0] if len(self.pieces) == 1 else torch.cat(self.pieces, dim=self.dim)
+        with torch.no_grad():
+            self.tap.copy_(torch.cat(self.pieces, dim=self.dim))
+        return self.tap
+
+
+class DecoderRecord:
+    """The decoder's optional outputs over one call, as asked: every layer's states (which makes the step run its
+    RNN layer by layer) and the alignments."""
+
+    def __init__(self, num_steps: int, num_layers: int, hidden_states: bool, alignments: bool) -> None:
+        self.layers = [StepStack(num_steps, dim=1) for _ in range(num_layers)] if hidden_states else None
+        self.alignments = StepStack(num_steps, dim=2) if alignments else None
+
+    def align(self, weights: torch.Tensor) -> torch.Tensor:
+        """:param weights: (B, T, S) alpha_t :return: the same, as the context must read them (recorded as
+        (B, 1, T, S), the shape transformers gives cross-attentions)"""
+        if self.alignments is None:
+            return weights
+        return self.alignments(weights[:, None])[:, 0]
+
+
+def run_rnn_layers(rnn: nn.RNNBase, inputs: torch.Tensor, hidden: torch.Tensor, cell: torch.Tensor | None,
+                   record: list[StepStack]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """The stacked (unidirectional) RNN of ``run_rnn``, layer by layer, recording every layer's states s_t.
+
+    Between layers, dropout as the fused call applies it in training (Zaremba et al. 2014).
+    :param inputs: (B, T, In); :param hidden, cell: (L, B, H); :param record: one ``StepStack`` per layer
+    :return: as ``run_rnn``
+    """
+    layer_input, hiddens, cells = inputs, [], []
+    for layer, stack in enumerate(record):
+        state = hidden[layer : layer + 1] if cell is None else (hidden[layer : layer + 1], cell[layer : layer + 1])
+        outputs, final = rnn_layer(rnn, layer, layer_input, state)  # (B, T, H), (1, B, H)
+        outputs = stack(outputs)
+        final_hidden, final_cell = split_state(final)
+        hiddens.append(final_hidden)
+        cells.append(final_cell)
+        layer_input = nn.functional.dropout(outputs, p=rnn.dropout, training=rnn.training)
+    return outputs, torch.cat(hiddens), (torch.cat(cells) if cell is not None else None)  # (L, B, H)
+
+
+class RNNStateLayer(CacheLayerMixin):
+    """The decoder's recurrent state as a transformers cache layer: s_t (and the LSTM's c_t) of every decoder layer,
+    and Luong's h̃_t with input feeding.
+
+    A decoder call reads the latest state and writes the state after its tokens; a step's cost does not depend on
+    how many tokens came before. For ``crop`` it keeps a checkpoint after every call (in ``generate``, after every
+    token) and the embedded tokens each call read, so it can go back to any earlier length: to a checkpoint, or into
+    a call of several tokens (assisted decoding verifies its candidates in one call) by replaying that call's first
+    tokens at the start of the next call. Beam search's reordering keeps only the current state: the earlier ones
+    belong to other hypotheses, so the cache cannot be cropped below that length afterwards.
     """
 
     is_compileable = False
-    is_croppable = False
-    _fields = ("hidden", "cell", "feed", "keys")
+    is_croppable = True
+    supports_early_init = False
 
     def __init__(self) -> None:
-        self.hidden: torch.Tensor | None = None  # (B, Ld, H)
-        self.cell: torch.Tensor | None = None  # (B, Ld, H)
-        self.feed: torch.Tensor | None = None  # (B, 1, H)
-        self.keys: torch.Tensor | None = None  # (B, S, A)
-        self.seen_tokens = 0
+        super().__init__()
+        self.checkpoints: list[tuple[int, DecoderState]] = []  # (tokens consumed, the state after them)
+        self.inputs: list[torch.Tensor] = []  # inputs[i]: (B, n, E), read between checkpoints i and i + 1
+        self.replay: torch.Tensor | None = None  # (B, r, E): tokens cropped into, run again before the next ones
+        self.floor = 0  # the shortest length ``crop`` can return to (raised by beam reordering)
+
+    def start(self, state: DecoderState) -> None:
+        """A new source: the decoder's initial state, before any target token."""
+        self.checkpoints, self.inputs, self.replay, self.floor = [(0, state)], [], None, 0
+        self.is_initialized = True
+
+    def read(self) -> tuple[DecoderState, torch.Tensor | None]:
+        """:return: the latest state and the embedded tokens to replay from it (None, unless cropped into a call)"""
+        return self.checkpoints[-1][1], self.replay
+
+    def write(self, state: DecoderState, inputs: torch.Tensor) -> None:
+        """:param state: the state after ``inputs`` (B, n, E), which the call read from the latest state on"""
+        self.checkpoints.append((self.checkpoints[-1][0] + inputs.size(1), state))
+        self.inputs.append(inputs)
+        self.replay = None
+
+    def get_seq_length(self) -> int:
+        if not self.checkpoints:
+            return 0
+        return self.checkpoints[-1][0] + (self.replay.size(1) if self.replay is not None else 0)
+
+    def crop(self, max_length: int) -> None:
+        """Go back to an earlier length: ``max_length`` <= 0 removes that many tokens (transformers >= 5.5),
+        ``max_length`` > 0 keeps that many (transformers 5.4)."""
+        length = self.get_seq_length()
+        target = max_length if max_length > 0 else length + max_length
+        if target >= length:
+            return
+        if target < self.floor:
+            raise ValueError(f"Cannot crop the RNN cache to {target} tokens: it goes back to {self.floor} at the "
+                             "earliest (the start, or the length at which beam search last reordered it).")
+        start = self.checkpoints[-1][0]
+        if self.replay is not None and target >= start:  # still inside the call being replayed
+            self.replay = self.replay[:, : target - start] if target > start else None
+            return
+        self.replay, inputs = None, None
+        while self.checkpoints[-1][0] > target:
+            self.checkpoints.pop()
+            inputs = self.inputs.pop()  # what the call ending at the dropped checkpoint read
+        start = self.checkpoints[-1][0]
+        if start < target:
+            self.replay = inputs[:, : target - start]
+
+    def map_batch(self, fn: Callable[[torch.Tensor, int], torch.Tensor]) -> None:
+        """``fn(tensor, batch_dim)`` on every state and input kept."""
+        self.checkpoints = [(length, state.map_batch(fn)) for length, state in self.checkpoints]
+        self.inputs = [fn(inputs, 0) for inputs in self.inputs]
+        self.replay = fn(self.replay, 0) if self.replay is not None else None
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        """Beam search: the state of each surviving beam; the history is dropped (see the class docstring)."""
+        length, state = self.checkpoints[-1]
+        self.checkpoints, self.inputs, self.floor = [(length, state)], [], length
+        self.map_batch(lambda tensor, dim: tensor.index_select(dim, beam_idx.to(tensor.device)))
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        self.map_batch(lambda tensor, dim: tensor.repeat_interleave(repeats, dim=dim))
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        self.map_batch(lambda tensor, dim: tensor.index_select(dim, indices.to(tensor.device)))
+
+    def offload(self) -> None:
+        self.map_batch(lambda tensor, dim: tensor.to("cpu", non_blocking=True))
+
+    def prefetch(self) -> None:
+        if self.checkpoints:
+            device = self.checkpoints[0][1].hidden.device
+            self.map_batch(lambda tensor, dim: tensor.to(device, non_blocking=True))
+
+    def reset(self) -> None:
+        self.checkpoints, self.inputs, self.replay, self.floor = [], [], None, 0
+        self.is_initialized = False
+
+    def get_max_length(self) -> int:
+        return -1  # no limit
+
+    get_max_cache_shape = get_max_length  # the same, under its transformers 5.4 name
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        return self.get_seq_length() + query_length, 0
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        raise NotImplementedError("RNNStateLayer holds a recurrent state, set with `start` and `write`.")
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        raise NotImplementedError("RNNStateLayer holds a recurrent state, not key/value states: use `write`.")
+
+
+class AttentionKeysLayer(CacheLayerMixin):
+    """The encoder states as the attention score projects them (``keys``: W_h h_i for Bahdanau and concat, W_a h_i
+    for Luong's general, h_i itself for dot), computed at the first decoder step of a source. They depend on the
+    source alone, so cropping keeps them."""
+
+    is_compileable = False
+    is_croppable = True
+    supports_early_init = False
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor | None = None) -> None:
+        self.dtype, self.device = key_states.dtype, key_states.device
+        self.is_initialized = True
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor | None = None, *args, **kwargs
+               ) -> tuple[torch.Tensor, None]:
+        """:param key_states: (B, S, A) :return: the keys, and None (attention reads the values h_i from the
+        encoder output)"""
+        if not self.is_initialized:
+            self.lazy_initialization(key_states)
+        self.keys = key_states
+        return self.keys, None
+
+    def get_seq_length(self) -> int:
+        return self.keys.size(1) if self.keys is not None else 0  # source positions
+
+    def crop(self, max_length: int) -> None:
+        pass
+
+    def apply(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> None:
+        if self.keys is not None:
+            self.keys = fn(self.keys)
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        self.apply(lambda keys: keys.index_select(0, beam_idx.to(keys.device)))
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        self.apply(lambda keys: keys.repeat_interleave(repeats, dim=0))
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        self.apply(lambda keys: keys.index_select(0, indices.to(keys.device)))
+
+    def offload(self) -> None:
+        self.apply(lambda keys: keys.to("cpu", non_blocking=True))
+
+    def prefetch(self) -> None:
+        if self.is_initialized:
+            self.apply(lambda keys: keys.to(self.device, non_blocking=True))
+
+    def reset(self) -> None:
+        self.keys, self.is_initialized = None, False
+
+    def get_max_length(self) -> int:
+        return -1
+
+    get_max_cache_shape = get_max_length
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        return self.get_seq_length(), 0
+
+
+class RNNSeq2SeqCache(Cache):
+    """The decoder's state between two ``generate`` steps, passed around as ``past_key_values``: a
+    ``transformers.Cache`` of two layers, the recurrent state (``RNNStateLayer``) and the attention keys
+    (``AttentionKeysLayer``). ``get_seq_length`` counts the target tokens consumed; ``crop``, ``reorder_cache`` and
+    the batch operations act on both. ``hidden`` (Ld, B, H), ``cell`` and ``feed`` (B, 1, H) show the current state.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(layers=[RNNStateLayer(), AttentionKeysLayer()])
+
+    @property
+    def state(self) -> RNNStateLayer:
+        return self.layers[0]
+
+    @property
+    def keys(self) -> torch.Tensor | None:
+        """(B, S, A) the projected encoder states, or None before the first step (and without attention)."""
+        return self.layers[1].keys
 
     @property
     def is_empty(self) -> bool:
-        return self.hidden is None
+        return not self.state.checkpoints
 
-    def get_seq_length(self, layer_idx: int = 0) -> int:
-        """Number of target tokens the state has consumed."""
-        return self.seen_tokens
+    @property
+    def hidden(self) -> torch.Tensor | None:
+        return None if self.is_empty else self.state.read()[0].hidden
 
-    def read(self) -> tuple[DecoderState, torch.Tensor | None]:
-        """:return: the state, layer-first (Ld, B, H), and the keys (B, S, A)"""
-        cell = self.cell.transpose(0, 1).contiguous() if self.cell is not None else None
-        return DecoderState(self.hidden.transpose(0, 1).contiguous(), cell, self.feed), self.keys
+    @property
+    def cell(self) -> torch.Tensor | None:
+        return None if self.is_empty else self.state.read()[0].cell
 
-    def write(self, state: DecoderState, keys: torch.Tensor | None, num_tokens: int) -> None:
-        self.hidden = state.hidden.transpose(0, 1)  # (B, Ld, H)
-        self.cell = state.cell.transpose(0, 1) if state.cell is not None else None  # (B, Ld, H)
-        self.feed = state.feed
-        self.keys = keys
-        self.seen_tokens += num_tokens
+    @property
+    def feed(self) -> torch.Tensor | None:
+        return None if self.is_empty else self.state.read()[0].feed
 
-    def _apply(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> None:
-        for name in self._fields:
-            tensor = getattr(self, name)
-            if tensor is not None:
-                setattr(self, name, fn(tensor))
+    def write(self, state: DecoderState, inputs: torch.Tensor, keys: torch.Tensor | None) -> None:
+        """After a decoder call: the state after ``inputs`` (B, n, E), and the keys its attention projected."""
+        self.state.write(state, inputs)
+        if keys is not None and self.keys is None:
+            self.layers[1].update(keys)
 
-    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
-        """Beam search: keep the states of the beams that survive, in place."""
-        self._apply(lambda t: t.index_select(0, beam_idx.to(t.device)))
-
-    def batch_repeat_interleave(self, repeats: int) -> None:
-        self._apply(lambda t: t.repeat_interleave(repeats, dim=0))
-
-    def batch_select_indices(self, indices: torch.Tensor) -> None:
-        self._apply(lambda t: t[indices])
+    def reorder_beams(self, beam_idx: torch.LongTensor) -> None:
+        """Beam search's reordering: the recurrent state only. ``beam_idx`` moves beams within their own sentence, and
+        the keys of all beams of a sentence are the same (they depend on the source alone), so they stay as they are
+        instead of being copied at every step."""
+        self.state.reorder_cache(beam_idx)
 
 
 class RNNSeq2SeqAttention(nn.Module):
@@ -165,14 +446,17 @@ class RNNSeq2SeqAttention(nn.Module):
         """:param query: (B, T, H) :param keys: (B, S, A) :return: (B, T, S) energies"""
         raise NotImplementedError
 
-    def forward(self, query: torch.Tensor, memory: EncoderMemory
-                ) -> tuple[torch.Tensor, torch.Tensor, EncoderMemory]:
-        """:param query: (B, T, H) :return: the context c_t (B, T, De), the weights alpha_t (B, T, S), and the
-        memory with its keys (projected here at the first step of a source)"""
+    def forward(self, query: torch.Tensor, memory: EncoderMemory, record: DecoderRecord | None = None
+                ) -> tuple[torch.Tensor, EncoderMemory]:
+        """:param query: (B, T, H) :param record: records the weights alpha_t (B, T, S) when asked
+        :return: the context c_t (B, T, De) and the memory with its keys (projected here at the first step of a
+        source)"""
         if memory.keys is None:
             memory = memory._replace(keys=self.project_keys(memory.values))  # (B, S, A), once per source
         weights = masked_softmax(self.score(query, memory.keys), memory.mask)  # (B, T, S)
-        return torch.bmm(weights, memory.values), weights, memory  # (B, T, De)
+        if record is not None:
+            weights = record.align(weights)
+        return torch.bmm(weights, memory.values), memory  # (B, T, De)
 
 
 class AdditiveAttention(RNNSeq2SeqAttention):
@@ -284,9 +568,9 @@ class DecoderStep(nn.Module):
     the softmax reads s_t.
 
     A decoder step maps the embedded previous tokens (B, T, E) and the state to the readout (B, T, O), the new state,
-    the alignment weights (B, T, S) or None, and the memory (whose keys its attention projects at the first step).
-    It takes T > 1 only where ``fused`` is True, that is where one call over the whole target gives the same result
-    as T calls of one token.
+    and the memory (whose keys its attention projects at the first step); a ``DecoderRecord`` collects what the
+    caller asked for besides. It takes T > 1 only where ``fused`` is True, that is where one call over the whole
+    target gives the same result as T calls of one token.
     """
 
     fused = True
@@ -299,11 +583,20 @@ class DecoderStep(nn.Module):
             dropout=config.dropout if num_layers > 1 else 0.0,
         )
 
-    def forward(self, inputs: torch.Tensor, state: DecoderState, memory: EncoderMemory
-                ) -> tuple[torch.Tensor, DecoderState, torch.Tensor | None, EncoderMemory]:
-        """:param inputs: (B, T, E) :return: s_t (B, T, H), the state, None, the memory as given"""
-        outputs, hidden, cell = run_rnn(self.rnn, inputs, state.hidden, state.cell)  # (B, T, H)
-        return outputs, DecoderState(hidden, cell, None), None, memory
+    def recur(self, inputs: torch.Tensor, state: DecoderState, record: DecoderRecord | None
+              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """s_t = RNN(x_t, s_{t-1}) in every layer: one fused call of the stacked RNN, or layer by layer where the
+        record asks for every layer's states. :param inputs: (B, T, In) :return: s_t of the top layer (B, T, H) and
+        the new hidden and cell states (Ld, B, H)"""
+        if record is None or record.layers is None:
+            return run_rnn(self.rnn, inputs, state.hidden, state.cell)
+        return run_rnn_layers(self.rnn, inputs, state.hidden, state.cell, record.layers)
+
+    def forward(self, inputs: torch.Tensor, state: DecoderState, memory: EncoderMemory,
+                record: DecoderRecord | None = None) -> tuple[torch.Tensor, DecoderState, EncoderMemory]:
+        """:param inputs: (B, T, E) :return: s_t (B, T, H), the state, the memory as given"""
+        outputs, hidden, cell = self.recur(inputs, state, record)  # (B, T, H)
+        return outputs, DecoderState(hidden, cell, None), memory
 
 
 class ContextFeedingDecoderStep(DecoderStep):
@@ -317,12 +610,12 @@ class ContextFeedingDecoderStep(DecoderStep):
     with t, so the whole target runs in one call (``fused``).
     """
 
-    def forward(self, inputs: torch.Tensor, state: DecoderState, memory: EncoderMemory
-                ) -> tuple[torch.Tensor, DecoderState, None, EncoderMemory]:
-        """:param inputs: (B, T, E) :return: [s_t; c] (B, T, H + De), the state, None, the memory as given"""
+    def forward(self, inputs: torch.Tensor, state: DecoderState, memory: EncoderMemory,
+                record: DecoderRecord | None = None) -> tuple[torch.Tensor, DecoderState, EncoderMemory]:
+        """:param inputs: (B, T, E) :return: [s_t; c] (B, T, H + De), the state, the memory as given"""
         context = memory.summary.expand(-1, inputs.size(1), -1)  # (B, T, De)
-        outputs, hidden, cell = run_rnn(self.rnn, torch.cat([inputs, context], dim=-1), state.hidden, state.cell)
-        return torch.cat([outputs, context], dim=-1), DecoderState(hidden, cell, None), None, memory
+        outputs, hidden, cell = self.recur(torch.cat([inputs, context], dim=-1), state, record)  # (B, T, H)
+        return torch.cat([outputs, context], dim=-1), DecoderState(hidden, cell, None), memory
 
 
 class BahdanauDecoderStep(DecoderStep):
@@ -340,15 +633,14 @@ class BahdanauDecoderStep(DecoderStep):
         super().__init__(config)
         self.attention = AdditiveAttention(config)
 
-    def forward(self, inputs: torch.Tensor, state: DecoderState, memory: EncoderMemory
-                ) -> tuple[torch.Tensor, DecoderState, torch.Tensor, EncoderMemory]:
-        """:param inputs: (B, 1, E) :return: [s_t; c_t] (B, 1, H + De), the state, alpha_t (B, 1, S), the memory"""
+    def forward(self, inputs: torch.Tensor, state: DecoderState, memory: EncoderMemory,
+                record: DecoderRecord | None = None) -> tuple[torch.Tensor, DecoderState, EncoderMemory]:
+        """:param inputs: (B, 1, E) :return: [s_t; c_t] (B, 1, H + De), the state, the memory"""
         previous = state.hidden[-1:].transpose(0, 1)  # (B, 1, H): s_{t-1} of the top layer
-        context, weights, memory = self.attention(previous, memory)  # (B, 1, De), (B, 1, S); W_h h_i kept
+        context, memory = self.attention(previous, memory, record)  # (B, 1, De); W_h h_i kept in the memory
         rnn_inputs = torch.cat([inputs, context], dim=-1)  # (B, 1, E + De)
-        outputs, hidden, cell = run_rnn(self.rnn, rnn_inputs, state.hidden, state.cell)  # (B, 1, H)
-        readout = torch.cat([outputs, context], dim=-1)  # (B, 1, H + De)
-        return readout, DecoderState(hidden, cell, None), weights, memory
+        outputs, hidden, cell = self.recur(rnn_inputs, state, record)  # (B, 1, H)
+        return torch.cat([outputs, context], dim=-1), DecoderState(hidden, cell, None), memory  # (B, 1, H + De)
 
 
 class LuongDecoderStep(DecoderStep):
@@ -366,16 +658,15 @@ class LuongDecoderStep(DecoderStep):
         self.input_feeding = config.input_feeding
         self.fused = not config.input_feeding
 
-    def forward(self, inputs: torch.Tensor, state: DecoderState, memory: EncoderMemory
-                ) -> tuple[torch.Tensor, DecoderState, torch.Tensor, EncoderMemory]:
-        """:param inputs: (B, T, E) (T = 1 with input feeding)
-        :return: h̃_t (B, T, H), the state, alpha_t (B, T, S), the memory"""
+    def forward(self, inputs: torch.Tensor, state: DecoderState, memory: EncoderMemory,
+                record: DecoderRecord | None = None) -> tuple[torch.Tensor, DecoderState, EncoderMemory]:
+        """:param inputs: (B, T, E) (T = 1 with input feeding) :return: h̃_t (B, T, H), the state, the memory"""
         rnn_inputs = torch.cat([inputs, state.feed], dim=-1) if self.input_feeding else inputs  # (B, T, E [+ H])
-        outputs, hidden, cell = run_rnn(self.rnn, rnn_inputs, state.hidden, state.cell)  # (B, T, H)
-        context, weights, memory = self.attention(outputs, memory)  # (B, T, De), (B, T, S)
+        outputs, hidden, cell = self.recur(rnn_inputs, state, record)  # (B, T, H)
+        context, memory = self.attention(outputs, memory, record)  # (B, T, De)
         attentional = torch.tanh(self.W_c(torch.cat([context, outputs], dim=-1)))  # (B, T, H): h̃_t
         feed = attentional if self.input_feeding else None  # (B, 1, H)
-        return attentional, DecoderState(hidden, cell, feed), weights, memory
+        return attentional, DecoderState(hidden, cell, feed), memory
 
 
 def build_decoder_step(config: RNNSeq2SeqConfig) -> DecoderStep:
@@ -411,6 +702,7 @@ class RNNSeq2SeqEncoder(nn.Module):
 
     def __init__(self, config: RNNSeq2SeqConfig) -> None:
         super().__init__()
+        self.config = config
         self.embed_tokens = nn.Embedding(config.vocab_size, config.embedding_dim, config.pad_token_id)
         self.dropout = config.dropout
         self.rnn = RNN_CLASSES[config.cell_type](
@@ -426,25 +718,53 @@ class RNNSeq2SeqEncoder(nn.Module):
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
-    ) -> RNNSeq2SeqEncoderOutput:
-        """:param input_ids: (B, S); :param attention_mask: (B, S), 1 = token, 0 = padding (right-padded)
-        :return: ``last_hidden_state`` (B, S, De) and the final states (B, Le x directions, He)"""
+    ) -> RNNSeq2SeqEncoderOutput | tuple:
+        """:param input_ids: (B, S); :param attention_mask: (B, S), 1 = token, 0 = padding (right-padded); the output
+        flags left at None take the config's values (an RNN has no self-attention: ``attentions`` stays None).
+        :return: ``last_hidden_state`` (B, S, De), the final states (B, Le x directions, He), and with
+        ``output_hidden_states`` the embedding output and every layer's output"""
+        flags = OutputFlags.resolve(self.config, output_attentions, output_hidden_states, return_dict=return_dict)
+        if flags.attentions:
+            warn_no_self_attention()
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("Pass exactly one of `input_ids` / `inputs_embeds`.")
         if inputs_embeds is None:
             inputs_embeds = self.embed_tokens(input_ids)  # (B, S, E)
-        batch_size, length = inputs_embeds.shape[:2]
         embeds = nn.functional.dropout(inputs_embeds, p=self.dropout, training=self.training)
-        lengths = source_lengths(attention_mask, batch_size, length)
-        packed = pack_padded_sequence(embeds, lengths, batch_first=True, enforce_sorted=False)
-        packed_outputs, state = self.rnn(packed)  # the final states come back in the original batch order
-        outputs, _ = pad_packed_sequence(packed_outputs, batch_first=True, total_length=length)  # (B, S, De)
-        hidden, cell = split_state(state)  # (Le x directions, B, He) each
-        return RNNSeq2SeqEncoderOutput(
-            last_hidden_state=outputs,
+        lengths = source_lengths(attention_mask, *embeds.shape[:2])
+        if flags.hidden_states:
+            outputs, hidden, cell, layer_outputs = self.run_layers(embeds, lengths)
+        else:
+            packed = pack_padded_sequence(embeds, lengths, batch_first=True, enforce_sorted=False)
+            packed_outputs, state = self.rnn(packed)  # the final states come back in the original batch order
+            outputs, _ = pad_packed_sequence(packed_outputs, batch_first=True, total_length=embeds.size(1))
+            hidden, cell = split_state(state)  # (Le x directions, B, He) each
+        output = RNNSeq2SeqEncoderOutput(
+            last_hidden_state=outputs,  # (B, S, De)
+            hidden_states=(embeds, *layer_outputs) if flags.hidden_states else None,
             final_hidden_state=hidden.transpose(0, 1).contiguous(),  # (B, Le x directions, He)
             final_cell_state=cell.transpose(0, 1).contiguous() if cell is not None else None,
         )
+        return as_return_type(output, flags.return_dict)
+
+    def run_layers(self, embeds: torch.Tensor, lengths: torch.Tensor
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, list[torch.Tensor]]:
+        """The stacked RNN one layer at a time (bitwise the fused call in eval mode), keeping each layer's output.
+
+        Each layer reads the previous layer's padded output, packed again, so that output is the tensor the next
+        layer reads. :param embeds: (B, S, E) :return: h_i (B, S, De), the final states (Le x directions, B, He),
+        and every layer's output (B, S, De)"""
+        layer_input, layer_outputs, finals = embeds, [], []
+        for layer in range(self.rnn.num_layers):
+            packed = pack_padded_sequence(layer_input, lengths, batch_first=True, enforce_sorted=False)
+            packed_outputs, state = rnn_layer(self.rnn, layer, packed)
+            outputs, _ = pad_packed_sequence(packed_outputs, batch_first=True, total_length=embeds.size(1))
+            layer_outputs.append(outputs)  # (B, S, De)
+            finals.append(split_state(state))  # (directions, B, He) each
+            layer_input = nn.functional.dropout(outputs, p=self.rnn.dropout, training=self.training)
+        hidden = torch.cat([h for h, _ in finals])  # (Le x directions, B, He), layer-major as torch orders it
+        cell = torch.cat([c for _, c in finals]) if finals[0][1] is not None else None
+        return layer_outputs[-1], hidden, cell, layer_outputs
 
 
 class RNNSeq2SeqDecoder(nn.Module):
@@ -454,6 +774,8 @@ class RNNSeq2SeqDecoder(nn.Module):
         super().__init__()
         self.embed_tokens = nn.Embedding(config.vocab_size, config.embedding_dim, config.pad_token_id)
         self.dropout = config.dropout
+        self.num_layers = config.decoder_layers
+        self.has_attention = config.attention != "none"
         self.input_feeding = config.input_feeding
         self.context_feeding = config.context_feeding
         self.num_directions = config.num_directions
@@ -476,20 +798,19 @@ class RNNSeq2SeqDecoder(nn.Module):
         feed = final_hidden.new_zeros(final_hidden.size(0), 1, self.hidden_size) if self.input_feeding else None
         return DecoderState(hidden, cell, feed)  # h̃_0 = 0
 
-    def unroll(self, inputs: torch.Tensor, state: DecoderState, memory: EncoderMemory
-               ) -> tuple[torch.Tensor, DecoderState, torch.Tensor | None, EncoderMemory]:
+    def unroll(self, inputs: torch.Tensor, state: DecoderState, memory: EncoderMemory, record: DecoderRecord | None
+               ) -> tuple[torch.Tensor, DecoderState, EncoderMemory]:
         """Run the step over ``inputs`` (B, T, E): in one call where it is ``fused``, else token by token.
 
-        :return: the readouts (B, T, O), the final state, the alignment weights (B, T, S) or None, the memory
+        :return: the readouts (B, T, O), the final state, the memory
         """
         if self.step.fused:
-            return self.step(inputs, state, memory)
-        readouts, alignments = [], []
+            return self.step(inputs, state, memory, record)
+        readouts = []
         for t in range(inputs.size(1)):
-            readout, state, weights, memory = self.step(inputs[:, t : t + 1], state, memory)  # (B, 1, O), (B, 1, S)
+            readout, state, memory = self.step(inputs[:, t : t + 1], state, memory, record)  # (B, 1, O)
             readouts.append(readout)
-            alignments.append(weights)
-        return torch.cat(readouts, dim=1), state, torch.cat(alignments, dim=1), memory  # (B, T, O), (B, T, S)
+        return (readouts[0] if len(readouts) == 1 else torch.cat(readouts, dim=1)), state, memory  # (B, T, O)
 
     def forward(
         self,
@@ -498,43 +819,76 @@ class RNNSeq2SeqDecoder(nn.Module):
         encoder_attention_mask: torch.Tensor | None = None,
         past_key_values: RNNSeq2SeqCache | None = None,
         inputs_embeds: torch.Tensor | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        output_attentions: bool = False,
+        output_hidden_states: bool = False,
+    ) -> RNNDecoderOutput:
         """:param input_ids: (B, T) previous tokens y_{t-1} (only the new ones when the cache holds a state)
         :param encoder_attention_mask: (B, S) :param past_key_values: read, then updated in place
-        :return: the vector the softmax reads (B, T, O) and the alignment weights (B, T, S) or None"""
+        :return: the vector the softmax reads (B, T, O) and, as asked, the hidden states and the alignments"""
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("Pass exactly one of `decoder_input_ids` / `decoder_inputs_embeds` (or `labels`).")
         if inputs_embeds is None:
             inputs_embeds = self.embed_tokens(input_ids)  # (B, T, E)
+        state, replay = self.resume(encoder_outputs, past_key_values)
+        replayed = replay.size(1) if replay is not None else 0
+        if replayed:  # the cache was cropped into a call: run those tokens again first
+            inputs_embeds = torch.cat([replay, inputs_embeds], dim=1)  # (B, r + T, E)
         embeds = nn.functional.dropout(inputs_embeds, p=self.dropout, training=self.training)
-        values = encoder_outputs.last_hidden_state  # (B, S, De)
-        if past_key_values is None or past_key_values.is_empty:
-            state, keys = self.initial_state(encoder_outputs), None  # the step's attention projects the keys
-        else:
-            state, keys = past_key_values.read()
-        mask = encoder_attention_mask.bool() if encoder_attention_mask is not None else None
-        summary = None
-        if self.context_feeding:  # c: the top layer's final state, directions concatenated (B, 1, De)
-            summary = encoder_outputs.final_hidden_state[:, -self.num_directions :].flatten(1).unsqueeze(1)
-        memory = EncoderMemory(values, keys, mask, summary)
-        readout, state, alignments, memory = self.unroll(embeds, state, memory)
+        memory = self.memory(encoder_outputs, encoder_attention_mask, past_key_values)
+        record = None
+        if output_hidden_states or output_attentions:
+            record = DecoderRecord(embeds.size(1), self.num_layers, output_hidden_states,
+                                   output_attentions and self.has_attention)
+        readout, state, memory = self.unroll(embeds, state, memory, record)
         if past_key_values is not None:
-            past_key_values.write(state, memory.keys, embeds.size(1))
+            past_key_values.write(state, inputs_embeds, memory.keys)
         readout = nn.functional.dropout(readout, p=self.dropout, training=self.training)
         if self.output_projection is not None:
             readout = self.output_projection(readout)  # (B, T, E)
-        return readout, alignments
+        hidden_states = (embeds, *(stack.result() for stack in record.layers)) if output_hidden_states else None
+        alignments = record.alignments.result() if record is not None and record.alignments is not None else None
+        if replayed:  # return the new tokens' outputs only
+            readout = readout[:, replayed:]
+            hidden_states = tuple(h[:, replayed:] for h in hidden_states) if hidden_states else None
+            alignments = alignments[:, :, replayed:] if alignments is not None else None
+        return RNNDecoderOutput(readout, hidden_states, alignments)
+
+    def resume(self, encoder_outputs: RNNSeq2SeqEncoderOutput, past_key_values: RNNSeq2SeqCache | None
+               ) -> tuple[DecoderState, torch.Tensor | None]:
+        """The state to go on from, and the embedded tokens (B, r, E) to run again first (after a crop into a call;
+        else None): the cache's, or for a new source the bridge's initial state, which the cache records."""
+        if past_key_values is not None and not past_key_values.is_empty:
+            return past_key_values.state.read()
+        state = self.initial_state(encoder_outputs)
+        if past_key_values is not None:
+            past_key_values.state.start(state)
+        return state, None
+
+    def memory(self, encoder_outputs: RNNSeq2SeqEncoderOutput, encoder_attention_mask: torch.Tensor | None,
+               past_key_values: RNNSeq2SeqCache | None) -> EncoderMemory:
+        """What the step reads from the source: h_i, the keys kept in the cache, the padding mask and Cho et al.'s
+        summary c (the top layer's final state, directions concatenated: (B, 1, De))."""
+        summary = None
+        if self.context_feeding:
+            summary = encoder_outputs.final_hidden_state[:, -self.num_directions :].flatten(1).unsqueeze(1)
+        keys = past_key_values.keys if past_key_values is not None else None
+        mask = encoder_attention_mask.bool() if encoder_attention_mask is not None else None
+        return EncoderMemory(encoder_outputs.last_hidden_state, keys, mask, summary)
 
 
 def as_encoder_output(encoder_outputs: RNNSeq2SeqEncoderOutput | tuple) -> RNNSeq2SeqEncoderOutput:
-    """Accept the encoder output as returned, or as its ``to_tuple()``: (h_i, final h[, final c])."""
+    """Accept the encoder output as returned, or as its ``to_tuple()``: (h_i, [hidden states,] final h[, final c])."""
     if isinstance(encoder_outputs, RNNSeq2SeqEncoderOutput):
         return encoder_outputs
-    if isinstance(encoder_outputs, BaseModelOutput) or len(encoder_outputs) not in (2, 3):
+    tensors = [x for x in encoder_outputs if torch.is_tensor(x)] if isinstance(encoder_outputs, tuple) else []
+    hidden_states = [x for x in encoder_outputs if isinstance(x, tuple)] if isinstance(encoder_outputs, tuple) else []
+    if len(tensors) not in (2, 3) or len(hidden_states) > 1 or not torch.is_tensor(encoder_outputs[0]):
         raise ValueError("`encoder_outputs` must come from this model's encoder (it needs the final states), as its "
                          "output or its `to_tuple()`.")
-    return RNNSeq2SeqEncoderOutput(last_hidden_state=encoder_outputs[0], final_hidden_state=encoder_outputs[1],
-                                   final_cell_state=encoder_outputs[2] if len(encoder_outputs) == 3 else None)
+    return RNNSeq2SeqEncoderOutput(
+        last_hidden_state=tensors[0], hidden_states=hidden_states[0] if hidden_states else None,
+        final_hidden_state=tensors[1], final_cell_state=tensors[2] if len(tensors) == 3 else None,
+    )
 
 
 class RNNSeq2SeqPreTrainedModel(PreTrainedModel):
@@ -604,32 +958,40 @@ class RNNSeq2SeqModel(RNNSeq2SeqPreTrainedModel):
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
-    ) -> Seq2SeqModelOutput:
+    ) -> Seq2SeqModelOutput | tuple:
         """:param input_ids: (B, S) source ids; :param attention_mask: (B, S) 1 = token, 0 = pad (right-padded);
         :param decoder_input_ids: (B, T) (only the new tokens when the cache holds a state);
         :param decoder_attention_mask: accepted for API compatibility and unused: the decoder is causal, so
             right-padding of the target cannot change earlier positions.
-        :return: ``Seq2SeqModelOutput`` with ``last_hidden_state`` (B, T, O), the cache, and with
-            ``output_attentions`` the alignments as ``cross_attentions``: one entry (B, 1, T, S)"""
-        use_cache = self.config.use_cache if use_cache is None else use_cache
+        The output flags and ``use_cache`` left at None take the config's values.
+        :return: ``Seq2SeqModelOutput`` (its ``to_tuple()`` when ``return_dict`` is False) with
+            ``last_hidden_state`` (B, T, O) and the cache; with ``output_attentions`` the alignments as
+            ``cross_attentions``, one entry (B, 1, T, S) (None without attention; an RNN has no self-attention, so
+            ``encoder_attentions`` and ``decoder_attentions`` are None); with ``output_hidden_states`` the embedding
+            output and every layer's states, for the encoder (Le + 1) and the decoder (Ld + 1)"""
+        flags = OutputFlags.resolve(self.config, output_attentions, output_hidden_states, use_cache, return_dict)
+        if flags.attentions:
+            warn_no_self_attention()
         if encoder_outputs is None:
-            encoder_outputs = self.encoder(input_ids, attention_mask, inputs_embeds)
+            encoder_outputs = self.encoder(input_ids, attention_mask, inputs_embeds,
+                                           output_hidden_states=flags.hidden_states, return_dict=True)
         encoder_outputs = as_encoder_output(encoder_outputs)
-        if use_cache and past_key_values is None:
+        if flags.use_cache and past_key_values is None:
             past_key_values = RNNSeq2SeqCache()
-        elif not use_cache:
+        elif not flags.use_cache:
             past_key_values = None
-        hidden, alignments = self.decoder(decoder_input_ids, encoder_outputs, attention_mask, past_key_values,
-                                          decoder_inputs_embeds)
-        cross_attentions = (alignments[:, None],) if output_attentions and alignments is not None else None
-        return Seq2SeqModelOutput(
-            last_hidden_state=hidden,
+        decoded = self.decoder(decoder_input_ids, encoder_outputs, attention_mask, past_key_values,
+                               decoder_inputs_embeds, output_attentions=flags.attentions,
+                               output_hidden_states=flags.hidden_states)
+        output = Seq2SeqModelOutput(
+            last_hidden_state=decoded.readout,
             past_key_values=past_key_values,
-            cross_attentions=cross_attentions,  # ((B, 1, T, S),): one "layer", one "head"
+            decoder_hidden_states=decoded.hidden_states,
+            cross_attentions=(decoded.alignments,) if decoded.alignments is not None else None,  # one "layer"
             encoder_last_hidden_state=encoder_outputs.last_hidden_state,
             encoder_hidden_states=encoder_outputs.hidden_states,
-            encoder_attentions=encoder_outputs.attentions,
         )
+        return as_return_type(output, flags.return_dict)
 
 
 class RNNSeq2SeqForConditionalGeneration(Seq2SeqLMMixin, RNNSeq2SeqPreTrainedModel, GenerationMixin):
@@ -653,9 +1015,36 @@ class RNNSeq2SeqForConditionalGeneration(Seq2SeqLMMixin, RNNSeq2SeqPreTrainedMod
 
     @classmethod
     def _supports_default_dynamic_cache(cls) -> bool:
-        """The state is recurrent, not key/value: generate must not inject a ``DynamicCache``; the model makes its
-        own ``RNNSeq2SeqCache`` on the first step."""
+        """The state is recurrent, not key/value: generate must not make a ``DynamicCache`` (see below)."""
         return False
+
+    def _prepare_cache_for_generation(self, generation_config, model_kwargs: dict, *args, **kwargs) -> None:
+        """``generate`` starts with an empty ``RNNSeq2SeqCache`` (assisted decoding needs a cache before the first
+        step), unless the caller passed one or ``use_cache=False``."""
+        if model_kwargs.get("past_key_values") is None and generation_config.use_cache is not False:
+            if generation_config.cache_implementation is not None:
+                raise ValueError(
+                    f"`cache_implementation`={generation_config.cache_implementation!r} does not apply to an RNN: its "
+                    "cache is the recurrent state (RNNSeq2SeqCache). Leave `cache_implementation` unset."
+                )
+            model_kwargs["past_key_values"] = RNNSeq2SeqCache()
+            return
+        super()._prepare_cache_for_generation(generation_config, model_kwargs, *args, **kwargs)
+
+    def generate(self, *args, **kwargs):
+        """transformers' ``generate``, unchanged, except that with ``return_dict_in_generate`` and
+        ``output_attentions`` the field an RNN cannot fill, ``decoder_attentions`` (self-attention), is None instead
+        of one None per step (``encoder_attentions`` is None already)."""
+        output = super().generate(*args, **kwargs)
+        if isinstance(output, ModelOutput) and output.get("decoder_attentions") is not None:
+            output = type(output)(**{name: value for name, value in output.items() if name != "decoder_attentions"})
+        return output
+
+    @staticmethod
+    def _reorder_cache(past_key_values: RNNSeq2SeqCache, beam_idx: torch.LongTensor) -> RNNSeq2SeqCache:
+        """Beam search: keep the states of the surviving beams (the keys are the same for all beams of a sentence)."""
+        past_key_values.reorder_beams(beam_idx)
+        return past_key_values
 
     def forward(
         self,
@@ -673,9 +1062,10 @@ class RNNSeq2SeqForConditionalGeneration(Seq2SeqLMMixin, RNNSeq2SeqPreTrainedMod
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
         num_items_in_batch: int | torch.Tensor | None = None,
-    ) -> Seq2SeqLMOutput:
+    ) -> Seq2SeqLMOutput | tuple:
         """:param labels: (B, T) target ids, -100 = ignored; they are shifted right into ``decoder_input_ids``
-        when those are not given. :return: ``Seq2SeqLMOutput`` with ``logits`` (B, T, V)"""
+        when those are not given. :return: ``Seq2SeqLMOutput`` with ``logits`` (B, T, V) and the base model's
+        outputs (see ``RNNSeq2SeqModel.forward``); its ``to_tuple()`` when ``return_dict`` is False"""
         if labels is not None:
             use_cache = False
             if decoder_input_ids is None and decoder_inputs_embeds is None:
@@ -684,8 +1074,9 @@ class RNNSeq2SeqForConditionalGeneration(Seq2SeqLMMixin, RNNSeq2SeqPreTrainedMod
             input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids,
             encoder_outputs=encoder_outputs, past_key_values=past_key_values, inputs_embeds=inputs_embeds,
             decoder_inputs_embeds=decoder_inputs_embeds, use_cache=use_cache, output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states, return_dict=True,
         )
-        return self.lm_output(outputs, labels, num_items_in_batch)
+        return self.lm_output(outputs, labels, num_items_in_batch, return_dict)
 
 
 __all__ = [

@@ -27,7 +27,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from .attention import eager_attention_forward
 from .configuration_transformer_seq2seq import TransformerSeq2SeqConfig
-from .seq2seq_utils import Seq2SeqLMMixin, seed_auto_map
+from .seq2seq_utils import OutputFlags, Seq2SeqLMMixin, as_return_type, seed_auto_map
 
 
 class SinusoidalPositionalEmbedding(nn.Module):
@@ -335,23 +335,29 @@ class TransformerSeq2SeqEncoder(nn.Module):
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
     ) -> BaseModelOutput:
-        """:param input_ids: (B, S); :param attention_mask: (B, S), 1 = token, 0 = padding
-        :return: ``last_hidden_state`` (B, S, D), optional per-layer states and (B, H, S, S) weights"""
+        """:param input_ids: (B, S); :param attention_mask: (B, S), 1 = token, 0 = padding; the output flags left at
+        None take the config's values.
+        :return: ``last_hidden_state`` (B, S, D); with ``output_hidden_states`` the embedding output and every layer's
+        output (N + 1 tensors, the last one after the final LayerNorm of pre-LN, i.e. ``last_hidden_state``); with
+        ``output_attentions`` every layer's (B, H, S, S) weights"""
+        flags = OutputFlags.resolve(self.config, output_attentions, output_hidden_states, return_dict=return_dict)
         hidden_states = self.embeddings(input_ids, inputs_embeds)  # (B, S, D)
         mask = create_bidirectional_mask(config=self.config, inputs_embeds=hidden_states,
                                          attention_mask=attention_mask)  # None, or per backend
-        all_hidden = (hidden_states,) if output_hidden_states else None
-        all_attentions = () if output_attentions else None
+        all_hidden = () if flags.hidden_states else None
+        all_attentions = () if flags.attentions else None
         for layer in self.layers:
-            hidden_states, weights = layer(hidden_states, attention_mask=mask,
-                                           output_attentions=bool(output_attentions))
-            if output_hidden_states:
+            if flags.hidden_states:
                 all_hidden += (hidden_states,)
-            if output_attentions:
+            hidden_states, weights = layer(hidden_states, attention_mask=mask, output_attentions=flags.attentions)
+            if flags.attentions:
                 all_attentions += (weights,)
         if self.final_layer_norm is not None:
             hidden_states = self.final_layer_norm(hidden_states)
-        return BaseModelOutput(last_hidden_state=hidden_states, hidden_states=all_hidden, attentions=all_attentions)
+        if flags.hidden_states:
+            all_hidden += (hidden_states,)
+        output = BaseModelOutput(last_hidden_state=hidden_states, hidden_states=all_hidden, attentions=all_attentions)
+        return as_return_type(output, flags.return_dict)
 
 
 class TransformerSeq2SeqDecoder(nn.Module):
@@ -385,7 +391,8 @@ class TransformerSeq2SeqDecoder(nn.Module):
         output_hidden_states: bool = False,
     ) -> tuple[torch.Tensor, tuple | None, tuple | None, tuple | None]:
         """:param input_ids: (B, T) (only the new tokens when a cache is given); :param attention_mask:
-        (B, T_past + T); :return: (B, T, D), hidden states, self-attention and cross-attention weights"""
+        (B, T_past + T); :return: (B, T, D), the hidden states (the embedding output and every layer's output, the
+        last one after pre-LN's final LayerNorm), self-attention and cross-attention weights"""
         past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
         hidden_states = self.embeddings(input_ids, inputs_embeds, past_length)  # (B, T, D)
         self_cache = past_key_values.self_attention_cache if isinstance(past_key_values, EncoderDecoderCache) \
@@ -397,22 +404,24 @@ class TransformerSeq2SeqDecoder(nn.Module):
         cross_mask = create_bidirectional_mask(config=self.config, inputs_embeds=hidden_states,
                                                attention_mask=encoder_attention_mask,
                                                encoder_hidden_states=encoder_hidden_states)
-        all_hidden = (hidden_states,) if output_hidden_states else None
+        all_hidden = () if output_hidden_states else None
         self_attentions = () if output_attentions else None
         cross_attentions = () if output_attentions else None
         for layer in self.layers:
+            if output_hidden_states:
+                all_hidden += (hidden_states,)
             hidden_states, self_weights, cross_weights = layer(
                 hidden_states, encoder_hidden_states, attention_mask=causal_mask,
                 encoder_attention_mask=cross_mask, past_key_values=past_key_values,
                 output_attentions=output_attentions,
             )
-            if output_hidden_states:
-                all_hidden += (hidden_states,)
             if output_attentions:
                 self_attentions += (self_weights,)
                 cross_attentions += (cross_weights,)
         if self.final_layer_norm is not None:
             hidden_states = self.final_layer_norm(hidden_states)
+        if output_hidden_states:
+            all_hidden += (hidden_states,)
         return hidden_states, all_hidden, self_attentions, cross_attentions
 
 
@@ -459,28 +468,28 @@ class TransformerSeq2SeqModel(TransformerSeq2SeqPreTrainedModel):
         return_dict: bool | None = None,
     ) -> Seq2SeqModelOutput:
         """:param input_ids: (B, S) source ids; :param attention_mask: (B, S) 1 = token, 0 = pad;
-        :param decoder_input_ids: (B, T) (only new tokens with a cache); :param decoder_attention_mask: (B, T)
-        :return: ``Seq2SeqModelOutput`` with ``last_hidden_state`` (B, T, D)"""
-        output_attentions = bool(output_attentions)
-        output_hidden_states = bool(output_hidden_states)
-        use_cache = self.config.use_cache if use_cache is None else use_cache
+        :param decoder_input_ids: (B, T) (only new tokens with a cache); :param decoder_attention_mask: (B, T);
+        the output flags and ``use_cache`` left at None take the config's values.
+        :return: ``Seq2SeqModelOutput`` with ``last_hidden_state`` (B, T, D) (its ``to_tuple()`` when
+        ``return_dict`` is False)"""
+        flags = OutputFlags.resolve(self.config, output_attentions, output_hidden_states, use_cache, return_dict)
         if encoder_outputs is None:
             encoder_outputs = self.encoder(input_ids, attention_mask, inputs_embeds,
-                                           output_attentions=output_attentions,
-                                           output_hidden_states=output_hidden_states)
+                                           output_attentions=flags.attentions,
+                                           output_hidden_states=flags.hidden_states, return_dict=True)
         elif not isinstance(encoder_outputs, BaseModelOutput):
             encoder_outputs = BaseModelOutput(*encoder_outputs)
-        if use_cache and past_key_values is None:
+        if flags.use_cache and past_key_values is None:
             past_key_values = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
-        elif not use_cache:
+        elif not flags.use_cache:
             past_key_values = None
         hidden, all_hidden, self_attentions, cross_attentions = self.decoder(
             decoder_input_ids, encoder_outputs.last_hidden_state, attention_mask=decoder_attention_mask,
             encoder_attention_mask=attention_mask, past_key_values=past_key_values,
-            inputs_embeds=decoder_inputs_embeds, output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
+            inputs_embeds=decoder_inputs_embeds, output_attentions=flags.attentions,
+            output_hidden_states=flags.hidden_states,
         )
-        return Seq2SeqModelOutput(
+        output = Seq2SeqModelOutput(
             last_hidden_state=hidden,
             past_key_values=past_key_values,
             decoder_hidden_states=all_hidden,
@@ -490,6 +499,7 @@ class TransformerSeq2SeqModel(TransformerSeq2SeqPreTrainedModel):
             encoder_hidden_states=encoder_outputs.hidden_states,
             encoder_attentions=encoder_outputs.attentions,
         )
+        return as_return_type(output, flags.return_dict)
 
 
 class TransformerSeq2SeqForConditionalGeneration(Seq2SeqLMMixin, TransformerSeq2SeqPreTrainedModel, GenerationMixin):
@@ -533,9 +543,10 @@ class TransformerSeq2SeqForConditionalGeneration(Seq2SeqLMMixin, TransformerSeq2
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
         num_items_in_batch: int | torch.Tensor | None = None,
-    ) -> Seq2SeqLMOutput:
+    ) -> Seq2SeqLMOutput | tuple:
         """:param labels: (B, T) target ids, -100 = ignored; they are shifted right into ``decoder_input_ids``
-        when those are not given. :return: ``Seq2SeqLMOutput`` with ``logits`` (B, T, V)"""
+        when those are not given. :return: ``Seq2SeqLMOutput`` with ``logits`` (B, T, V) and the base model's
+        outputs; its ``to_tuple()`` when ``return_dict`` is False"""
         if labels is not None:
             use_cache = False
             if decoder_input_ids is None and decoder_inputs_embeds is None:
@@ -545,9 +556,9 @@ class TransformerSeq2SeqForConditionalGeneration(Seq2SeqLMMixin, TransformerSeq2
             decoder_attention_mask=decoder_attention_mask, encoder_outputs=encoder_outputs,
             past_key_values=past_key_values, inputs_embeds=inputs_embeds,
             decoder_inputs_embeds=decoder_inputs_embeds, use_cache=use_cache,
-            output_attentions=output_attentions, output_hidden_states=output_hidden_states,
+            output_attentions=output_attentions, output_hidden_states=output_hidden_states, return_dict=True,
         )
-        return self.lm_output(outputs, labels, num_items_in_batch)
+        return self.lm_output(outputs, labels, num_items_in_batch, return_dict)
 
 
 __all__ = [

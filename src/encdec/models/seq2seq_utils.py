@@ -6,10 +6,12 @@ This file is copied next to the weights by ``save_pretrained``: it imports only 
 from __future__ import annotations
 
 import inspect
+from typing import NamedTuple
 
 import torch
 from torch import nn
 from transformers.modeling_outputs import Seq2SeqLMOutput, Seq2SeqModelOutput
+from transformers.utils import ModelOutput
 
 
 def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
@@ -41,6 +43,32 @@ def seq2seq_cross_entropy(
     if torch.is_tensor(num_items_in_batch):
         num_items_in_batch = num_items_in_batch.to(loss.device)
     return loss / num_items_in_batch
+
+
+class OutputFlags(NamedTuple):
+    """What one ``forward`` call returns besides its main output."""
+
+    attentions: bool
+    hidden_states: bool
+    use_cache: bool
+    return_dict: bool
+
+    @classmethod
+    def resolve(cls, config, output_attentions: bool | None = None, output_hidden_states: bool | None = None,
+                use_cache: bool | None = None, return_dict: bool | None = None) -> OutputFlags:
+        """transformers' convention: an argument left at ``None`` takes the config's value
+        (``config.output_attentions``, ``output_hidden_states``, ``use_cache``, ``return_dict``)."""
+        def pick(value: bool | None, name: str) -> bool:
+            return bool(getattr(config, name, False) if value is None else value)
+
+        return cls(pick(output_attentions, "output_attentions"), pick(output_hidden_states, "output_hidden_states"),
+                   pick(use_cache, "use_cache"), pick(return_dict, "return_dict"))
+
+
+def as_return_type(output: ModelOutput, return_dict: bool) -> ModelOutput | tuple:
+    """``return_dict=False`` gives the documented tuple: exactly ``output.to_tuple()`` (the fields that are not None,
+    in declaration order)."""
+    return output if return_dict else output.to_tuple()
 
 
 def seed_auto_map(config, module_name: str, model_class: str) -> None:
@@ -82,6 +110,19 @@ class Seq2SeqLMMixin:
     def set_output_embeddings(self, new_embeddings: nn.Linear) -> None:
         self.lm_head = new_embeddings
 
+    def prepare_inputs_for_generation(self, input_ids: torch.LongTensor, next_sequence_length: int | None = None,
+                                      past_key_values=None, **kwargs) -> dict:
+        """Continued generation: ``generate(decoder_input_ids=out.sequences, past_key_values=out.past_key_values)``
+        feeds the decoder only the tokens the cache has not consumed. transformers slices them only when a
+        ``decoder_attention_mask`` of the full length is passed; without one it would feed the whole prefix again
+        on top of the cache."""
+        if next_sequence_length is None and past_key_values is not None:
+            consumed = past_key_values.get_seq_length()
+            if 0 < consumed < input_ids.shape[1]:
+                next_sequence_length = input_ids.shape[1] - consumed
+        return super().prepare_inputs_for_generation(input_ids, next_sequence_length=next_sequence_length,
+                                                     past_key_values=past_key_values, **kwargs)
+
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         """Used by ``DataCollatorForSeq2Seq(model=...)``: (B, T) labels -> (B, T) decoder inputs."""
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
@@ -97,12 +138,12 @@ class Seq2SeqLMMixin:
         return embeddings
 
     def lm_output(self, outputs: Seq2SeqModelOutput, labels: torch.Tensor | None,
-                  num_items_in_batch: int | torch.Tensor | None) -> Seq2SeqLMOutput:
+                  num_items_in_batch: int | torch.Tensor | None, return_dict: bool | None) -> Seq2SeqLMOutput | tuple:
         """The pre-softmax projection of the decoder output (B, T, V), the loss when labels are given, and the
-        base model's other outputs."""
+        base model's other outputs; as a tuple when ``return_dict`` (or the config's, if None) is False."""
         logits = self.lm_head(outputs.last_hidden_state)  # (B, T, V)
         loss = seq2seq_cross_entropy(logits, labels, num_items_in_batch) if labels is not None else None
-        return Seq2SeqLMOutput(
+        output = Seq2SeqLMOutput(
             loss=loss,
             logits=logits,
             past_key_values=outputs.past_key_values,
@@ -113,3 +154,4 @@ class Seq2SeqLMMixin:
             encoder_hidden_states=outputs.encoder_hidden_states,
             encoder_attentions=outputs.encoder_attentions,
         )
+        return as_return_type(output, OutputFlags.resolve(self.config, return_dict=return_dict).return_dict)
