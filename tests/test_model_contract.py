@@ -361,6 +361,10 @@ def test_rnn_cache_is_a_transformers_cache() -> None:
     # beam search kept only the current state: earlier states belong to other hypotheses
     with pytest.raises(ValueError, match="at the earliest"):
         cache.crop(-1)
+    with pytest.raises(ValueError, match="minus the number of tokens"):
+        cache.crop(3)
+    cache.crop(0)
+    assert cache.get_seq_length() == 5
 
 
 @pytest.mark.parametrize("name", ["transformer-pre-ln", *VARIANTS])
@@ -398,7 +402,7 @@ def test_cropping_then_continuing_equals_not_cropping(name: str) -> None:
     cache = run(target[:, :1], None).past_key_values
     for t in range(1, 7):
         run(target[:, t : t + 1], cache)
-    cache.crop(3 if is_rnn(model) else -4)  # 3 tokens (RNN: also transformers 5.4's absolute length)
+    cache.crop(-4)
     assert cache.get_seq_length() == 3
     check(run(target[:, 3:], cache), 3)
     cache.crop(-cache.get_seq_length())

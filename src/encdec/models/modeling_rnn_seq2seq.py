@@ -216,8 +216,10 @@ class RNNStateLayer(CacheLayerMixin):
     how many tokens came before. For ``crop`` it keeps a checkpoint after every call (in ``generate``, after every
     token) and the embedded tokens each call read, so it can go back to any earlier length: to a checkpoint, or into
     a call of several tokens (assisted decoding verifies its candidates in one call) by replaying that call's first
-    tokens at the start of the next call. Beam search's reordering keeps only the current state: the earlier ones
-    belong to other hypotheses, so the cache cannot be cropped below that length afterwards.
+    tokens at the start of the next call. The checkpoints make its memory grow with the tokens consumed, as a
+    Transformer's key/value cache does, while each step still reads only the latest. Beam search's reordering keeps
+    only the current state: the earlier ones belong to other hypotheses, so the cache cannot be cropped below that
+    length afterwards.
     """
 
     is_compileable = False
@@ -251,12 +253,15 @@ class RNNStateLayer(CacheLayerMixin):
             return 0
         return self.checkpoints[-1][0] + (self.replay.size(1) if self.replay is not None else 0)
 
-    def crop(self, max_length: int) -> None:
-        """Go back to an earlier length: ``max_length`` <= 0 removes that many tokens (transformers >= 5.5),
-        ``max_length`` > 0 keeps that many (transformers 5.4)."""
+    def crop(self, tokens_to_remove: int) -> None:
+        """Go back to an earlier length: ``tokens_to_remove`` <= 0 removes that many tokens (transformers' convention:
+        ``crop(0)`` changes nothing)."""
+        if tokens_to_remove > 0:
+            raise ValueError(f"`crop` takes minus the number of tokens to remove, got {tokens_to_remove}; e.g. "
+                             "`crop(-2)` goes back two tokens.")
         length = self.get_seq_length()
-        target = max_length if max_length > 0 else length + max_length
-        if target >= length:
+        target = length + tokens_to_remove
+        if target == length:
             return
         if target < self.floor:
             raise ValueError(f"Cannot crop the RNN cache to {target} tokens: it goes back to {self.floor} at the "
@@ -306,8 +311,6 @@ class RNNStateLayer(CacheLayerMixin):
     def get_max_length(self) -> int:
         return -1  # no limit
 
-    get_max_cache_shape = get_max_length  # the same, under its transformers 5.4 name
-
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
         return self.get_seq_length() + query_length, 0
 
@@ -343,7 +346,7 @@ class AttentionKeysLayer(CacheLayerMixin):
     def get_seq_length(self) -> int:
         return self.keys.size(1) if self.keys is not None else 0  # source positions
 
-    def crop(self, max_length: int) -> None:
+    def crop(self, tokens_to_remove: int) -> None:
         pass
 
     def apply(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> None:
@@ -371,8 +374,6 @@ class AttentionKeysLayer(CacheLayerMixin):
 
     def get_max_length(self) -> int:
         return -1
-
-    get_max_cache_shape = get_max_length
 
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
         return self.get_seq_length(), 0
@@ -1020,9 +1021,10 @@ class RNNSeq2SeqForConditionalGeneration(Seq2SeqLMMixin, RNNSeq2SeqPreTrainedMod
 
     def _prepare_cache_for_generation(self, generation_config, model_kwargs: dict, *args, **kwargs) -> None:
         """``generate`` starts with an empty ``RNNSeq2SeqCache`` (assisted decoding needs a cache before the first
-        step), unless the caller passed one or ``use_cache=False``."""
+        step), unless the caller passed one or ``use_cache=False``. It grows as it goes, as the "dynamic" cache does;
+        a static, offloaded or quantized key/value cache has no meaning for a recurrent state."""
         if model_kwargs.get("past_key_values") is None and generation_config.use_cache is not False:
-            if generation_config.cache_implementation is not None:
+            if generation_config.cache_implementation not in (None, "dynamic"):
                 raise ValueError(
                     f"`cache_implementation`={generation_config.cache_implementation!r} does not apply to an RNN: its "
                     "cache is the recurrent state (RNNSeq2SeqCache). Leave `cache_implementation` unset."

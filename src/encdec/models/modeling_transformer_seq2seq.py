@@ -334,7 +334,7 @@ class TransformerSeq2SeqEncoder(nn.Module):
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
-    ) -> BaseModelOutput:
+    ) -> BaseModelOutput | tuple:
         """:param input_ids: (B, S); :param attention_mask: (B, S), 1 = token, 0 = padding; the output flags left at
         None take the config's values.
         :return: ``last_hidden_state`` (B, S, D); with ``output_hidden_states`` the embedding output and every layer's
@@ -466,7 +466,7 @@ class TransformerSeq2SeqModel(TransformerSeq2SeqPreTrainedModel):
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
-    ) -> Seq2SeqModelOutput:
+    ) -> Seq2SeqModelOutput | tuple:
         """:param input_ids: (B, S) source ids; :param attention_mask: (B, S) 1 = token, 0 = pad;
         :param decoder_input_ids: (B, T) (only new tokens with a cache); :param decoder_attention_mask: (B, T);
         the output flags and ``use_cache`` left at None take the config's values.
