@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers.cache_utils import Cache, CacheLayerMixin, EncoderDecoderCache
+from transformers.cache_utils import Cache, CacheLayerMixin, DynamicCache, EncoderDecoderCache
 from transformers.utils import ModelOutput
 
 from conftest import tiny_transformer_config
@@ -194,13 +194,19 @@ def test_gradients_reach_returned_hidden_states_and_attentions(name: str) -> Non
                 for i, tensor in enumerate(getattr(out, field) or ())}
     for tensor in returned.values():
         tensor.retain_grad()
-    out.loss.backward()
+    out.loss.backward(retain_graph=True)
     if is_rnn(model) and model.config.attention == "none":
         # without attention nothing reads the encoder's top-layer h_i: the decoder starts from its final states
         unread = returned.pop(f"encoder_hidden_states[{model.config.encoder_layers}]")
         assert unread.grad is None
     missing = [key for key, tensor in returned.items() if tensor.grad is None or not tensor.grad.abs().sum() > 0]
     assert not missing, f"no gradient reaches {missing}"
+    # and the other way: a loss built on a returned tensor (attention supervision, say) trains the model
+    for key, tensor in returned.items():
+        model.zero_grad()
+        tensor.float().pow(2).mean().backward(retain_graph=True)
+        reached = sum(p.grad.abs().sum() for p in model.parameters() if p.grad is not None)
+        assert reached > 0, f"a loss on {key} reaches no parameter"
 
 
 @pytest.mark.parametrize("name", ["luong_general-nofeed-gru", "luong_dot-nofeed-lstm", "none-lstm"])
@@ -231,16 +237,14 @@ def test_layer_by_layer_equals_fused(variant: str) -> None:
     batch = inputs()
     fused = model(**batch)
     by_layer = model(**batch, output_hidden_states=True)
-    torch.testing.assert_close(by_layer.logits, fused.logits, atol=1e-6, rtol=0)
-    torch.testing.assert_close(by_layer.encoder_last_hidden_state, fused.encoder_last_hidden_state, atol=1e-6, rtol=0)
+    # the same kernels, layer by layer: bitwise equal on the CPU
+    assert torch.equal(by_layer.logits, fused.logits)
+    assert torch.equal(by_layer.encoder_last_hidden_state, fused.encoder_last_hidden_state)
     encoder = model.get_encoder()
     for field in ("final_hidden_state", "final_cell_state"):
         expected = getattr(encoder(batch["input_ids"], batch["attention_mask"]), field)
         actual = getattr(encoder(batch["input_ids"], batch["attention_mask"], output_hidden_states=True), field)
-        if expected is None:
-            assert actual is None
-        else:
-            torch.testing.assert_close(actual, expected, atol=1e-6, rtol=0)
+        assert actual is expected is None or torch.equal(actual, expected), field
 
 
 # --- generate: every documented field --------------------------------------------------------------------------------
@@ -359,7 +363,7 @@ def test_rnn_cache_is_a_transformers_cache() -> None:
     encoded = model.get_encoder()(*(batch[key].repeat_interleave(2, 0) for key in ("input_ids", "attention_mask")))
     torch.testing.assert_close(cache.keys, attention.project_keys(encoded.last_hidden_state), atol=1e-6, rtol=0)
     # beam search kept only the current state: earlier states belong to other hypotheses
-    with pytest.raises(ValueError, match="at the earliest"):
+    with pytest.raises(ValueError, match="beam search's reordering drops them"):
         cache.crop(-1)
     with pytest.raises(ValueError, match="minus the number of tokens"):
         cache.crop(3)
@@ -380,6 +384,13 @@ def test_cropping_then_continuing_equals_not_cropping(name: str) -> None:
         return model(encoder_outputs=encoder_outputs, attention_mask=batch["attention_mask"], decoder_input_ids=ids,
                      past_key_values=cache, use_cache=True, **flags)
 
+    def recording_cache() -> Cache:
+        if not is_rnn(model):
+            return EncoderDecoderCache(DynamicCache(config=model.config), DynamicCache(config=model.config))
+        cache = RNNSeq2SeqCache()
+        cache.activate_past_recording()  # what assisted decoding does: keep the states that crop goes back to
+        return cache
+
     full = run(target, None)
 
     def check(out, start: int) -> None:
@@ -390,7 +401,7 @@ def test_cropping_then_continuing_equals_not_cropping(name: str) -> None:
             torch.testing.assert_close(got, expected[:, :, start:], atol=1e-5, rtol=0)
 
     # into the middle of a call of several tokens (assisted decoding's verification), then twice in a row
-    cache = run(target[:, :6], None).past_key_values
+    cache = run(target[:, :6], recording_cache()).past_key_values
     cache.crop(-2)
     assert cache.get_seq_length() == 4
     check(run(target[:, 4:], cache), 4)
@@ -399,7 +410,7 @@ def test_cropping_then_continuing_equals_not_cropping(name: str) -> None:
     assert cache.get_seq_length() == 2
     check(run(target[:, 2:], cache), 2)
     # back to a token boundary of single-token calls (generate)
-    cache = run(target[:, :1], None).past_key_values
+    cache = run(target[:, :1], recording_cache()).past_key_values
     for t in range(1, 7):
         run(target[:, t : t + 1], cache)
     cache.crop(-4)
@@ -407,6 +418,24 @@ def test_cropping_then_continuing_equals_not_cropping(name: str) -> None:
     check(run(target[:, 3:], cache), 3)
     cache.crop(-cache.get_seq_length())
     check(run(target, cache), 0)
+
+
+@torch.no_grad()
+def test_rnn_cache_keeps_only_the_latest_state_unless_recording() -> None:
+    model = build("luong_general-lstm")
+    batch = inputs()
+    out = model.generate(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], max_new_tokens=6,
+                         min_new_tokens=6, return_dict_in_generate=True)
+    cache = out.past_key_values
+    assert cache.get_seq_length() == 6 and len(cache.state.checkpoints) == 1 and not cache.state.inputs
+    cache.crop(0)  # transformers calls this to mean "nothing to remove"
+    with pytest.raises(ValueError, match="activate_past_recording"):
+        cache.crop(-1)
+    recording = RNNSeq2SeqCache()
+    recording.activate_past_recording()
+    model.generate(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], max_new_tokens=6,
+                   min_new_tokens=6, past_key_values=recording)
+    assert [length for length, _ in recording.state.checkpoints] == list(range(7))  # the start, then every token
 
 
 # --- continued, assisted and prompt-lookup generation ----------------------------------------------------------------
@@ -431,26 +460,49 @@ def test_continued_generation_equals_one_call(name: str, do_sample: bool) -> Non
     assert second.past_key_values.get_seq_length() == once.past_key_values.get_seq_length()
 
 
+@pytest.mark.parametrize("with_mask", [False, True], ids=["no-mask", "full-mask"])
+@pytest.mark.parametrize("name", ["transformer-post-ln", "bahdanau-gru", "none-lstm"])
+@torch.no_grad()
+def test_continuing_with_forced_tokens(name: str, with_mask: bool) -> None:
+    """Continuing from a cache with forced tokens after the generated ones equals generating from the whole prefix;
+    with a ``decoder_attention_mask`` over the whole prefix transformers picks the unconsumed tokens itself, without
+    one encdec does."""
+    model = build(name)
+    batch = inputs()
+    kwargs = dict(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], do_sample=False,
+                  return_dict_in_generate=True, output_scores=True, max_new_tokens=3, min_new_tokens=3)
+    first = model.generate(**{**kwargs, "max_new_tokens": 2, "min_new_tokens": 2})  # the cache consumed 2 tokens
+    prefix = torch.cat([first.sequences, target_batch(3, 4, seed=9)], dim=1)  # (B, 3 + 4): 5 tokens not consumed
+    mask = dict(decoder_attention_mask=torch.ones_like(prefix)) if with_mask else {}
+    continued = model.generate(**kwargs, decoder_input_ids=prefix, past_key_values=first.past_key_values, **mask)
+    fresh = model.generate(**kwargs, decoder_input_ids=prefix)
+    assert torch.equal(continued.sequences, fresh.sequences)
+    torch.testing.assert_close(continued.scores, fresh.scores, atol=1e-5, rtol=0)
+    assert continued.past_key_values.get_seq_length() == fresh.past_key_values.get_seq_length() == 9
+
+
 @pytest.fixture
-def rnn_crops(monkeypatch) -> dict[str, int]:
-    """Counts the RNN cache crops that went back at least one token, and those that landed inside a call of several
-    tokens (and so replay its first tokens)."""
-    counts = {"crops": 0, "replays": 0}
+def rnn_crops(monkeypatch) -> dict[str, set[int]]:
+    """The RNN cache layers (by id) that were cropped back at least one token, and those cropped into a call of
+    several tokens (which then replays that call's first tokens)."""
+    layers: dict[str, set[int]] = {"cropped": set(), "replayed": set()}
     crop = RNNStateLayer.crop
 
-    def counting_crop(self, max_length: int) -> None:
+    def recording_crop(self, tokens_to_remove: int) -> None:
         before = self.get_seq_length()
-        crop(self, max_length)
-        counts["crops"] += self.get_seq_length() < before
-        counts["replays"] += self.replay is not None
+        crop(self, tokens_to_remove)
+        if self.get_seq_length() < before:
+            layers["cropped"].add(id(self))
+        if self.replay is not None:
+            layers["replayed"].add(id(self))
 
-    monkeypatch.setattr(RNNStateLayer, "crop", counting_crop)
-    return counts
+    monkeypatch.setattr(RNNStateLayer, "crop", recording_crop)
+    return layers
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
 @torch.no_grad()
-def test_rnn_assisted_and_prompt_lookup_decoding_equal_greedy(variant: str, rnn_crops: dict[str, int]) -> None:
+def test_rnn_assisted_and_prompt_lookup_decoding_equal_greedy(variant: str, rnn_crops: dict[str, set[int]]) -> None:
     model = trained_model(variant)
     input_ids, attention_mask = source_batch((6,), seed=3)
     kwargs = dict(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=12, min_new_tokens=12,
@@ -459,14 +511,16 @@ def test_rnn_assisted_and_prompt_lookup_decoding_equal_greedy(variant: str, rnn_
     drafts = {"rnn": trained_model("bahdanau-gru" if variant != "bahdanau-gru" else "none-lstm"),
               "transformer": build("transformer-post-ln", encoder_layers=1, decoder_layers=1)}
     for family, draft in drafts.items():
-        assert torch.equal(model.generate(**kwargs, assistant_model=draft), greedy), f"{family} draft"
+        assisted = model.generate(**kwargs, assistant_model=draft, return_dict_in_generate=True)
+        assert torch.equal(assisted.sequences, greedy), f"{family} draft"
+        # a draft token was rejected inside a verification call: the main model's cache was cropped into it
+        assert id(assisted.past_key_values.state) in rnn_crops["replayed"], f"{family} draft: no crop tested"
     assert torch.equal(model.generate(**kwargs, prompt_lookup_num_tokens=3), greedy), "prompt lookup"
-    assert rnn_crops["replays"], "no draft token was ever rejected inside a verification: cropping went untested"
 
 
 @torch.no_grad()
 def test_transformer_assisted_and_prompt_lookup_decoding_equal_greedy(trained_tiny_transformer, reverse_batch,
-                                                                     rnn_crops: dict[str, int]) -> None:
+                                                                     rnn_crops: dict[str, set[int]]) -> None:
     model = trained_tiny_transformer
     vocab = model.config.vocab_size
     input_ids, attention_mask, _ = reverse_batch(4, torch.Generator().manual_seed(7))
@@ -480,4 +534,4 @@ def test_transformer_assisted_and_prompt_lookup_decoding_equal_greedy(trained_ti
         for family, draft in drafts.items():
             assert torch.equal(model.generate(**kwargs, assistant_model=draft), greedy), f"{family} draft, row {i}"
         assert torch.equal(model.generate(**kwargs, prompt_lookup_num_tokens=2), greedy), f"prompt lookup, row {i}"
-    assert rnn_crops["crops"], "the RNN draft's cache was never cropped"
+    assert rnn_crops["cropped"], "the RNN draft's cache was never cropped"

@@ -21,6 +21,8 @@ modules and single-dot siblings, so a saved folder loads with ``trust_remote_cod
 
 from __future__ import annotations
 
+import functools
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -45,6 +47,8 @@ RNN_CLASSES: dict[str, type[nn.RNNBase]] = {"lstm": nn.LSTM, "gru": nn.GRU}
 
 
 def warn_no_self_attention() -> None:
+    """Say once, when attentions are asked for, which fields an RNN leaves empty (as transformers' models without
+    attention leave theirs)."""
     logger.warning_once(
         "RNN seq2seq models have no self-attention: `encoder_attentions` and `decoder_attentions` are None. "
         "`cross_attentions` holds the alignment (one layer, one head), or None with `attention='none'`."
@@ -135,12 +139,13 @@ def rnn_layer(rnn: nn.RNNBase, layer: int, inputs: torch.Tensor | nn.utils.rnn.P
 class StepStack:
     """One optional output (a layer's states, or the alignments) gathered over the steps of one decoder call.
 
-    A fused call records the whole tensor at once and it is returned as it is: the tensor the next computation read.
-    A token-by-token call records one step at a time. Concatenating those pieces afterwards would give a tensor the
-    loss does not depend on, so where gradients are on each piece is *tapped* before anything reads it:
-    x_t + (P_t - P_t.detach()) equals x_t, and the backward pass copies x_t's gradient into slice t of one tensor P,
-    which is returned holding the steps' values. Either way, a loss built from the logits back-propagates into the
-    returned tensor (``retain_grad()`` on it gets the gradient of what the next computation read).
+    The returned tensor is part of the graph both ways: a loss built on it trains the model (it is computed from
+    the steps), and a loss built from the logits back-propagates into it: ``retain_grad()`` on it gets the gradient
+    of what the next computations read. A fused call records the whole tensor once, and that is the tensor the next
+    computations read. A token-by-token call records one step at a time, and its concatenation comes after all the
+    steps, so no later computation reads it. There each step is *tapped* before anything reads it:
+    x_t + (P_t - P_t.detach()) equals x_t and sends x_t's gradient into slice t of a zero tensor P, and a hook adds
+    P's gradient to the concatenation's ``.grad`` when ``retain_grad()`` was called on it.
     """
 
     def __init__(self, num_steps: int, dim: int) -> None:
@@ -165,11 +170,19 @@ class StepStack:
 
     def result(self) -> torch.Tensor:
         """The recorded steps as one tensor, ``num_steps`` long along ``dim``."""
-        if self.tap is None:
-            return self.pieces[0] if len(self.pieces) == 1 else torch.cat(self.pieces, dim=self.dim)
-        with torch.no_grad():
-            self.tap.copy_(torch.cat(self.pieces, dim=self.dim))
-        return self.tap
+        if len(self.pieces) == 1:
+            return self.pieces[0]
+        stacked = torch.cat(self.pieces, dim=self.dim)
+        if self.tap is not None:
+            self.tap.register_hook(functools.partial(add_to_retained_grad, weakref.ref(stacked)))
+        return stacked
+
+
+def add_to_retained_grad(target: weakref.ref, grad: torch.Tensor) -> None:
+    """Tensor hook: accumulate ``grad`` into ``target``'s ``.grad`` when ``retain_grad()`` was called on it."""
+    tensor = target()
+    if tensor is not None and tensor.retains_grad:
+        tensor.grad = grad.detach().clone() if tensor.grad is None else tensor.grad + grad.detach()
 
 
 class DecoderRecord:
@@ -213,17 +226,17 @@ class RNNStateLayer(CacheLayerMixin):
     and Luong's h̃_t with input feeding.
 
     A decoder call reads the latest state and writes the state after its tokens; a step's cost does not depend on
-    how many tokens came before. For ``crop`` it keeps a checkpoint after every call (in ``generate``, after every
-    token) and the embedded tokens each call read, so it can go back to any earlier length: to a checkpoint, or into
-    a call of several tokens (assisted decoding verifies its candidates in one call) by replaying that call's first
-    tokens at the start of the next call. The checkpoints make its memory grow with the tokens consumed, as a
-    Transformer's key/value cache does, while each step still reads only the latest. Beam search's reordering keeps
-    only the current state: the earlier ones belong to other hypotheses, so the cache cannot be cropped below that
-    length afterwards.
+    how many tokens came before, and by default only the latest state is kept. ``crop`` needs the earlier ones:
+    after ``activate_past_recording()`` (transformers' switch, which assisted and prompt-lookup decoding turn on)
+    the layer keeps a checkpoint after every call (in ``generate``, after every token) and the embedded tokens each
+    call read, so it can go back to any length since: to a checkpoint, or into a call of several tokens (assisted
+    decoding verifies its candidates in one call) by replaying that call's first tokens at the start of the next
+    call. While recording, its memory grows with the tokens consumed, as a Transformer's key/value cache does. Beam
+    search's reordering keeps only the current state: the earlier ones belong to other hypotheses.
     """
 
     is_compileable = False
-    is_croppable = True
+    is_croppable = True  # once recording
     supports_early_init = False
 
     def __init__(self) -> None:
@@ -231,12 +244,16 @@ class RNNStateLayer(CacheLayerMixin):
         self.checkpoints: list[tuple[int, DecoderState]] = []  # (tokens consumed, the state after them)
         self.inputs: list[torch.Tensor] = []  # inputs[i]: (B, n, E), read between checkpoints i and i + 1
         self.replay: torch.Tensor | None = None  # (B, r, E): tokens cropped into, run again before the next ones
-        self.floor = 0  # the shortest length ``crop`` can return to (raised by beam reordering)
+        self.record_past = False
+
+    def activate_past_recording(self) -> None:
+        """Keep every state from now on, so that ``crop`` can go back to it."""
+        self.record_past = True
 
     def start(self, state: DecoderState) -> None:
         """A new source: the decoder's initial state, before any target token."""
-        self.checkpoints, self.inputs, self.replay, self.floor = [(0, state)], [], None, 0
-        self.is_initialized = True
+        self.checkpoints, self.inputs, self.replay = [(0, state)], [], None
+        self.device, self.is_initialized = state.hidden.device, True
 
     def read(self) -> tuple[DecoderState, torch.Tensor | None]:
         """:return: the latest state and the embedded tokens to replay from it (None, unless cropped into a call)"""
@@ -244,8 +261,12 @@ class RNNStateLayer(CacheLayerMixin):
 
     def write(self, state: DecoderState, inputs: torch.Tensor) -> None:
         """:param state: the state after ``inputs`` (B, n, E), which the call read from the latest state on"""
-        self.checkpoints.append((self.checkpoints[-1][0] + inputs.size(1), state))
-        self.inputs.append(inputs)
+        checkpoint = (self.checkpoints[-1][0] + inputs.size(1), state)
+        if self.record_past:
+            self.checkpoints.append(checkpoint)
+            self.inputs.append(inputs)
+        else:
+            self.checkpoints, self.inputs = [checkpoint], []
         self.replay = None
 
     def get_seq_length(self) -> int:
@@ -260,12 +281,15 @@ class RNNStateLayer(CacheLayerMixin):
             raise ValueError(f"`crop` takes minus the number of tokens to remove, got {tokens_to_remove}; e.g. "
                              "`crop(-2)` goes back two tokens.")
         length = self.get_seq_length()
-        target = length + tokens_to_remove
+        target, earliest = length + tokens_to_remove, self.checkpoints[0][0] if self.checkpoints else 0
         if target == length:
             return
-        if target < self.floor:
-            raise ValueError(f"Cannot crop the RNN cache to {target} tokens: it goes back to {self.floor} at the "
-                             "earliest (the start, or the length at which beam search last reordered it).")
+        if target < earliest:
+            raise ValueError(
+                f"Cannot crop the RNN cache back to {target} tokens: it holds the states from {earliest} tokens on. "
+                "It keeps earlier ones only while recording (call `activate_past_recording()` on the cache before "
+                "decoding; assisted decoding does), and beam search's reordering drops them."
+            )
         start = self.checkpoints[-1][0]
         if self.replay is not None and target >= start:  # still inside the call being replayed
             self.replay = self.replay[:, : target - start] if target > start else None
@@ -286,26 +310,25 @@ class RNNStateLayer(CacheLayerMixin):
 
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
         """Beam search: the state of each surviving beam; the history is dropped (see the class docstring)."""
-        length, state = self.checkpoints[-1]
-        self.checkpoints, self.inputs, self.floor = [(length, state)], [], length
+        self.checkpoints, self.inputs = self.checkpoints[-1:], []
         self.map_batch(lambda tensor, dim: tensor.index_select(dim, beam_idx.to(tensor.device)))
 
     def batch_repeat_interleave(self, repeats: int) -> None:
         self.map_batch(lambda tensor, dim: tensor.repeat_interleave(repeats, dim=dim))
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
+        indices = indices.nonzero().squeeze(-1) if indices.dtype == torch.bool else indices  # a mask, or positions
         self.map_batch(lambda tensor, dim: tensor.index_select(dim, indices.to(tensor.device)))
 
     def offload(self) -> None:
         self.map_batch(lambda tensor, dim: tensor.to("cpu", non_blocking=True))
 
     def prefetch(self) -> None:
-        if self.checkpoints:
-            device = self.checkpoints[0][1].hidden.device
-            self.map_batch(lambda tensor, dim: tensor.to(device, non_blocking=True))
+        if self.is_initialized:
+            self.map_batch(lambda tensor, dim: tensor.to(self.device, non_blocking=True))
 
     def reset(self) -> None:
-        self.checkpoints, self.inputs, self.replay, self.floor = [], [], None, 0
+        self.checkpoints, self.inputs, self.replay = [], [], None
         self.is_initialized = False
 
     def get_max_length(self) -> int:
@@ -360,7 +383,7 @@ class AttentionKeysLayer(CacheLayerMixin):
         self.apply(lambda keys: keys.repeat_interleave(repeats, dim=0))
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
-        self.apply(lambda keys: keys.index_select(0, indices.to(keys.device)))
+        self.apply(lambda keys: keys[indices.to(keys.device)])  # a mask or positions
 
     def offload(self) -> None:
         self.apply(lambda keys: keys.to("cpu", non_blocking=True))
@@ -382,8 +405,9 @@ class AttentionKeysLayer(CacheLayerMixin):
 class RNNSeq2SeqCache(Cache):
     """The decoder's state between two ``generate`` steps, passed around as ``past_key_values``: a
     ``transformers.Cache`` of two layers, the recurrent state (``RNNStateLayer``) and the attention keys
-    (``AttentionKeysLayer``). ``get_seq_length`` counts the target tokens consumed; ``crop``, ``reorder_cache`` and
-    the batch operations act on both. ``hidden`` (Ld, B, H), ``cell`` and ``feed`` (B, 1, H) show the current state.
+    (``AttentionKeysLayer``). ``get_seq_length`` counts the target tokens consumed; ``reorder_cache`` and the batch
+    operations act on both; ``crop`` goes back to any length consumed since ``activate_past_recording()``.
+    ``hidden`` (Ld, B, H), ``cell`` and ``feed`` (B, 1, H) show the current state.
     """
 
     def __init__(self) -> None:
@@ -1030,6 +1054,8 @@ class RNNSeq2SeqForConditionalGeneration(Seq2SeqLMMixin, RNNSeq2SeqPreTrainedMod
                     "cache is the recurrent state (RNNSeq2SeqCache). Leave `cache_implementation` unset."
                 )
             model_kwargs["past_key_values"] = RNNSeq2SeqCache()
+            if getattr(generation_config, "is_assistant", False):  # a draft model's cache is cropped every round
+                model_kwargs["past_key_values"].activate_past_recording()
             return
         super()._prepare_cache_for_generation(generation_config, model_kwargs, *args, **kwargs)
 

@@ -115,8 +115,9 @@ class Seq2SeqLMMixin:
         """Continued generation: ``generate(decoder_input_ids=out.sequences, past_key_values=out.past_key_values)``
         feeds the decoder only the tokens the cache has not consumed. transformers slices them only when a
         ``decoder_attention_mask`` of the full length is passed; without one it would feed the whole prefix again
-        on top of the cache."""
-        if next_sequence_length is None and past_key_values is not None:
+        on top of the cache. (With a mask, the ids may be only the new ones: transformers decides, as usual.)"""
+        unsliced = next_sequence_length is None and kwargs.get("decoder_attention_mask") is None
+        if unsliced and past_key_values is not None:
             consumed = past_key_values.get_seq_length()
             if 0 < consumed < input_ids.shape[1]:
                 next_sequence_length = input_ids.shape[1] - consumed
