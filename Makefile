@@ -30,7 +30,7 @@ test: $(STAMP)
 	$(PY) -m pytest -q
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests scripts
+	$(VENV)/bin/ruff check src tests scripts benchmarks
 
 demo: $(STAMP)
 	$(PY) -m encdec.demo

@@ -19,7 +19,9 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from encdec.benchmarking import DEFAULT_OUTPUT, QUICK_SETTINGS, SECTIONS, BenchmarkSettings, run_benchmarks
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository root: benchmarks/ is not installed
+from benchmarks.common import QUICK_SETTINGS, BenchmarkSettings  # noqa: E402
+from benchmarks.report import DEFAULT_OUTPUT, SECTIONS, run_benchmarks  # noqa: E402
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:

@@ -21,17 +21,16 @@ from pathlib import Path
 
 import torch
 
-from encdec.benchmarking import (
-    RNN_VARIANTS,
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository root: benchmarks/ is not installed
+from benchmarks.common import (  # noqa: E402
     BenchmarkSettings,
-    RNNDims,
-    build_rnn,
     make_generate,
     make_train_step,
     paired_ratios,
     seeded,
     time_interleaved,
 )
+from benchmarks.rnn import RNN_VARIANTS, RNNDims, build_rnn  # noqa: E402
 
 MODELS_DIR = "src/encdec/models"
 

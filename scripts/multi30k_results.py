@@ -22,7 +22,7 @@ import re
 import sys
 from pathlib import Path
 
-from encdec.hub import read_safetensors_shapes
+from encdec.folders import read_safetensors_shapes
 from encdec.io_utils import atomic_write_text
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

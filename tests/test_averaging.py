@@ -15,7 +15,7 @@ from transformers import AutoModelForSeq2SeqLM
 from encdec.averaging import average_checkpoints
 from encdec.cli import main
 from encdec.errors import EncdecError, OverwriteError
-from encdec.hub import check_model_folder
+from encdec.folders import check_model_folder
 from tiny_model_folders import FAMILIES, date_tokenizer, save_folder, tiny_model
 
 

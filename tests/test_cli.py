@@ -23,7 +23,7 @@ from transformers.utils import logging as hf_logging
 
 from encdec.cli import main
 from encdec.data import make_date_pairs
-from encdec.hub import check_model_folder, save_for_pipeline
+from encdec.folders import check_model_folder, save_for_pipeline
 from tiny_model_folders import TINY_MODELS, date_tokenizer, tiny_model, write_tiny_run_config
 
 FAMILIES = ("transformer", "rnn")

@@ -4,9 +4,9 @@ Two launches of two processes do all the multi-process work (each start-up costs
 
 1. ``accelerate launch --config_file configs/accelerate/cpu-2proc.yaml -m encdec train`` on a tiny Transformer run
    (4 steps of 2 x 8 pairs, a checkpoint at step 4, BLEU at the end);
-2. ``torchrun --nproc_per_node 2 -m encdec.distributed batch``: that run resumed for one more step, a tiny RNN run,
-   the 2-process evaluation of the first run's folder, the DDP check of every model variant, and FSDP training of
-   both families.
+2. ``torchrun --nproc_per_node 2 tests/distributed_worker.py batch``: that run resumed for one more step, a tiny
+   RNN run, the 2-process evaluation of the first run's folder, the DDP check of every model variant, and FSDP
+   training of both families.
 
 The one-process references run here, in the test process. What is compared and the tolerances:
 
@@ -42,21 +42,14 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForSeq2SeqLM
 
-from encdec.distributed import (
-    DDP_VARIANTS,
-    collate,
-    cpu_processes,
-    evaluate_folder,
-    fsdp_units,
-    tiny_model,
-    toy_examples,
-    train_steps,
-)
-from encdec.hub import check_model_folder
+from distributed_worker import DDP_VARIANTS, collate, evaluate_folder, tiny_model, toy_examples, train_steps
+from encdec.folders import check_model_folder
+from encdec.parallel import cpu_processes, fsdp_units
 from encdec.training import CHECKPOINT_SUBDIR, TOKENIZER_SUBDIR, load_run_config, train
 from tiny_model_folders import DEMO_CONFIGS, REPO_ROOT, TINY_MODELS, write_tiny_run_config
 
 ACCELERATE_CONFIGS = REPO_ROOT / "configs" / "accelerate"
+WORKER = Path(__file__).with_name("distributed_worker.py")
 PARAM_ATOL = 1e-5
 LOSS_RTOL = 1e-5
 STEPS, BATCH = 4, 8  # optimiser steps of the first run; per-process batch (the one-process reference takes 2 x 8)
@@ -84,8 +77,9 @@ def free_port() -> int:
 
 
 def launch(args: list[str], accelerate: bool = False, timeout: int = 300) -> subprocess.CompletedProcess:
-    """Two CPU processes running ``python -m args...``: through ``accelerate launch`` with the repository's
-    cpu-2proc.yaml, or through torchrun. Outputs are prefixed with the rank (``[default0]:``)."""
+    """Two CPU processes running ``python -m args...`` (``python args...`` when ``args[0]`` is a script): through
+    ``accelerate launch`` with the repository's cpu-2proc.yaml, or through torchrun. Outputs are prefixed with the
+    rank (``[default0]:``)."""
     port = str(free_port())  # never the default 29500: other jobs on the machine may hold it
     if accelerate:
         launcher = ["accelerate.commands.launch", "--config_file", str(ACCELERATE_CONFIGS / "cpu-2proc.yaml"),
@@ -95,7 +89,8 @@ def launch(args: list[str], accelerate: bool = False, timeout: int = 300) -> sub
                     "--master_port", port]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
            "TRANSFORMERS_NO_ADVISORY_WARNINGS": "1", "CUDA_VISIBLE_DEVICES": ""}
-    command = [sys.executable, "-m", *launcher, "--tee", "3", "-m", *args]
+    program = args if args[0].endswith(".py") else ["-m", *args]
+    command = [sys.executable, "-m", *launcher, "--tee", "3", *program]
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
     assert result.returncode == 0, f"{' '.join(command)}\n{result.stdout[-4000:]}\n{result.stderr[-8000:]}"
     return result
@@ -165,7 +160,7 @@ def runs(tmp_path_factory) -> SimpleNamespace:
         ["fsdp", "--family", "rnn", "--api", "fsdp1", "--output", str(out.fsdp / "fsdp1-rnn")],
     ]
     (root / "jobs.json").write_text(json.dumps(jobs))
-    out.second = launch(["encdec.distributed", "batch", str(root / "jobs.json")])
+    out.second = launch([str(WORKER), "batch", str(root / "jobs.json")])
     out.resume = resume
     return out
 

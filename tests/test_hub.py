@@ -14,17 +14,11 @@ from huggingface_hub import HfApi, ModelCard
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 import encdec
+from encdec.cards import card_template, render_model_card, write_model_card
 from encdec.errors import EncdecError, InputFileError, OverwriteError
-from encdec.hub import (
-    card_template,
-    check_model_folder,
-    load_pipeline,
-    push_model,
-    render_model_card,
-    save_for_pipeline,
-    translate_lines,
-    write_model_card,
-)
+from encdec.folders import check_model_folder, save_for_pipeline
+from encdec.hub import push_model
+from encdec.inference import load_pipeline, translate_lines
 from tiny_model_folders import FAMILIES, date_tokenizer, save_folder, tiny_model
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -90,12 +84,12 @@ def test_translate_lines_names_a_missing_folder(tmp_path) -> None:
 # --- model card ------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("model_type", MODEL_TYPES.values())
-def test_package_ships_the_top_level_templates(model_type: str) -> None:
-    top_level = REPO_ROOT / "model_cards" / f"{model_type}.md"
+def test_the_templates_are_package_data_kept_once(model_type: str) -> None:
     packaged = PACKAGE / "model_cards" / f"{model_type}.md"
-    assert packaged.read_bytes() == top_level.read_bytes(), (
-        f"{packaged} differs from {top_level}: copy model_cards/*.md into src/encdec/model_cards/")
     assert card_template(model_type) == packaged.read_text(encoding="utf-8")
+    tracked = ("model_cards", "src", "docs")
+    copies = [path for folder in tracked for path in (REPO_ROOT / folder).rglob(f"{model_type}.md")]
+    assert copies == [packaged], f"one template per family, in src/encdec/model_cards/; found {copies}"
 
 
 @pytest.mark.parametrize("family", FAMILIES)

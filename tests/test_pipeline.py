@@ -18,7 +18,7 @@ from transformers.pipelines import PIPELINE_REGISTRY
 
 import encdec
 from encdec import Seq2SeqGenerationPipeline
-from encdec.hub import save_for_pipeline
+from encdec.folders import save_for_pipeline
 from tiny_model_folders import FAMILIES, date_tokenizer, tiny_model
 
 SOURCES = ["3rd of March 2021", "1/2/2000", "Wednesday, 3 Mar 2021"]  # different lengths: batches get padded

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from encdec.errors import EncdecError, OverwriteError
-from encdec.evaluation import load_model_and_tokenizer
+from encdec.inference import load_model_and_tokenizer
 from encdec.plotting import attention_matrix, plot_attention, save_attention_plot
 from tiny_model_folders import FAMILIES, build_model_folders, tiny_model
 

@@ -18,7 +18,7 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 from encdec import RNNSeq2SeqConfig, TransformerSeq2SeqConfig
 from encdec.data import make_date_splits
 from encdec.errors import EncdecError
-from encdec.hub import PIPELINE_TASK, check_model_folder
+from encdec.folders import PIPELINE_TASK, check_model_folder
 from encdec.training import (
     CHECKPOINT_SUBDIR,
     TOKENIZER_SUBDIR,

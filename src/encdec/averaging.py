@@ -30,7 +30,7 @@ from safetensors.torch import load_file
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from .errors import EncdecError, InputFileError, OverwriteError
-from .hub import WEIGHTS_NAME, _read_json, _require_dir, read_safetensors_shapes, save_for_pipeline
+from .folders import WEIGHTS_NAME, read_json, read_safetensors_shapes, require_dir, save_for_pipeline
 from .io_utils import atomic_write_json
 
 # config.json keys that differ between checkpoints of one model without changing it
@@ -39,11 +39,11 @@ _BOOKKEEPING_KEYS = {"_name_or_path", "transformers_version", "architectures", "
 
 def _check_same_model(folders: list[Path]) -> None:
     """Refuse checkpoints of different models: their configs, tensor names or shapes differ."""
-    first_config = {k: v for k, v in _read_json(folders[0] / "config.json", "the model config").items()
+    first_config = {k: v for k, v in read_json(folders[0] / "config.json", "the model config").items()
                     if k not in _BOOKKEEPING_KEYS}
     first_shapes = read_safetensors_shapes(folders[0] / WEIGHTS_NAME)
     for folder in folders[1:]:
-        config = {k: v for k, v in _read_json(folder / "config.json", "the model config").items()
+        config = {k: v for k, v in read_json(folder / "config.json", "the model config").items()
                   if k not in _BOOKKEEPING_KEYS}
         differing = sorted(key for key in first_config.keys() | config.keys()
                            if first_config.get(key) != config.get(key))
@@ -91,7 +91,7 @@ def average_checkpoints(checkpoints: Sequence[str | os.PathLike], output_dir: st
     """Average the weights of ``checkpoints`` (model folders or Trainer checkpoints of one model) into a new model
     folder ``output_dir``. The config, generation config and tokenizer come from the last checkpoint (or the
     tokenizer from ``tokenizer_dir``). Returns ``output_dir``."""
-    folders = [_require_dir(path) for path in checkpoints]
+    folders = [require_dir(path) for path in checkpoints]
     if len(folders) < 2:
         raise EncdecError(f"Averaging needs at least 2 checkpoints, got {len(folders)}; pass several checkpoint "
                           "folders of one run, e.g. runs/X/checkpoints/checkpoint-*.")

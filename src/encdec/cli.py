@@ -26,7 +26,7 @@ def cmd_tokenizer_train(args: argparse.Namespace) -> None:
 
 
 def cmd_train(args: argparse.Namespace) -> None:
-    from .distributed import process_state
+    from .parallel import process_state
     from .training import load_run_config, train
 
     config = load_run_config(args.config, args.overrides)
@@ -44,7 +44,7 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
                              batch_size=args.batch_size, max_new_tokens=args.max_new_tokens,
                              output_file=args.output, overwrite=args.overwrite, length_penalty=args.length_penalty)
     if args.card_dataset:
-        from .hub import record_scores_in_card
+        from .cards import record_scores_in_card
 
         split = args.card_split or Path(args.source_file).name.split(".")[0]
         record_scores_in_card(args.model, results, args.card_dataset, split, dataset_id=args.card_dataset_id)
@@ -52,7 +52,7 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
 
 
 def cmd_translate(args: argparse.Namespace) -> None:
-    from .hub import translate_lines
+    from .inference import translate_lines
     from .io_utils import atomic_write_text, require_file
 
     if args.output and Path(args.output).exists() and not args.overwrite:  # refuse before any work

@@ -3,7 +3,8 @@
 For a Transformer and a BiLSTM with Bahdanau attention it trains a tokenizer and the model with
 ``Seq2SeqTrainer`` (``encdec train configs/demo-*.yaml``), reloads the saved folder through ``pipeline()``,
 reports exact match and BLEU on held-out dates with a few translations, and writes an attention heatmap.
-Everything lands in ``runs/``.
+Everything lands in ``runs/`` (of the current folder). The run configs are package data (``encdec/configs`` is a
+link to the repository's ``configs/``), so an installed encdec runs the demo from any folder.
 
 Run: ``python -m encdec.demo [--max-steps N] [--runs-dir runs]``
 """
@@ -12,23 +13,34 @@ from __future__ import annotations
 
 import argparse
 import time
+from importlib import resources
 from pathlib import Path
 
 from transformers import pipeline
 
+from .config_io import load_yaml
 from .data import load_builtin_dates
 from .plotting import save_attention_plot
-from .training import load_run_config, train
+from .training import RunConfig, load_run_config, train
 
-DEMOS = {"transformer": "configs/demo-transformer.yaml", "lstm-bahdanau": "configs/demo-lstm-bahdanau.yaml"}
+CONFIGS = Path(str(resources.files("encdec") / "configs"))
+DEMOS = {"transformer": "demo-transformer.yaml", "lstm-bahdanau": "demo-lstm-bahdanau.yaml"}
 EXAMPLE = "Wednesday, 3 Mar 2021"
 
 
-def run_one(name: str, config_path: str, runs_dir: Path, max_steps: int | None) -> dict:
-    overrides = ["--training.output_dir", str(runs_dir / f"demo-{name}"), "--training.overwrite", "true"]
+def demo_config(name: str, runs_dir: Path, max_steps: int | None) -> RunConfig:
+    """The demo's run config ``name``, its model JSON taken from the package too, writing to ``runs_dir``."""
+    path = CONFIGS / DEMOS[name]
+    model_json = CONFIGS / "models" / Path(load_yaml(path)["model"]).name
+    overrides = ["--model", str(model_json), "--training.output_dir", str(runs_dir / f"demo-{name}"),
+                 "--training.overwrite", "true"]
     if max_steps:
         overrides += ["--training.max_steps", str(max_steps)]
-    config = load_run_config(config_path, overrides)
+    return load_run_config(path, overrides)
+
+
+def run_one(name: str, runs_dir: Path, max_steps: int | None) -> dict:
+    config = demo_config(name, runs_dir, max_steps)
     start = time.perf_counter()
     results = train(config)
     minutes = (time.perf_counter() - start) / 60
@@ -52,7 +64,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--runs-dir", type=Path, default=Path("runs"))
     parser.add_argument("--max-steps", type=int, default=None, help="override the configs' training steps")
     args = parser.parse_args(argv)
-    reports = [run_one(name, path, args.runs_dir, args.max_steps) for name, path in DEMOS.items()]
+    reports = [run_one(name, args.runs_dir, args.max_steps) for name in DEMOS]
 
     print("\n=== encdec demo: human-readable dates -> ISO 8601, held-out test set ===")
     for r in reports:

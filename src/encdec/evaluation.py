@@ -1,5 +1,5 @@
-"""Translate a test set with a saved model folder and score it: cased sacreBLEU, chrF and lowercased BLEU, each
-with sacreBLEU's signature, plus the decoding settings and the speed, as one JSON-ready dict.
+"""Translate a test set with a saved model folder (``inference.translate``) and score it: cased sacreBLEU, chrF and
+lowercased BLEU, each with sacreBLEU's signature, plus the decoding settings and the speed, as one JSON-ready dict.
 
 Backs ``encdec evaluate --model DIR --source-file F --reference-file R``.
 """
@@ -12,42 +12,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-import torch
-from tqdm.auto import tqdm
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
-
-from .errors import EncdecError, InputFileError, OverwriteError
-from .hub import read_safetensors_shapes
-from .io_utils import atomic_write_json, read_aligned_lines, require_file
+from .errors import OverwriteError
+from .inference import effective_length_penalty, load_model_and_tokenizer, max_source_length, translate
+from .io_utils import atomic_write_json, read_aligned_lines
 from .metrics import load_metric
-from .tokenization import check_tokenizer_matches_model
 
 logger = logging.getLogger(__name__)
-
-
-def load_model_and_tokenizer(model_dir: str | os.PathLike, device: str = "cpu"
-                             ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """Load a model folder (weights, config, tokenizer) through the Auto classes, in eval mode on ``device``,
-    and check that the tokenizer matches the model's vocabulary.
-
-    Importing ``encdec`` (this module's package) registered the local classes, which take precedence over the
-    folder's code files; ``trust_remote_code=True`` only avoids the interactive question on such folders.
-    """
-    model_dir = Path(model_dir)
-    if not model_dir.is_dir():
-        raise InputFileError(f"The model folder {model_dir} does not exist or is not a folder.")
-    require_file(model_dir / "config.json", "model config")
-    read_safetensors_shapes(model_dir / "model.safetensors")  # one clear error for missing or corrupt weights
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=True)
-    except (OSError, ValueError) as error:
-        raise InputFileError(f"Could not load a tokenizer from {model_dir}: {error}") from error
-    model = AutoModelForSeq2SeqLM.from_pretrained(model_dir, trust_remote_code=True)
-    try:
-        check_tokenizer_matches_model(tokenizer, model.config)
-    except ValueError as error:
-        raise EncdecError(f"{model_dir}: {error}") from error
-    return model.to(device).eval(), tokenizer
 
 
 def read_parallel(source_file: str | os.PathLike, reference_file: str | os.PathLike) -> tuple[list[str], list[str]]:
@@ -55,81 +25,13 @@ def read_parallel(source_file: str | os.PathLike, reference_file: str | os.PathL
     return read_aligned_lines(source_file, reference_file, target_what="reference file")
 
 
-def max_source_length(tokenizer: PreTrainedTokenizerBase, config: Any) -> int:
-    """The longest source the model takes: the tokenizer's ``model_max_length``, and the model's positions."""
-    max_positions = getattr(config, "max_position_embeddings", None)
-    return min(tokenizer.model_max_length, max_positions) if max_positions else tokenizer.model_max_length
-
-
-def auto_max_new_tokens(source_length: int, config: Any) -> int:
-    """Default generation budget when none is given: 2 x source length + 10 tokens, within the model's positions."""
-    budget = 2 * source_length + 10
-    max_positions = getattr(config, "max_position_embeddings", None)
-    return min(budget, max_positions - 1) if max_positions else budget
-
-
-def effective_length_penalty(model: PreTrainedModel, length_penalty: float | None) -> float:
-    """The length penalty beam search uses: the given one, else the model's generation config's, else 1.0."""
-    if length_penalty is not None:
-        return length_penalty
-    configured = model.generation_config.length_penalty
-    return 1.0 if configured is None else configured
-
-
-def translate(
-    model: PreTrainedModel,
-    tokenizer: PreTrainedTokenizerBase,
-    sources: list[str],
-    num_beams: int = 5,
-    batch_size: int = 32,
-    max_new_tokens: int | None = None,
-    length_penalty: float | None = None,
-    show_progress: bool = True,
-) -> list[str]:
-    """Translate ``sources`` with ``model.generate`` (no sampling) and return the detokenised outputs in order.
-
-    Sentences are batched longest first (less padding, and an out-of-memory error shows at once) and put back in
-    their input order. Sources longer than ``max_source_length`` are truncated.
-
-    :param max_new_tokens: ``None`` takes the model's ``generation_config.max_new_tokens`` if set, else
-        2 x the longest source of the batch + 10 (see ``auto_max_new_tokens``)
-    :param length_penalty: exponent of the beam-score length normalisation; ``None`` keeps the model's
-    """
-    if num_beams < 1 or batch_size < 1:
-        raise EncdecError(f"`num_beams` and `batch_size` must be >= 1, got {num_beams} and {batch_size}.")
-    if max_new_tokens is not None and max_new_tokens < 1:
-        raise EncdecError(f"`max_new_tokens` must be >= 1 (or None for a budget from the source length), got "
-                          f"{max_new_tokens}.")
-    if max_new_tokens is None:
-        max_new_tokens = model.generation_config.max_new_tokens
-    settings: dict[str, Any] = {"num_beams": num_beams, "do_sample": False}
-    if num_beams > 1 and length_penalty is not None:  # greedy search ignores it (and would warn)
-        settings["length_penalty"] = length_penalty
-    limit = max_source_length(tokenizer, model.config)
-    truncation = {"truncation": True, "max_length": limit}
-    lengths = [len(ids) for ids in tokenizer(sources, verbose=False)["input_ids"]]
-    if any(length > limit for length in lengths):
-        logger.warning("%d of %d sources are longer than the model's %d source tokens (max_position_embeddings, or the "
-                       "tokenizer's model_max_length) and are truncated to fit.",
-                       sum(length > limit for length in lengths), len(sources), limit)
-    lengths = [min(length, limit) for length in lengths]
-    order = sorted(range(len(sources)), key=lambda i: -lengths[i])
-    outputs = [""] * len(sources)
-    with tqdm(total=len(sources), desc="Translating", unit="sent", disable=not show_progress) as progress:
-        for start in range(0, len(order), batch_size):
-            indices = order[start:start + batch_size]
-            batch = tokenizer([sources[i] for i in indices], padding=True, return_tensors="pt", **truncation)
-            input_ids = batch["input_ids"].to(model.device)  # (B, S)
-            budget = max_new_tokens or auto_max_new_tokens(input_ids.size(1), model.config)  # validated >= 1 above
-            with torch.inference_mode():
-                generated = model.generate(  # (B, 1 + T)
-                    input_ids=input_ids, attention_mask=batch["attention_mask"].to(model.device),
-                    max_new_tokens=budget, **settings,
-                )
-            for i, text in zip(indices, tokenizer.batch_decode(generated, skip_special_tokens=True), strict=True):
-                outputs[i] = text.strip()
-            progress.update(len(indices))
-    return outputs
+def warn_over_long(tokenizer, config, sources: list[str]) -> None:
+    """Log how many sources exceed the model's source length (they are truncated to fit)."""
+    limit = max_source_length(tokenizer, config)
+    over = sum(len(ids) > limit for ids in tokenizer(sources, verbose=False)["input_ids"])
+    if over:
+        logger.warning("%d of %d sources are longer than the model's %d source tokens (max_position_embeddings, or "
+                       "the tokenizer's model_max_length) and are truncated to fit.", over, len(sources), limit)
 
 
 def score_translations(hypotheses: list[str], references: list[str]) -> dict[str, Any]:
@@ -183,9 +85,11 @@ def evaluate_model(
                                  "or choose another path.")
     sources, references = read_parallel(source_file, reference_file)
     model, tokenizer = load_model_and_tokenizer(model_dir, device)
+    warn_over_long(tokenizer, model.config, sources)
     start = time.perf_counter()
     hypotheses = translate(model, tokenizer, sources, num_beams=num_beams, batch_size=batch_size,
-                           max_new_tokens=max_new_tokens, length_penalty=length_penalty, show_progress=show_progress)
+                           max_new_tokens=max_new_tokens, length_penalty=length_penalty, truncate=True,
+                           show_progress=show_progress)
     seconds = time.perf_counter() - start
     results = {
         **score_translations(hypotheses, references),
@@ -206,5 +110,4 @@ def evaluate_model(
     return results
 
 
-__all__ = ["evaluate_model", "load_model_and_tokenizer", "read_parallel", "score_translations",
-           "translate"]
+__all__ = ["evaluate_model", "read_parallel", "score_translations"]

@@ -22,7 +22,7 @@ from matplotlib.figure import Figure
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from .errors import EncdecError, OverwriteError
-from .evaluation import load_model_and_tokenizer, max_source_length
+from .inference import load_model_and_tokenizer, max_source_length
 from .io_utils import atomic_output
 
 

@@ -29,12 +29,14 @@ from transformers import (
     set_seed,
 )
 
+from .cards import training_summary, write_model_card
 from .config_io import apply_overrides, from_dict, load_yaml
 from .data import DataSpec, format_report, load_data, tokenize_dataset
-from .distributed import cpu_processes, process_state, unsharded_copy
 from .errors import EncdecError, OverwriteError
+from .folders import save_for_pipeline
 from .io_utils import atomic_write_json, require_file
 from .metrics import build_compute_metrics
+from .parallel import cpu_processes, process_state, unsharded_copy
 from .tokenization import check_tokenizer_matches_model, load_tokenizer, special_token_ids, train_tokenizer
 
 logger = logging.getLogger(__name__)
@@ -325,19 +327,11 @@ def dataset_name(spec: DataSpec) -> str:
     return spec.data_dir or ", ".join(str(f) for f in (spec.files or {}).values()) or spec.format
 
 
-def training_summary(train_metrics: dict) -> dict[str, Any]:
-    """The model card's training rows."""
-    return {"optimiser steps": train_metrics.get("global_step"), "epochs": train_metrics.get("epoch"),
-            "wall time (s)": train_metrics.get("train_runtime"), "mean training loss": train_metrics.get("train_loss")}
-
-
 def save_final_folder(trainer: Seq2SeqTrainer, tokenizer, output_dir: Path, results: dict, config: RunConfig,
                       state_dict: dict | None = None) -> None:
     """Write the model folder atomically: everything goes to a temporary sibling first, then each file is moved
     into ``output_dir`` with ``os.replace``. Only the main process writes. ``state_dict``: the gathered full weights
     of a sharded (FSDP) model, saved through an unsharded copy."""
-    from .hub import save_for_pipeline, write_model_card
-
     staging_root = output_dir / ".final-tmp"
     shutil.rmtree(staging_root, ignore_errors=True)
     staging = staging_root / output_dir.resolve().name  # the model card names the model after its folder

@@ -2,7 +2,7 @@
 
 transformers v5 removed the ``text2text-generation`` / ``translation`` tasks, and ``text-generation`` mangles
 encoder-decoder output, so encdec ships its own task. ``import encdec`` registers it; saving through the pipeline
-(``pipe.save_pretrained(dir)``, or ``encdec.hub.save_for_pipeline``) copies this file next to the weights and writes
+(``pipe.save_pretrained(dir)``, or ``encdec.folders.save_for_pipeline``) copies this file next to the weights and writes
 ``custom_pipelines`` into ``config.json``, so ``pipeline(model=dir, trust_remote_code=True)`` finds it on a machine
 without encdec. This file is copied next to the weights: it imports only the stdlib, torch and transformers.
 

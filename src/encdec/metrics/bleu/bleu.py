@@ -9,9 +9,10 @@ BLEU = BP * exp(sum_n 1/4 log p_n), with BP = min(1, exp(1 - r/c)) and p_n the c
 
 from __future__ import annotations
 
-import datasets
-import evaluate
 import sacrebleu
+
+# absolute, not relative: evaluate.load imports this script alone from its module cache (see sacrebleu_metric)
+from encdec.metrics import sacrebleu_metric
 
 _CITATION = """\
 @inproceedings{post-2018-call,
@@ -47,37 +48,9 @@ Examples:
 """
 
 
-# Each evaluate module is copied alone into evaluate's module cache, so this helper is repeated in bleu.py and
-# chrf.py rather than shared through an import.
-def as_reference_streams(references: list[str] | list[list[str]]) -> list[list[str]]:
-    """Per-segment references -> sacreBLEU's layout: one stream per reference index, each as long as the corpus."""
-    per_segment = [[r] if isinstance(r, str) else list(r) for r in references]
-    counts = {len(refs) for refs in per_segment}
-    if len(counts) > 1:
-        raise ValueError(f"sacreBLEU needs the same number of references for every segment, got {sorted(counts)}.")
-    num_refs = counts.pop() if counts else 1
-    return [[refs[i] for refs in per_segment] for i in range(num_refs)]
-
-
-_STRING = datasets.Value("string")
-_FEATURES = [  # several references per segment, or one
-    datasets.Features({"predictions": _STRING, "references": datasets.Sequence(_STRING)}),
-    datasets.Features({"predictions": _STRING, "references": _STRING}),
-]
-
-
-@evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
-class Bleu(evaluate.Metric):
-    def _info(self) -> evaluate.MetricInfo:
-        return evaluate.MetricInfo(
-            description=_DESCRIPTION,
-            citation=_CITATION,
-            homepage="https://github.com/mjpost/sacrebleu",
-            inputs_description=_KWARGS_DESCRIPTION,
-            features=_FEATURES,
-            codebase_urls=["https://github.com/mjpost/sacrebleu"],
-            reference_urls=["https://aclanthology.org/W18-6319/"],
-        )
+class Bleu(sacrebleu_metric.SacreBleuMetric):
+    DESCRIPTION, CITATION, KWARGS_DESCRIPTION = _DESCRIPTION, _CITATION, _KWARGS_DESCRIPTION
+    REFERENCE_URL = "https://aclanthology.org/W18-6319/"
 
     def _compute(
         self,
@@ -91,10 +64,9 @@ class Bleu(evaluate.Metric):
     ) -> dict:
         bleu = sacrebleu.metrics.BLEU(lowercase=lowercase, tokenize=tokenize, smooth_method=smooth_method,
                                       smooth_value=smooth_value, effective_order=use_effective_order)
-        result = bleu.corpus_score(list(predictions), as_reference_streams(references))
+        result, scores = self._corpus_score(bleu, predictions, references)
         return {
-            "score": result.score,
-            "signature": str(bleu.get_signature()),
+            **scores,
             "counts": result.counts,
             "totals": result.totals,
             "precisions": result.precisions,

@@ -9,9 +9,10 @@ chrF_beta = (1 + beta^2) * chrP * chrR / (beta^2 * chrP + chrR), over character 
 
 from __future__ import annotations
 
-import datasets
-import evaluate
 import sacrebleu
+
+# absolute, not relative: evaluate.load imports this script alone from its module cache (see sacrebleu_metric)
+from encdec.metrics import sacrebleu_metric
 
 _CITATION = """\
 @inproceedings{popovic-2015-chrf,
@@ -46,37 +47,9 @@ Examples:
 """
 
 
-# Each evaluate module is copied alone into evaluate's module cache, so this helper is repeated in bleu.py and
-# chrf.py rather than shared through an import.
-def as_reference_streams(references: list[str] | list[list[str]]) -> list[list[str]]:
-    """Per-segment references -> sacreBLEU's layout: one stream per reference index, each as long as the corpus."""
-    per_segment = [[r] if isinstance(r, str) else list(r) for r in references]
-    counts = {len(refs) for refs in per_segment}
-    if len(counts) > 1:
-        raise ValueError(f"sacreBLEU needs the same number of references for every segment, got {sorted(counts)}.")
-    num_refs = counts.pop() if counts else 1
-    return [[refs[i] for refs in per_segment] for i in range(num_refs)]
-
-
-_STRING = datasets.Value("string")
-_FEATURES = [  # several references per segment, or one
-    datasets.Features({"predictions": _STRING, "references": datasets.Sequence(_STRING)}),
-    datasets.Features({"predictions": _STRING, "references": _STRING}),
-]
-
-
-@evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
-class Chrf(evaluate.Metric):
-    def _info(self) -> evaluate.MetricInfo:
-        return evaluate.MetricInfo(
-            description=_DESCRIPTION,
-            citation=_CITATION,
-            homepage="https://github.com/mjpost/sacrebleu",
-            inputs_description=_KWARGS_DESCRIPTION,
-            features=_FEATURES,
-            codebase_urls=["https://github.com/mjpost/sacrebleu"],
-            reference_urls=["https://aclanthology.org/W15-3049/"],
-        )
+class Chrf(sacrebleu_metric.SacreBleuMetric):
+    DESCRIPTION, CITATION, KWARGS_DESCRIPTION = _DESCRIPTION, _CITATION, _KWARGS_DESCRIPTION
+    REFERENCE_URL = "https://aclanthology.org/W15-3049/"
 
     def _compute(
         self,
@@ -91,11 +64,5 @@ class Chrf(evaluate.Metric):
     ) -> dict:
         chrf = sacrebleu.metrics.CHRF(char_order=char_order, word_order=word_order, beta=beta, lowercase=lowercase,
                                       whitespace=whitespace, eps_smoothing=eps_smoothing)
-        result = chrf.corpus_score(list(predictions), as_reference_streams(references))
-        return {
-            "score": result.score,
-            "signature": str(chrf.get_signature()),
-            "char_order": char_order,
-            "word_order": word_order,
-            "beta": beta,
-        }
+        _, scores = self._corpus_score(chrf, predictions, references)
+        return {**scores, "char_order": char_order, "word_order": word_order, "beta": beta}

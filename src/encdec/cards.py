@@ -1,0 +1,153 @@
+"""Model cards: the README.md of a model folder, rendered from its family's template, with BLEU/chrF in the
+Hub's ``model-index``.
+
+The templates are ``encdec/model_cards/<family>.md`` (package data, so that an installed encdec renders cards too).
+They are Jinja2 templates (Jinja2 comes with torch) rendered with ``StrictUndefined``: a misspelt placeholder fails
+instead of printing nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from huggingface_hub import EvalResult, ModelCard, ModelCardData
+from transformers import PreTrainedModel
+
+from . import __version__
+from .errors import EncdecError, OverwriteError
+from .folders import FAMILIES, PIPELINE_TASK, config_and_size, read_json, require_dir
+from .io_utils import atomic_write_text
+
+
+def card_template(family: str) -> str:
+    """The Jinja2 model-card template of ``family``, read from the package data."""
+    if family not in FAMILIES:
+        raise EncdecError(f"No model card template for family {family!r}; choose one of {list(FAMILIES)}.")
+    return (resources.files("encdec") / "model_cards" / f"{family}.md").read_text(encoding="utf-8")
+
+
+def _human(n: int) -> str:
+    for unit, scale in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f}{unit}"
+    return str(n)
+
+
+def _eval_results(metrics: Mapping[str, Any], dataset_name: str, dataset_type: str) -> list[EvalResult]:
+    split = metrics.get("split")
+    results = []
+    for key, name in (("bleu", "BLEU"), ("bleu_lowercase", "BLEU (lowercased)"), ("chrf", "chrF")):
+        if metrics.get(key) is not None:
+            results.append(EvalResult(task_type="translation", task_name="Translation", dataset_type=dataset_type,
+                                      dataset_name=dataset_name, dataset_split=split, metric_type=key.split("_")[0],
+                                      metric_name=name, metric_value=metrics[key],
+                                      metric_config="lowercase" if key == "bleu_lowercase" else None))
+    return results
+
+
+def render_model_card(
+    model_dir_or_model: str | os.PathLike | PreTrainedModel,
+    *,
+    family: str | None = None,
+    dataset_name: str | None = None,
+    dataset_id: str | None = None,
+    metrics: Mapping[str, Any] | None = None,
+    training_summary: Mapping[str, Any] | None = None,
+    repo_id: str | None = None,
+    license: str = "apache-2.0",  # noqa: A002  (the Hub's metadata key)
+) -> str:
+    """The README.md model card of a model (object or saved folder) from its family's template.
+
+    :param family: ``transformer_seq2seq`` or ``rnn_seq2seq``; default: the config's ``model_type`` (must agree)
+    :param dataset_name: human-readable name of the training/evaluation data
+    :param dataset_id: its Hub dataset id, if it has one (goes into ``datasets`` and the model-index)
+    :param metrics: ``{"bleu": float, "chrf": float, "bleu_signature": str, "chrf_signature": str,
+        "split": str}``, optionally ``"bleu_lowercase"`` and ``"num_beams"`` (other keys are ignored); the scores
+        go into the ``model-index`` as a translation result
+    :param training_summary: free-form ``{label: value}`` rows (steps, epochs, hardware, wall time, ...)
+    :param repo_id: the Hub id used in the usage snippet and as the model name
+    """
+    config, num_parameters, default_name = config_and_size(model_dir_or_model)
+    family = family or config.model_type
+    if family != config.model_type:
+        raise EncdecError(f"`family`={family!r} does not match the model's `model_type`={config.model_type!r}; "
+                          "leave `family` unset to use the model's.")
+    template = card_template(family)
+    scores = {key: round(float(metrics[key]), 2) for key in ("bleu", "bleu_lowercase", "chrf")
+              if (metrics or {}).get(key) is not None}
+    metrics = {**metrics, **scores} if scores else None  # without BLEU or chrF, the card says "not evaluated"
+    summary = {key: f"{value:.4g}" if isinstance(value, float) else value
+               for key, value in (training_summary or {}).items()}
+    dataset_name = dataset_name or dataset_id
+    if metrics and not dataset_name:
+        raise EncdecError("`metrics` need the data they were measured on: pass `dataset_name` (or `dataset_id`).")
+    model_name = repo_id.split("/")[-1] if repo_id else default_name
+    card_data = ModelCardData(
+        license=license,
+        library_name="transformers",
+        pipeline_tag="translation",
+        tags=["translation", "seq2seq", "encdec", family],
+        datasets=[dataset_id] if dataset_id else None,
+        metrics=sorted({key.split("_")[0] for key in scores}) or None,  # Hub metric ids: bleu, chrf
+        model_name=model_name,
+        eval_results=_eval_results(metrics, dataset_name, dataset_id or _slug(dataset_name)) if metrics else None,
+    )
+    environment = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
+                                     trim_blocks=True, lstrip_blocks=True, autoescape=False)
+    text = environment.from_string(template).render(
+        card_data=card_data.to_yaml(),
+        model_name=model_name,
+        model_id=repo_id or "PATH_OR_REPO_ID",
+        family=family,
+        config=config,
+        num_parameters=f"{num_parameters:,} ({_human(num_parameters)})",
+        dataset_name=dataset_name,
+        dataset_id=dataset_id,
+        metrics=metrics,
+        training_summary=summary or None,
+        encdec_version=__version__,
+        pipeline_task=PIPELINE_TASK,
+    )
+    ModelCard(text)  # parses the metadata block: a broken template fails here, not on the Hub
+    return text
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "custom"
+
+
+def training_summary(train_metrics: Mapping[str, Any]) -> dict[str, Any]:
+    """The model card's training rows, from Trainer's final training metrics."""
+    return {"optimiser steps": train_metrics.get("global_step"), "epochs": train_metrics.get("epoch"),
+            "wall time (s)": train_metrics.get("train_runtime"), "mean training loss": train_metrics.get("train_loss")}
+
+
+def write_model_card(model_dir: str | os.PathLike, *, overwrite: bool = False, **card_kwargs: Any) -> Path:
+    """Render the card of the model saved in ``model_dir`` and write it to ``model_dir/README.md`` atomically.
+    ``card_kwargs`` are those of ``render_model_card``. An existing README.md is replaced only with ``overwrite``."""
+    path = require_dir(model_dir) / "README.md"
+    if path.exists() and not overwrite:
+        raise OverwriteError(f"{path} already exists; pass overwrite=True (--overwrite) to replace it.")
+    atomic_write_text(path, render_model_card(model_dir, **card_kwargs))
+    return path
+
+
+def record_scores_in_card(model_dir: str | os.PathLike, results: Mapping[str, Any], dataset_name: str, split: str,
+                          dataset_id: str | None = None) -> Path:
+    """Rewrite the model card of ``model_dir`` with the scores of ``encdec evaluate`` (``results``) in its text and
+    ``model-index``, keeping the training rows that ``encdec train`` recorded in ``eval_results.json``."""
+    model_dir = require_dir(model_dir)
+    recorded = model_dir / "eval_results.json"
+    train = read_json(recorded, "the training results").get("train", {}) if recorded.is_file() else {}
+    return write_model_card(model_dir, overwrite=True, metrics={**results, "split": split},
+                            dataset_name=dataset_name, dataset_id=dataset_id,
+                            training_summary=training_summary(train) if train else None)
+
+
+__all__ = ["card_template", "record_scores_in_card", "render_model_card", "training_summary", "write_model_card"]

@@ -1,0 +1,160 @@
+"""Model folders: what a shippable folder holds, checks that name the broken file, and saving one.
+
+A shippable folder holds exactly what ``check_model_folder`` lists: ``config.json`` (with ``auto_map`` and
+``custom_pipelines``), ``generation_config.json``, ``model.safetensors``, the tokenizer files, the code files that
+``trust_remote_code`` loading imports (the family's modeling/configuration files, their single-dot siblings and
+``pipeline_seq2seq.py``) and, once written, the ``README.md`` model card. ``save_for_pipeline`` writes such a folder.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from huggingface_hub import ModelCard
+from safetensors import safe_open
+from transformers import AutoConfig, PretrainedConfig, PreTrainedModel
+
+from .errors import InputFileError
+from .models.pipeline_seq2seq import Seq2SeqGenerationPipeline
+from .tokenization import check_tokenizer_matches_model
+
+PIPELINE_TASK = "seq2seq-generation"
+FAMILIES = ("transformer_seq2seq", "rnn_seq2seq")
+WEIGHTS_NAME = "model.safetensors"
+REQUIRED_FILES = ("config.json", "generation_config.json", WEIGHTS_NAME, "tokenizer.json", "tokenizer_config.json")
+OPTIONAL_FILES = ("special_tokens_map.json", "README.md")
+RESAVE_FIX = ("load the model and tokenizer and re-save them with `encdec.folders.save_for_pipeline(model, "
+              "tokenizer, DIR)`")
+_SIBLING_IMPORT = re.compile(r"^\s*from\s+\.(\w+)\s+import", flags=re.MULTILINE)
+
+
+def save_for_pipeline(model: PreTrainedModel, tokenizer, output_dir: str | os.PathLike) -> Path:
+    """Save ``model`` and ``tokenizer`` through the ``seq2seq-generation`` pipeline: besides what
+    ``save_pretrained`` writes, ``config.json`` gets ``custom_pipelines`` and ``pipeline_seq2seq.py`` is copied, so
+    that ``pipeline(model=output_dir, trust_remote_code=True)`` works without encdec. Returns the folder."""
+    check_tokenizer_matches_model(tokenizer, model.config)
+    pipe = Seq2SeqGenerationPipeline(model=model, tokenizer=tokenizer, device=model.device, task=PIPELINE_TASK)
+    pipe.save_pretrained(output_dir)
+    return Path(output_dir)
+
+
+def require_dir(model_dir: str | os.PathLike) -> Path:
+    """``model_dir`` as a Path; an ``InputFileError`` naming it if it is not a folder."""
+    model_dir = Path(model_dir)
+    if not model_dir.is_dir():
+        raise InputFileError(f"The model folder {model_dir} does not exist or is not a folder; check the path.")
+    return model_dir
+
+
+def read_json(path: Path, what: str) -> dict[str, Any]:
+    """The JSON object in ``path``; an ``InputFileError`` naming the file (``what`` it is) and the fix otherwise."""
+    if not path.is_file():
+        raise InputFileError(f"{path} ({what}) is missing; {RESAVE_FIX}.")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise InputFileError(f"{path} ({what}) is not readable JSON ({err}); {RESAVE_FIX}.") from err
+    if not isinstance(data, dict):
+        raise InputFileError(f"{path} ({what}) must hold a JSON object; {RESAVE_FIX}.")
+    return data
+
+
+def read_safetensors_shapes(path: Path) -> dict[str, list[int]]:
+    """Name -> shape of every tensor in a safetensors file; an ``InputFileError`` naming the file if it is missing,
+    truncated or corrupt."""
+    if not path.is_file():
+        raise InputFileError(f"{path} (the model weights) is missing; {RESAVE_FIX}.")
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            shapes = {name: list(f.get_slice(name).get_shape()) for name in f.keys()}  # noqa: SIM118
+    except Exception as err:  # safetensors raises its own SafetensorError, or OSError
+        raise InputFileError(f"{path} is not a readable safetensors file ({err}); it is corrupt or was cut short: "
+                             f"{RESAVE_FIX}.") from err
+    if not shapes:
+        raise InputFileError(f"{path} holds no tensors; {RESAVE_FIX}.")
+    return shapes
+
+
+def _code_modules(config: Mapping[str, Any]) -> set[str]:
+    """The module names that ``auto_map`` and ``custom_pipelines`` point at (``module.Class`` -> ``module``)."""
+    refs: list[Any] = list(config.get("auto_map", {}).values())
+    refs += [task.get("impl") for task in config.get("custom_pipelines", {}).values()]
+    flat = [ref for item in refs for ref in (item if isinstance(item, (list, tuple)) else [item])]
+    return {ref.rsplit(".", 1)[0] for ref in flat if isinstance(ref, str) and "--" not in ref}
+
+
+def _code_files(model_dir: Path, modules: set[str]) -> set[str]:
+    """The ``.py`` files of ``modules`` and everything they reach through single-dot sibling imports."""
+    found: set[str] = set()
+    todo = sorted(modules)
+    while todo:
+        name = f"{todo.pop()}.py"
+        if name in found:
+            continue
+        path = model_dir / name
+        if not path.is_file():
+            raise InputFileError(f"{path} (code that `trust_remote_code` loading imports) is missing; {RESAVE_FIX}.")
+        found.add(name)
+        todo += _SIBLING_IMPORT.findall(path.read_text(encoding="utf-8"))
+    return found
+
+
+def check_model_folder(model_dir: str | os.PathLike) -> list[str]:
+    """Validate a model folder for the Hub and return the sorted names of the files that would be uploaded.
+
+    Checks: ``config.json`` names an encdec family and has the ``auto_map`` entries and the ``seq2seq-generation``
+    ``custom_pipelines`` entry that remote-code loading needs; ``model.safetensors`` opens with safetensors;
+    ``generation_config.json`` and the tokenizer files parse; every code file those entries reach is present; a
+    README.md, if any, has readable card metadata. Anything else in the folder (checkpoints, logs, plots) is not
+    uploaded. Raises ``InputFileError``.
+    """
+    model_dir = require_dir(model_dir)
+    config = read_json(model_dir / "config.json", "the model config")
+    if config.get("model_type") not in FAMILIES:
+        raise InputFileError(f"{model_dir / 'config.json'} has `model_type`={config.get('model_type')!r}; encdec "
+                             f"ships the families {list(FAMILIES)}.")
+    auto_map = config.get("auto_map", {})
+    for auto_class in ("AutoConfig", "AutoModelForSeq2SeqLM"):
+        if auto_class not in auto_map:
+            raise InputFileError(f"{model_dir / 'config.json'} has no `auto_map` entry for {auto_class}, so "
+                                 f"`trust_remote_code` loading cannot find the code; {RESAVE_FIX} (with encdec "
+                                 "imported, which registers the classes).")
+    if PIPELINE_TASK not in config.get("custom_pipelines", {}):
+        raise InputFileError(f"{model_dir / 'config.json'} has no `custom_pipelines` entry for {PIPELINE_TASK!r}, "
+                             f"so `pipeline(model=..., trust_remote_code=True)` cannot find the task; {RESAVE_FIX}.")
+    read_safetensors_shapes(model_dir / WEIGHTS_NAME)
+    read_json(model_dir / "generation_config.json", "the generation defaults")
+    read_json(model_dir / "tokenizer.json", "the tokenizer")
+    read_json(model_dir / "tokenizer_config.json", "the tokenizer settings")
+    files = set(REQUIRED_FILES) | _code_files(model_dir, _code_modules(config))
+    files |= {name for name in OPTIONAL_FILES if (model_dir / name).is_file()}
+    if "README.md" in files:
+        try:
+            ModelCard.load(model_dir / "README.md")
+        except Exception as err:  # a broken metadata block: ValueError or a YAML error
+            raise InputFileError(f"{model_dir / 'README.md'} (the model card) has an unreadable metadata block "
+                                 f"({err}); fix it, or rewrite it with `write_model_card(..., overwrite=True)`."
+                                 ) from err
+    return sorted(files)
+
+
+def config_and_size(model_dir_or_model: str | os.PathLike | PreTrainedModel) -> tuple[PretrainedConfig, int, str]:
+    """(config, parameter count, default model name) of a model object or a saved folder (read without loading the
+    weights: tied tensors are stored once, as ``num_parameters()`` counts them once)."""
+    if isinstance(model_dir_or_model, PreTrainedModel):
+        return model_dir_or_model.config, model_dir_or_model.num_parameters(), model_dir_or_model.config.model_type
+    model_dir = require_dir(model_dir_or_model)
+    read_json(model_dir / "config.json", "the model config")
+    config = AutoConfig.from_pretrained(model_dir)
+    shapes = read_safetensors_shapes(model_dir / WEIGHTS_NAME)
+    return config, sum(math.prod(shape) for shape in shapes.values()), model_dir.resolve().name
+
+
+__all__ = ["FAMILIES", "PIPELINE_TASK", "WEIGHTS_NAME", "check_model_folder", "config_and_size", "read_json",
+           "read_safetensors_shapes", "require_dir", "save_for_pipeline"]

@@ -1,0 +1,166 @@
+"""Inference: load a model folder once, translate lines in batches. Every command that translates goes through here
+(``encdec translate``, ``encdec evaluate``, the attention plot), and so will other engines and a server.
+
+Loading checks the folder first (a missing or corrupt file is named) and the tokenizer against the model. Importing
+encdec registered its classes, which take precedence over the code files in the folder; ``trust_remote_code=True``
+only spares the question transformers would otherwise ask about those files.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, Pipeline, PreTrainedModel, PreTrainedTokenizerBase
+
+from .errors import EncdecError, InputFileError
+from .folders import PIPELINE_TASK, WEIGHTS_NAME, read_json, read_safetensors_shapes, require_dir
+from .models.pipeline_seq2seq import Seq2SeqGenerationPipeline
+from .tokenization import check_tokenizer_matches_model
+
+
+def load_model_and_tokenizer(model_dir: str | os.PathLike, device: str | torch.device = "cpu"
+                             ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """A model folder's model (eval mode, on ``device``) and tokenizer, checked against each other."""
+    model_dir = require_dir(model_dir)
+    read_json(model_dir / "config.json", "the model config")
+    read_safetensors_shapes(model_dir / WEIGHTS_NAME)  # one clear error for missing or corrupt weights
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=True)
+    except (OSError, ValueError) as error:
+        raise InputFileError(f"Could not load a tokenizer from {model_dir}: {error}") from error
+    model = AutoModelForSeq2SeqLM.from_pretrained(model_dir, trust_remote_code=True)
+    try:
+        check_tokenizer_matches_model(tokenizer, model.config)
+    except ValueError as error:
+        raise EncdecError(f"{model_dir}: {error}") from error
+    return model.to(device).eval(), tokenizer
+
+
+def load_pipeline(model_dir: str | os.PathLike, device: int | str | torch.device | None = None
+                  ) -> Seq2SeqGenerationPipeline:
+    """The encdec ``seq2seq-generation`` pipeline over a saved folder."""
+    model, tokenizer = load_model_and_tokenizer(model_dir)
+    return Seq2SeqGenerationPipeline(model=model, tokenizer=tokenizer, device=device, task=PIPELINE_TASK)
+
+
+def max_source_length(tokenizer: PreTrainedTokenizerBase, config: Any) -> int:
+    """The longest source the model takes: the tokenizer's ``model_max_length``, and the model's positions."""
+    max_positions = getattr(config, "max_position_embeddings", None)
+    return min(tokenizer.model_max_length, max_positions) if max_positions else tokenizer.model_max_length
+
+
+def auto_max_new_tokens(source_length: int, config: Any) -> int:
+    """Default generation budget when none is given: 2 x source length + 10 tokens, within the model's positions."""
+    budget = 2 * source_length + 10
+    max_positions = getattr(config, "max_position_embeddings", None)
+    return min(budget, max_positions - 1) if max_positions else budget
+
+
+def effective_length_penalty(model: PreTrainedModel, length_penalty: float | None) -> float:
+    """The length penalty beam search uses: the given one, else the model's generation config's, else 1.0."""
+    if length_penalty is not None:
+        return length_penalty
+    configured = model.generation_config.length_penalty
+    return 1.0 if configured is None else configured
+
+
+def generation_settings(num_beams: int | None, max_new_tokens: int | None, length_penalty: float | None,
+                        generate_kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Check the decoding options and return the ``generate`` keyword arguments shared by every batch (no sampling
+    unless asked; a length penalty only for beam search, where it means something)."""
+    if num_beams is not None and num_beams < 1:
+        raise EncdecError(f"`num_beams` must be >= 1, got {num_beams}.")
+    if max_new_tokens is not None and max_new_tokens < 1:
+        raise EncdecError(f"`max_new_tokens` must be >= 1 (or None for a budget from the source length), got "
+                          f"{max_new_tokens}.")
+    if generate_kwargs.get("num_return_sequences", 1) != 1:
+        raise EncdecError("encdec translates each line into one line; leave `num_return_sequences` at 1.")
+    settings = {"do_sample": False, **generate_kwargs}
+    if num_beams is not None:
+        settings["num_beams"] = num_beams
+    if length_penalty is not None and (num_beams or 1) > 1:  # greedy search ignores it (and would warn)
+        settings["length_penalty"] = length_penalty
+    return settings
+
+
+def translate(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    sources: list[str],
+    num_beams: int | None = None,
+    batch_size: int = 32,
+    max_new_tokens: int | None = None,
+    length_penalty: float | None = None,
+    truncate: bool = False,
+    show_progress: bool = False,
+    **generate_kwargs: Any,
+) -> list[str]:
+    """Translate ``sources`` with ``model.generate`` and return the detokenised outputs in input order.
+
+    Sentences are batched longest first (less padding, and an out-of-memory error shows at once) and put back in
+    their input order.
+
+    :param num_beams: ``None`` keeps the model's generation config
+    :param max_new_tokens: ``None`` takes the model's ``generation_config.max_new_tokens`` if set, else
+        2 x the longest source of the batch + 10 (see ``auto_max_new_tokens``)
+    :param length_penalty: exponent of the beam-score length normalisation; ``None`` keeps the model's
+    :param truncate: cut sources to ``max_source_length`` tokens; otherwise an over-long source reaches the model,
+        whose error names the limit (learned positions) or which reads it whole
+    :param generate_kwargs: more ``generate`` options (``do_sample``, ``top_k``, ...)
+    """
+    if batch_size < 1:
+        raise EncdecError(f"`batch_size` must be >= 1, got {batch_size}.")
+    settings = generation_settings(num_beams, max_new_tokens, length_penalty, generate_kwargs)
+    if not sources:
+        return []
+    max_new_tokens = max_new_tokens or model.generation_config.max_new_tokens
+    limit = max_source_length(tokenizer, model.config)
+    encoding = {"truncation": True, "max_length": limit} if truncate else {}
+    lengths = [len(ids) for ids in tokenizer(sources, verbose=False, **encoding)["input_ids"]]
+    order = sorted(range(len(sources)), key=lambda i: -lengths[i])
+    outputs = [""] * len(sources)
+    with tqdm(total=len(sources), desc="Translating", unit="sent", disable=not show_progress) as progress:
+        for start in range(0, len(order), batch_size):
+            indices = order[start:start + batch_size]
+            batch = tokenizer([sources[i] for i in indices], padding=True, return_tensors="pt", **encoding)
+            input_ids = batch["input_ids"].to(model.device)  # (B, S)
+            budget = max_new_tokens or auto_max_new_tokens(input_ids.size(1), model.config)
+            with torch.inference_mode():
+                generated = model.generate(  # (B, 1 + T)
+                    input_ids=input_ids, attention_mask=batch["attention_mask"].to(model.device),
+                    max_new_tokens=budget, **settings,
+                )
+            for i, text in zip(indices, tokenizer.batch_decode(generated, skip_special_tokens=True), strict=True):
+                outputs[i] = text.strip()
+            progress.update(len(indices))
+    return outputs
+
+
+def translate_lines(model_dir_or_pipeline: str | os.PathLike | Pipeline, lines: Iterable[str],
+                    batch_size: int = 32, **options: Any) -> list[str]:
+    """Translate each line of a text file (``encdec translate``); returns one string per line, in order.
+
+    A blank line gives an empty output without running the model, so the output file stays aligned with the input.
+    ``model_dir_or_pipeline``: a model folder, or a loaded pipeline (this package's, or the copy that
+    ``pipeline(model=..., trust_remote_code=True)`` loads), whose model and tokenizer are used. ``options`` are
+    those of ``translate``.
+    """
+    if isinstance(model_dir_or_pipeline, Pipeline):
+        model, tokenizer = model_dir_or_pipeline.model, model_dir_or_pipeline.tokenizer
+    else:
+        model, tokenizer = load_model_and_tokenizer(model_dir_or_pipeline)
+    lines = [line.rstrip("\r\n") for line in lines]
+    todo = [i for i, line in enumerate(lines) if line.strip()]
+    outputs = [""] * len(lines)
+    translated = translate(model, tokenizer, [lines[i] for i in todo], batch_size=batch_size, **options)
+    for i, text in zip(todo, translated, strict=True):
+        outputs[i] = text
+    return outputs
+
+
+__all__ = ["auto_max_new_tokens", "effective_length_penalty", "load_model_and_tokenizer", "load_pipeline",
+           "max_source_length", "translate", "translate_lines"]

@@ -1,0 +1,149 @@
+"""Several processes: which device joins them, and FSDP on CPU processes.
+
+``encdec train`` needs nothing special to run in several processes: Seq2SeqTrainer (Accelerate underneath) wraps
+the model in DDP, gives each process its share of every batch and gathers the generated predictions for BLEU,
+and ``training.py`` lets only the main process write files. Launch it with Accelerate or torchrun::
+
+    accelerate launch --config_file configs/accelerate/cpu-2proc.yaml -m encdec train configs/demo-transformer.yaml
+    torchrun --nproc_per_node 2 -m encdec train configs/demo-transformer.yaml
+
+What this module adds:
+
+- ``cpu_processes()`` / ``process_state()``: Accelerate joins processes only on an accelerator unless told to use
+  the CPU; under a launcher on a machine without a GPU, encdec tells it (gloo backend).
+- FSDP on CPU processes. Accelerate (and so Trainer) turn FSDP on only for GPU-type devices: on CPU processes
+  Trainer silently falls back to DDP. ``shard_model`` applies torch's FSDP2 ``fully_shard`` directly, one unit per
+  ``_no_split_modules`` class (Transformer: each encoder and decoder layer), except that a unit never holds a
+  tied parameter (the RNN's encoder and decoder both hold the shared embedding: their other children become the
+  units). ``wrap_fsdp1`` wraps with FSDP1 and the auto-wrap policy Accelerate's plugin builds. ``save_full_model``
+  gathers the full state dict on rank 0 and writes an ordinary model folder. ``tests/distributed_worker.py`` trains
+  with them under a launcher.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import os
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from accelerate import PartialState
+from torch import nn
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+from torch.distributed.fsdp import FSDPModule, FullyShardedDataParallel, fully_shard
+from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
+from transformers import PreTrainedModel
+
+# --- processes -------------------------------------------------------------------------------------------------------
+
+def _has_accelerator() -> bool:
+    accelerator = getattr(torch, "accelerator", None)  # torch >= 2.6: CUDA, XPU, MPS, ...
+    return accelerator.is_available() if accelerator is not None else torch.cuda.is_available()
+
+
+def cpu_processes() -> bool:
+    """Whether Accelerate must be told to join the processes on the CPU (gloo): under a launcher (``WORLD_SIZE`` >
+    1) on a machine without a GPU, or with ``ACCELERATE_USE_CPU=true``. Without it Accelerate sees no device to
+    join the processes on, and each one would train alone on the whole data."""
+    if os.environ.get("ACCELERATE_USE_CPU", "").lower() in ("1", "true", "yes"):
+        return True
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1 and not _has_accelerator()
+
+
+def process_state() -> PartialState:
+    """Accelerate's view of the processes (rank, main process, barriers); creating it joins the process group."""
+    return PartialState(cpu=cpu_processes())
+
+
+# --- FSDP --------------------------------------------------------------------------------------------------------
+
+def _shared_with_outside(module: nn.Module, model: nn.Module) -> bool:
+    """Whether a parameter of ``module`` is also held by a module outside it (a tied weight)."""
+    inside = {id(p) for p in module.parameters()}
+    submodules = {id(m) for m in module.modules()}
+    for other in model.modules():
+        if id(other) in submodules:
+            continue
+        if any(id(p) in inside for p in other.parameters(recurse=False)):
+            return True
+    return False
+
+
+def fsdp_units(model: PreTrainedModel) -> list[nn.Module]:
+    """The modules to shard one by one (they never nest): every module whose class is in ``_no_split_modules``,
+    except that a module holding a tied parameter is replaced by those of its children that hold none (recursively);
+    what is left (embeddings, LM head) belongs to the root unit. Two units never share a parameter, which FSDP
+    requires."""
+    names = set(getattr(model, "_no_split_modules", None) or [])
+    units: list[nn.Module] = []
+
+    def visit(module: nn.Module, candidate: bool) -> None:
+        if candidate and any(True for _ in module.parameters()):
+            if not _shared_with_outside(module, model):
+                units.append(module)
+                return
+            for child in module.children():  # split a unit that holds a tied weight into its children
+                visit(child, True)
+            return
+        for child in module.children():
+            visit(child, type(child).__name__ in names)
+
+    visit(model, False)
+    return units
+
+
+def wrap_fsdp1(model: PreTrainedModel) -> nn.Module:
+    """FSDP1 with the auto-wrap policy that Accelerate's FSDP plugin builds from ``_no_split_modules``
+    (``TRANSFORMER_BASED_WRAP``, full shard, ``use_orig_params``), on the CPU: the check, without a GPU, that both
+    families wrap and train the way ``configs/accelerate/multi-gpu-fsdp.yaml`` will wrap them."""
+    names = set(model._no_split_modules)
+    classes = {type(module) for module in model.modules() if type(module).__name__ in names}
+    policy = functools.partial(transformer_auto_wrap_policy, transformer_layer_cls=classes)
+    return FullyShardedDataParallel(model, auto_wrap_policy=policy, use_orig_params=True,
+                                    device_id=torch.device("cpu"))
+
+
+def shard_model(model: PreTrainedModel) -> PreTrainedModel:
+    """Apply FSDP2 ``fully_shard`` (full shard) to each of ``fsdp_units(model)``, then to the model (the root unit).
+    Works on CPU processes with gloo; the model keeps its class (with an FSDP mix-in) and its methods."""
+    for unit in fsdp_units(model):  # every unit's parameters are used inside its own forward only
+        fully_shard(unit)
+    fully_shard(model)
+    return model
+
+
+def unsharded_copy(model: nn.Module, state_dict: dict[str, torch.Tensor]) -> PreTrainedModel:
+    """An ordinary (unwrapped, unsharded) copy of ``model`` holding the full ``state_dict``: what to save after FSDP.
+    ``model`` may be an FSDP2 module or the model inside an FSDP1 wrapper."""
+    cls = next(c for c in type(model).__mro__ if issubclass(c, PreTrainedModel) and not issubclass(c, FSDPModule))
+    plain = cls(copy.deepcopy(model.config))
+    missing, unexpected = plain.load_state_dict(state_dict, strict=False)
+    tied = set(getattr(plain, "all_tied_weights_keys", None) or getattr(plain, "_tied_weights_keys", None) or {})
+    if unexpected or set(missing) - tied:
+        raise RuntimeError(f"The gathered state dict does not fit {cls.__name__}: missing {sorted(missing)}, "
+                           f"unexpected {sorted(unexpected)}.")
+    plain.tie_weights()
+    if getattr(model, "generation_config", None) is not None:
+        plain.generation_config = copy.deepcopy(model.generation_config)
+    return plain.eval()
+
+
+def save_full_model(model: PreTrainedModel, folder: str | os.PathLike, tokenizer=None) -> Path | None:
+    """Gather the full state dict of a sharded model on rank 0 and save an ordinary folder there (``save_pretrained``,
+    and the tokenizer when given), which loads in one process. Every process must call it; returns the folder on
+    rank 0, None elsewhere."""
+    state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    folder = Path(folder)
+    if dist.get_rank() == 0:
+        plain = unsharded_copy(model, state)
+        plain.save_pretrained(folder)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(folder)
+    dist.barrier()
+    return folder if dist.get_rank() == 0 else None
+
+
+__all__ = ["cpu_processes", "fsdp_units", "process_state", "save_full_model", "shard_model", "unsharded_copy",
+           "wrap_fsdp1"]

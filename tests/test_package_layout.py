@@ -1,0 +1,98 @@
+"""The package's modules sit in layers: no import cycle between encdec's modules, and no encdec module imported inside
+a function to dodge one (the CLI alone imports lazily, so that ``encdec --help`` is fast)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import encdec
+
+PACKAGE = Path(encdec.__file__).parent
+LAZY_IMPORTS_ALLOWED = {"encdec.cli"}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_modules(node: ast.ImportFrom | ast.Import, importer: str, is_package: bool) -> set[str]:
+    """The encdec modules an import statement names (``from .x import y`` -> encdec.x, and encdec.x.y if that is a
+    module)."""
+    if isinstance(node, ast.Import):
+        return {alias.name for alias in node.names if alias.name.split(".")[0] == "encdec"}
+    if node.level:
+        base = importer.split(".") if is_package else importer.split(".")[:-1]
+        base = base[: len(base) - (node.level - 1)]
+        target = ".".join([*base, node.module] if node.module else base)
+    else:
+        target = node.module or ""
+    if target.split(".")[0] != "encdec":
+        return set()
+    names = {target}
+    for alias in node.names:
+        candidate = f"{target}.{alias.name}"
+        if (PACKAGE.parent / candidate.replace(".", "/")).with_suffix(".py").is_file():
+            names.add(candidate)
+    return names
+
+
+def import_graph() -> tuple[dict[str, set[str]], dict[str, list[str]]]:
+    """Module-level imports between encdec modules, and the encdec imports made inside functions, per module."""
+    graph: dict[str, set[str]] = {}
+    lazy: dict[str, list[str]] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        name = module_name(path)
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        is_package = path.name == "__init__.py"
+        graph[name] = set()
+        top_level = {id(node) for node in tree.body}
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Import | ast.ImportFrom):
+                continue
+            targets = imported_modules(node, name, is_package) - {name}
+            if id(node) in top_level:
+                graph[name] |= targets
+            elif targets:
+                lazy.setdefault(name, []).extend(sorted(targets))
+    return graph, lazy
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for target in sorted(graph.get(node, ())):
+            if state.get(target) == 1:
+                return [*path[path.index(target):], target]
+            if target not in state and (cycle := visit(target)):
+                return cycle
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (cycle := visit(node)):
+            return cycle
+    return None
+
+
+def test_the_walk_sees_the_imports() -> None:
+    graph, _ = import_graph()
+    assert "encdec.inference" in graph["encdec.evaluation"]
+    assert "encdec.models.pipeline_seq2seq" in graph["encdec.folders"]
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+
+
+def test_no_import_cycle_between_encdec_modules() -> None:
+    graph, _ = import_graph()
+    assert find_cycle(graph) is None, f"import cycle: {' -> '.join(find_cycle(graph))}"
+
+
+def test_no_encdec_import_inside_a_function_outside_the_cli() -> None:
+    _, lazy = import_graph()
+    assert set(lazy) <= LAZY_IMPORTS_ALLOWED, {name: lazy[name] for name in set(lazy) - LAZY_IMPORTS_ALLOWED}
