@@ -12,6 +12,7 @@ import logging
 import statistics
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
+from unittest import mock
 
 import torch
 from transformers import PreTrainedModel
@@ -94,14 +95,10 @@ def build_rnn(dims: RNNDims, variant: RNNVariant) -> PreTrainedModel:
 @contextlib.contextmanager
 def token_by_token(model: PreTrainedModel) -> Iterator[None]:
     """Within the block, the decoder runs its step one target token at a time even where it could run fused
-    over the whole target (``RNNSeq2SeqDecoder.unroll``): the same step function, only the unrolling differs."""
-    step = model.model.decoder.step
-    fused = step.fused
-    step.fused = False
-    try:
+    over the whole target (``RNNSeq2SeqDecoder.unroll``): the same step function, only the unrolling differs.
+    ``fused`` is a read-only property of the step's class, derived from the config: it is patched on the class."""
+    with mock.patch.object(type(model.model.decoder.step), "fused", property(lambda step: False)):
         yield
-    finally:
-        step.fused = fused
 
 
 def unfused(call: Callable[[], None], model: PreTrainedModel) -> Callable[[], None]:
@@ -271,7 +268,7 @@ def rnn_family(settings: BenchmarkSettings) -> Section:
         "without input feeding: one RNN call, attention for all steps as one batched product); `token by token` "
         "calls the step once per target token (Bahdanau attention reads s_{t-1}; input feeding reads h̃_{t-1}). "
         f"*Fused vs token by token*: the `{figures.loop_label}` "
-        "model also trains with `model.model.decoder.step.fused = False` (the same model, optimizer and step "
+        "model also trains with its decoder forced to run token by token (the same model, optimizer and step "
         "function, unrolled per token), interleaved with the other variants; before timing, both unrollings "
         "must give the same logits in eval mode (max |difference| <= 1e-5, given in the table). The ratio is "
         "token-by-token step time / fused step time.",

@@ -26,7 +26,6 @@ import torch.distributed as dist
 from datasets import Dataset
 from torch import nn
 from transformers import (
-    AutoConfig,
     AutoModelForSeq2SeqLM,
     DataCollatorForSeq2Seq,
     PreTrainedModel,
@@ -41,66 +40,22 @@ from encdec.metrics import build_compute_metrics
 from encdec.parallel import cpu_processes, fsdp_units, process_state, save_full_model, shard_model, wrap_fsdp1
 from encdec.tokenization import load_tokenizer
 from encdec.training import EncdecTrainer, load_run_config, tokenize_splits, training_arguments
+from toy import TINY_MODELS, TWO_LAYER_TRANSFORMER, collate, toy_examples, toy_model
 
-PAD, BOS, EOS = 0, 1, 2  # the toy task's special ids
-FIRST_DIGIT = 3  # ids 3..12 are the digits 0..9
-TOY_VOCAB_SIZE = FIRST_DIGIT + 10
-
-TINY_TRANSFORMER = {"model_type": "transformer_seq2seq", "d_model": 16, "encoder_layers": 2, "decoder_layers": 2,
-                    "encoder_attention_heads": 2, "decoder_attention_heads": 2, "encoder_ffn_dim": 32,
-                    "decoder_ffn_dim": 32, "max_position_embeddings": 32, "tie_word_embeddings": True}
-TINY_RNN = {"model_type": "rnn_seq2seq", "cell_type": "lstm", "attention": "bahdanau", "embedding_dim": 16,
-            "hidden_size": 16, "encoder_layers": 1, "decoder_layers": 1, "bidirectional_encoder": True,
-            "bridge": "linear_tanh", "tie_word_embeddings": True}
-TINY_MODELS = {"transformer": TINY_TRANSFORMER, "rnn": TINY_RNN}
+# the tiny models the worker trains (over the toy vocabulary): two Transformer layers a side, tied RNN embeddings
+TIED_RNN = {**TINY_MODELS["rnn"], "tie_word_embeddings": True}
+WORKER_MODELS = {"transformer": TWO_LAYER_TRANSFORMER, "rnn": TIED_RNN}
 # every RNN attention variant (and input feeding on and off, and a GRU), then the Transformer
 DDP_VARIANTS: dict[str, dict[str, Any]] = {
-    "rnn-none": {**TINY_RNN, "attention": "none", "bidirectional_encoder": False},
-    "rnn-bahdanau": TINY_RNN,
-    "rnn-luong_dot": {**TINY_RNN, "attention": "luong_dot", "bidirectional_encoder": False},
-    "rnn-luong_general": {**TINY_RNN, "attention": "luong_general"},
-    "rnn-luong_concat": {**TINY_RNN, "attention": "luong_concat"},
-    "rnn-luong_general-no-input-feeding": {**TINY_RNN, "attention": "luong_general", "input_feeding": False},
-    "rnn-gru-bahdanau": {**TINY_RNN, "cell_type": "gru"},
-    "transformer": TINY_TRANSFORMER,
+    "rnn-none": {**TIED_RNN, "attention": "none", "bidirectional_encoder": False},
+    "rnn-bahdanau": TIED_RNN,
+    "rnn-luong_dot": {**TIED_RNN, "attention": "luong_dot", "bidirectional_encoder": False},
+    "rnn-luong_general": {**TIED_RNN, "attention": "luong_general"},
+    "rnn-luong_concat": {**TIED_RNN, "attention": "luong_concat"},
+    "rnn-luong_general-no-input-feeding": {**TIED_RNN, "attention": "luong_general", "input_feeding": False},
+    "rnn-gru-bahdanau": {**TIED_RNN, "cell_type": "gru"},
+    "transformer": TWO_LAYER_TRANSFORMER,
 }
-
-
-# --- the toy task: reverse a digit sequence --------------------------------------------------------------------------
-
-def toy_examples(n: int, seed: int = 0, min_len: int = 3, max_len: int = 8) -> list[dict[str, list[int]]]:
-    """``n`` examples of "reverse the digits", unpadded: input_ids (digits, EOS) and labels (reversed, EOS)."""
-    generator = torch.Generator().manual_seed(seed)
-    examples = []
-    for _ in range(n):
-        length = int(torch.randint(min_len, max_len + 1, (1,), generator=generator))
-        digits = torch.randint(FIRST_DIGIT, TOY_VOCAB_SIZE, (length,), generator=generator).tolist()
-        examples.append({"input_ids": digits + [EOS], "labels": digits[::-1] + [EOS]})
-    return examples
-
-
-def collate(examples: Sequence[dict[str, list[int]]]) -> dict[str, torch.Tensor]:
-    """Right-pad a list of toy examples: input_ids (B, S), attention_mask (B, S), labels (B, T) with -100 padding."""
-    source = max(len(e["input_ids"]) for e in examples)
-    target = max(len(e["labels"]) for e in examples)
-    input_ids = torch.full((len(examples), source), PAD, dtype=torch.long)
-    attention_mask = torch.zeros(len(examples), source, dtype=torch.long)
-    labels = torch.full((len(examples), target), -100, dtype=torch.long)
-    for i, example in enumerate(examples):
-        input_ids[i, : len(example["input_ids"])] = torch.tensor(example["input_ids"])
-        attention_mask[i, : len(example["input_ids"])] = 1
-        labels[i, : len(example["labels"])] = torch.tensor(example["labels"])
-    return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
-
-
-def tiny_model(family_or_config: str | dict[str, Any], seed: int = 0) -> PreTrainedModel:
-    """A tiny model of the toy vocabulary, dropout off, initialised from ``seed``."""
-    values = dict(TINY_MODELS[family_or_config] if isinstance(family_or_config, str) else family_or_config)
-    values.update(vocab_size=TOY_VOCAB_SIZE, pad_token_id=PAD, bos_token_id=BOS, eos_token_id=EOS,
-                  decoder_start_token_id=BOS, dropout=0.0)
-    config = AutoConfig.for_model(values.pop("model_type"), **values)
-    torch.manual_seed(seed)
-    return AutoModelForSeq2SeqLM.from_config(config)
 
 
 def train_steps(model: PreTrainedModel, examples: Sequence[dict], steps: int, batch_size: int,
@@ -149,7 +104,7 @@ def _write_json(path: str | os.PathLike, data: Any) -> None:
 def run_fsdp(args: argparse.Namespace) -> int:
     """Train a tiny model of ``args.family`` under FSDP for ``args.steps`` steps and save it to ``args.output``."""
     state = process_state()
-    model = tiny_model(args.family, seed=args.seed)
+    model = toy_model(WORKER_MODELS[args.family], seed=args.seed)
     unit_ids = {id(unit) for unit in fsdp_units(model)}
     units = [name for name, module in model.named_modules() if id(module) in unit_ids]
     examples = toy_examples(args.steps * args.batch_size, seed=args.seed)
@@ -187,7 +142,7 @@ def run_ddp_check(args: argparse.Namespace) -> int:
     loggers = [logging.getLogger(), logging.getLogger("transformers"), logging.getLogger("torch")]
     report = {}
     for name, values in DDP_VARIANTS.items():
-        model = tiny_model(values)
+        model = toy_model(values)
         check = GradientCheck(model)
         examples = toy_examples(args.steps * args.batch_size * state.num_processes, seed=1)
         with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings(record=True) as caught:
@@ -264,7 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                  "torchrun.")
     commands = parser.add_subparsers(dest="command", required=True)
     p = commands.add_parser("fsdp", help="train a tiny model on the toy task under FSDP and save a normal folder")
-    p.add_argument("--family", choices=sorted(TINY_MODELS), required=True)
+    p.add_argument("--family", choices=sorted(WORKER_MODELS), required=True)
     p.add_argument("--output", required=True)
     p.add_argument("--steps", type=int, default=4)
     p.add_argument("--batch-size", type=int, default=16, help="the global batch (split between the processes)")

@@ -16,7 +16,8 @@ from encdec.averaging import average_checkpoints
 from encdec.cli import main
 from encdec.errors import EncdecError, OverwriteError
 from encdec.folders import check_model_folder
-from tiny_model_folders import FAMILIES, date_tokenizer, save_folder, tiny_model
+from tiny_model_folders import FAMILIES, date_tokenizer, save_folder
+from toy import folder_model
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +27,7 @@ def tokenizer():
 
 def perturbed_folder(family: str, tokenizer, path: Path, seed: int, **overrides) -> Path:
     """A tiny model of ``family`` whose floating-point weights got seeded noise, saved to ``path``."""
-    model = tiny_model(family, tokenizer, **overrides)
+    model = folder_model(family, tokenizer, **overrides)
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for parameter in model.parameters():

@@ -24,9 +24,9 @@ from transformers.utils import logging as hf_logging
 from encdec.cli import main
 from encdec.data import make_date_pairs
 from encdec.folders import check_model_folder, save_for_pipeline
-from tiny_model_folders import TINY_MODELS, date_tokenizer, tiny_model, write_tiny_run_config
+from tiny_model_folders import FAMILIES, date_tokenizer, write_tiny_run_config
+from toy import TINY_MODELS, folder_model
 
-FAMILIES = ("transformer", "rnn")
 SOURCES = ["3rd of March 2021", "Mar 3, 21", "1/2/2000", "Wednesday, 3 Mar 2021"]
 REFERENCES = ["2021-03-03", "2021-03-03", "2000-01-02", "2021-03-03"]
 
@@ -440,8 +440,8 @@ def test_learned_positions_and_over_long_sources(tmp_path, capsys, caplog) -> No
     assert not any((tmp_path / "out").iterdir())
 
     tokenizer = date_tokenizer()
-    folder = save_for_pipeline(tiny_model("transformer", tokenizer, position_embedding_type="learned",
-                                          max_position_embeddings=8), tokenizer, tmp_path / "learned")
+    folder = save_for_pipeline(folder_model("transformer", tokenizer, position_embedding_type="learned",
+                                            max_position_embeddings=8), tokenizer, tmp_path / "learned")
     long_line = "Wednesday, 3 March 2021 and Thursday, 4 March 2021 and Friday, 5 March 2021"
     assert len(tokenizer(long_line)["input_ids"]) > 8
     long_file = write_lines(tmp_path / "long.txt", [long_line, "1/2/2000"])

@@ -42,18 +42,19 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForSeq2SeqLM
 
-from distributed_worker import DDP_VARIANTS, collate, evaluate_folder, tiny_model, toy_examples, train_steps
+from distributed_worker import DDP_VARIANTS, WORKER_MODELS, evaluate_folder, train_steps
 from encdec.folders import check_model_folder
 from encdec.parallel import cpu_processes, fsdp_units
 from encdec.training import CHECKPOINT_SUBDIR, TOKENIZER_SUBDIR, load_run_config, train
-from tiny_model_folders import DEMO_CONFIGS, REPO_ROOT, TINY_MODELS, write_tiny_run_config
+from tiny_model_folders import DEMO_CONFIGS, REPO_ROOT, write_tiny_run_config
+from toy import TINY_MODELS, collate, toy_examples, toy_model
 
 ACCELERATE_CONFIGS = REPO_ROOT / "configs" / "accelerate"
 WORKER = Path(__file__).with_name("distributed_worker.py")
 PARAM_ATOL = 1e-5
 LOSS_RTOL = 1e-5
 STEPS, BATCH = 4, 8  # optimiser steps of the first run; per-process batch (the one-process reference takes 2 x 8)
-TINY = {"transformer": TINY_MODELS["transformer"], "rnn": {**TINY_MODELS["rnn"], "tie_word_embeddings": True}}
+TINY = {"transformer": TINY_MODELS["transformer"], "rnn": WORKER_MODELS["rnn"]}  # the run configs' models
 DEMOS = DEMO_CONFIGS
 
 
@@ -199,15 +200,15 @@ def test_cpu_processes_only_under_a_launcher_without_gpu(monkeypatch) -> None:
 
 @pytest.mark.parametrize("tied", [True, False])
 def test_fsdp_units_follow_no_split_modules_and_never_share_a_parameter(tied: bool) -> None:
-    transformer = tiny_model({**TINY["transformer"], "encoder_layers": 2, "tie_word_embeddings": tied})
+    transformer = toy_model({**TINY["transformer"], "encoder_layers": 2, "tie_word_embeddings": tied})
     assert set(transformer._no_split_modules) == {"TransformerSeq2SeqEncoderLayer", "TransformerSeq2SeqDecoderLayer"}
     units = unit_names(transformer)
     assert units == {"model.encoder.layers.0", "model.encoder.layers.1", "model.decoder.layers.0"}
 
-    rnn = tiny_model({**TINY["rnn"], "tie_word_embeddings": tied})
-    assert set(rnn._no_split_modules) == {"LSTM", "GRU", "DecoderStep", "BahdanauDecoderStep", "LuongDecoderStep"}
-    # the recurrent stack and the decoder step; embeddings, bridge and output layer stay in the root unit
-    assert unit_names(rnn) == {"model.encoder.rnn", "model.decoder.step"}
+    rnn = toy_model({**TINY["rnn"], "tie_word_embeddings": tied})
+    assert set(rnn._no_split_modules) == {"LSTM", "GRU"}
+    # the recurrent stacks; embeddings, bridge, attention and output layer stay in the root unit
+    assert unit_names(rnn) == {"model.encoder.rnn", "model.decoder.step.rnn"}
     for model in (transformer, rnn):
         owners = [{id(p) for p in unit.parameters()} for unit in fsdp_units(model)]
         assert all(not (a & b) for i, a in enumerate(owners) for b in owners[i + 1:])
@@ -316,11 +317,11 @@ def test_fsdp_training_saves_a_folder_that_matches_one_process(runs, family: str
     assert run["num_processes"] == 2
     expected_units = {"transformer": ["model.encoder.layers.0", "model.encoder.layers.1", "model.decoder.layers.0",
                                       "model.decoder.layers.1"],
-                      "rnn": ["model.encoder.rnn", "model.decoder.step"]}
+                      "rnn": ["model.encoder.rnn", "model.decoder.step.rnn"]}
     assert run["units"] == expected_units[family]
     sharded = AutoModelForSeq2SeqLM.from_pretrained(folder).eval()  # an ordinary folder, one process
 
-    reference = tiny_model(family)  # the worker's defaults: seed 0, 4 steps of 16 examples, lr 3e-3
+    reference = toy_model(WORKER_MODELS[family])  # the worker's defaults: seed 0, 4 steps of 16 examples, lr 3e-3
     losses = train_steps(reference, toy_examples(4 * 16), steps=4, batch_size=16, lr=3e-3)
     assert run["losses"] == pytest.approx(losses, rel=LOSS_RTOL)
     state, reference_state = sharded.state_dict(), reference.state_dict()
@@ -339,7 +340,7 @@ def test_fsdp1_auto_wrap_from_no_split_modules_trains_like_one_process(runs, fam
     classes named in ``_no_split_modules``; with tied embeddings no two units may share a weight."""
     run = json.loads((runs.fsdp / f"fsdp1-{family}" / "fsdp_run.json").read_text())
     assert run["num_processes"] == 2
-    reference = tiny_model(family)  # tied embeddings (TINY_MODELS of encdec.distributed)
+    reference = toy_model(WORKER_MODELS[family])  # tied embeddings (the worker's WORKER_MODELS)
     assert reference.config.tie_word_embeddings
     losses = train_steps(reference, toy_examples(4 * 16), steps=4, batch_size=16, lr=3e-3)
     assert run["losses"] == pytest.approx(losses, rel=LOSS_RTOL)

@@ -14,7 +14,8 @@ from encdec.errors import EncdecError, InputFileError, OverwriteError
 from encdec.evaluation import evaluate_model
 from encdec.inference import load_model_and_tokenizer, translate
 from encdec.io_utils import read_lines
-from tiny_model_folders import FAMILIES, build_model_folders, date_tokenizer, save_folder, tiny_model
+from tiny_model_folders import FAMILIES, build_model_folders, date_tokenizer, save_folder
+from toy import folder_model
 
 DECODING = {"num_beams": 2, "batch_size": 4, "max_new_tokens": 5, "show_progress": False}
 RESULT_KEYS = {"bleu", "bleu_signature", "chrf", "chrf_signature", "bleu_lowercase", "num_sentences", "num_beams",
@@ -106,7 +107,7 @@ def test_existing_output_is_kept_unless_overwrite(folders: dict[str, Path], test
 
 def test_tokenizer_that_does_not_match_the_model_is_refused(test_set: tuple[Path, Path], tmp_path: Path) -> None:
     tokenizer = date_tokenizer()
-    model = tiny_model("transformer", tokenizer, vocab_size=len(tokenizer) - 10)  # ids past the embedding table
+    model = folder_model("transformer", tokenizer, vocab_size=len(tokenizer) - 10)  # ids past the embedding table
     folder = save_folder(model, tokenizer, tmp_path / "mismatch")
     with pytest.raises(EncdecError, match="vocab_size"):
         evaluate_model(folder, *test_set, **DECODING)

@@ -19,7 +19,8 @@ from encdec.errors import EncdecError, InputFileError, OverwriteError
 from encdec.folders import check_model_folder, save_for_pipeline
 from encdec.hub import push_model
 from encdec.inference import load_pipeline, translate_lines
-from tiny_model_folders import FAMILIES, date_tokenizer, save_folder, tiny_model
+from tiny_model_folders import FAMILIES, date_tokenizer, save_folder
+from toy import folder_model
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = Path(encdec.__file__).parent
@@ -36,7 +37,7 @@ def tokenizer():
 @pytest.fixture(scope="module")
 def folders(tokenizer, tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("hub-folders")
-    return {family: save_for_pipeline(tiny_model(family, tokenizer), tokenizer, root / family) for family in FAMILIES}
+    return {family: save_for_pipeline(folder_model(family, tokenizer), tokenizer, root / family) for family in FAMILIES}
 
 
 @pytest.fixture
@@ -125,12 +126,12 @@ def test_card_describes_the_architecture(folders, tokenizer) -> None:
     assert "| Model width `d_model` | 16 |" in transformer
     assert "| Attention heads `h` | 2 encoder, 2 decoder (`d_k` = 8) |" in transformer
     assert "| Layers | 1 encoder, 2 decoder |" in transformer
-    rnn = render_model_card(tiny_model("rnn", tokenizer, cell_type="gru", attention="luong_general"))
+    rnn = render_model_card(folder_model("rnn", tokenizer, cell_type="gru", attention="luong_general"))
     assert "| Cell | GRU |" in rnn
     assert "general score" in rnn and "input feeding" in rnn
     assert "| Decoder | 1 layer(s), hidden size 16 |" in rnn
     assert "Cho et al." not in rnn
-    baseline = render_model_card(tiny_model("rnn", tokenizer, attention="none", context_feeding=True))
+    baseline = render_model_card(folder_model("rnn", tokenizer, attention="none", context_feeding=True))
     assert ("| Attention | none: one fixed source summary starts the decoder and feeds every decoder step and the "
             "readout (Cho et al. 2014) |") in baseline
 
@@ -190,7 +191,7 @@ def test_unreadable_weights_name_the_file_and_the_fix(copy_of, damage: str) -> N
 
 
 def test_check_names_what_remote_loading_would_miss(copy_of, tokenizer, tmp_path) -> None:
-    plain = save_folder(tiny_model("transformer", tokenizer), tokenizer, tmp_path / "plain")  # save_pretrained only
+    plain = save_folder(folder_model("transformer", tokenizer), tokenizer, tmp_path / "plain")  # save_pretrained only
     with pytest.raises(InputFileError, match="custom_pipelines.*save_for_pipeline"):
         check_model_folder(plain)
     folder = copy_of("transformer")

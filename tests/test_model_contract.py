@@ -5,18 +5,30 @@ prompt-lookup decoding that reproduce greedy decoding token for token."""
 
 from __future__ import annotations
 
+from unittest import mock
+
 import pytest
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin, DynamicCache, EncoderDecoderCache
 from transformers.utils import ModelOutput
 
-from conftest import tiny_transformer_config
-from encdec import RNNSeq2SeqConfig, TransformerSeq2SeqForConditionalGeneration
-from encdec.models.modeling_rnn_seq2seq import RNNSeq2SeqCache, RNNStateLayer
-from test_rnn_modeling import BOS, EOS, VARIANTS, VOCAB, source_batch, target_batch, tiny_model, trained_model
+from encdec import RNNSeq2SeqConfig
+from encdec.models.rnn_cache import RNNSeq2SeqCache, RNNStateLayer
+from toy import (
+    BOS,
+    EOS,
+    RNN_VARIANTS,
+    TEST_TRANSFORMER,
+    rnn_variant,
+    source_batch,
+    target_batch,
+    tiny_model,
+    trained_rnn_variant,
+)
+from toy import RANDOM_VOCAB_SIZE as VOCAB
 
 TRANSFORMERS = {"transformer-post-ln": {}, "transformer-pre-ln": {"normalize_before": True}}
-MODELS = [*TRANSFORMERS, *VARIANTS]
+MODELS = [*TRANSFORMERS, *RNN_VARIANTS]
 FLAGS = ("output_attentions", "output_hidden_states")
 # one variant per decoder unrolling: token by token (Bahdanau; Luong with input feeding), fused (Luong without input
 # feeding; no attention, with or without context feeding)
@@ -27,10 +39,9 @@ def build(name: str, **overrides):
     """A tiny model in eval mode: a Transformer (eager attention, so that it returns weights) or an RNN variant;
     both share the RNN tests' vocabulary and special tokens."""
     if name in TRANSFORMERS:
-        torch.manual_seed(0)
-        config = tiny_transformer_config(**{"vocab_size": VOCAB, **TRANSFORMERS[name], **overrides})
-        return TransformerSeq2SeqForConditionalGeneration._from_config(config, attn_implementation="eager").eval()
-    return tiny_model(name, **overrides)
+        return tiny_model(TEST_TRANSFORMER, attn_implementation="eager",
+                          **{"vocab_size": VOCAB, **TRANSFORMERS[name], **overrides})
+    return rnn_variant(name, **overrides)
 
 
 def inputs(batch: int = 3) -> dict[str, torch.Tensor]:
@@ -218,8 +229,9 @@ def test_token_by_token_outputs_get_the_gradients_of_the_fused_ones(name: str) -
     grads = []
     for fused in (True, False):
         model = build(name)
-        model.model.decoder.step.fused = fused
-        out = model(**batch, labels=labels, output_hidden_states=True, output_attentions=True)
+        step = type(model.model.decoder.step)  # `fused` is a read-only property, derived from the config
+        with mock.patch.object(step, "fused", property(lambda self, fused=fused: fused)):
+            out = model(**batch, labels=labels, output_hidden_states=True, output_attentions=True)
         returned = [*out.decoder_hidden_states[1:], *(out.cross_attentions or ())]
         for tensor in returned:
             tensor.retain_grad()
@@ -229,7 +241,7 @@ def test_token_by_token_outputs_get_the_gradients_of_the_fused_ones(name: str) -
         torch.testing.assert_close(step_grad, fused_grad, atol=1e-6, rtol=1e-5)
 
 
-@pytest.mark.parametrize("variant", list(VARIANTS))
+@pytest.mark.parametrize("variant", list(RNN_VARIANTS))
 @torch.no_grad()
 def test_layer_by_layer_equals_fused(variant: str) -> None:
     """Hidden states make both RNNs run layer by layer; the fused stacked call stays the path otherwise."""
@@ -371,7 +383,7 @@ def test_rnn_cache_is_a_transformers_cache() -> None:
     assert cache.get_seq_length() == 5
 
 
-@pytest.mark.parametrize("name", ["transformer-pre-ln", *VARIANTS])
+@pytest.mark.parametrize("name", ["transformer-pre-ln", *RNN_VARIANTS])
 @torch.no_grad()
 def test_cropping_then_continuing_equals_not_cropping(name: str) -> None:
     model = build(name)
@@ -500,15 +512,15 @@ def rnn_crops(monkeypatch) -> dict[str, set[int]]:
     return layers
 
 
-@pytest.mark.parametrize("variant", list(VARIANTS))
+@pytest.mark.parametrize("variant", list(RNN_VARIANTS))
 @torch.no_grad()
 def test_rnn_assisted_and_prompt_lookup_decoding_equal_greedy(variant: str, rnn_crops: dict[str, set[int]]) -> None:
-    model = trained_model(variant)
+    model = trained_rnn_variant(variant)
     input_ids, attention_mask = source_batch((6,), seed=3)
     kwargs = dict(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=12, min_new_tokens=12,
                   do_sample=False)
     greedy = model.generate(**kwargs)
-    drafts = {"rnn": trained_model("bahdanau-gru" if variant != "bahdanau-gru" else "none-lstm"),
+    drafts = {"rnn": trained_rnn_variant("bahdanau-gru" if variant != "bahdanau-gru" else "none-lstm"),
               "transformer": build("transformer-post-ln", encoder_layers=1, decoder_layers=1)}
     for family, draft in drafts.items():
         assisted = model.generate(**kwargs, assistant_model=draft, return_dict_in_generate=True)

@@ -96,3 +96,16 @@ def test_no_import_cycle_between_encdec_modules() -> None:
 def test_no_encdec_import_inside_a_function_outside_the_cli() -> None:
     _, lazy = import_graph()
     assert set(lazy) <= LAZY_IMPORTS_ALLOWED, {name: lazy[name] for name in set(lazy) - LAZY_IMPORTS_ALLOWED}
+
+
+def test_modules_stay_small_enough_to_read() -> None:
+    """Every function fits on a screen (50 lines at most), and no modeling file passes 600 lines."""
+    long_functions = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.end_lineno - node.lineno >= 50:
+                long_functions.append(f"{module_name(path)}.{node.name}: {node.end_lineno - node.lineno + 1} lines")
+    assert not long_functions, long_functions
+    modeling = {path.name: len(path.read_text(encoding="utf-8").splitlines())
+                for path in (PACKAGE / "models").glob("modeling_*.py")}
+    assert max(modeling.values()) < 600, modeling

@@ -19,7 +19,8 @@ from transformers.pipelines import PIPELINE_REGISTRY
 import encdec
 from encdec import Seq2SeqGenerationPipeline
 from encdec.folders import save_for_pipeline
-from tiny_model_folders import FAMILIES, date_tokenizer, tiny_model
+from tiny_model_folders import FAMILIES, date_tokenizer
+from toy import folder_model
 
 SOURCES = ["3rd of March 2021", "1/2/2000", "Wednesday, 3 Mar 2021"]  # different lengths: batches get padded
 PIPELINE_FILE = Path(encdec.__file__).parent / "models" / "pipeline_seq2seq.py"
@@ -42,7 +43,7 @@ def _input_dependent(model):
 
 @pytest.fixture(scope="module")
 def models(tokenizer) -> dict:
-    return {family: _input_dependent(tiny_model(family, tokenizer)) for family in FAMILIES}
+    return {family: _input_dependent(folder_model(family, tokenizer)) for family in FAMILIES}
 
 
 @pytest.fixture(scope="module")
@@ -123,7 +124,7 @@ def test_generate_kwargs_pass_through(models, tokenizer, family: str) -> None:
 
 
 def test_overlong_source_raises_the_models_error(tokenizer) -> None:
-    model = tiny_model("transformer", tokenizer, position_embedding_type="learned", max_position_embeddings=16)
+    model = folder_model("transformer", tokenizer, position_embedding_type="learned", max_position_embeddings=16)
     pipe = pipeline("seq2seq-generation", model=model, tokenizer=tokenizer, device="cpu")
     with pytest.raises(ValueError, match="max_position_embeddings"):
         pipe("Wednesday, 3 Mar 2021 " * 4, max_new_tokens=2)

@@ -13,7 +13,8 @@ import pytest
 from encdec.errors import EncdecError, OverwriteError
 from encdec.inference import load_model_and_tokenizer
 from encdec.plotting import attention_matrix, plot_attention, save_attention_plot
-from tiny_model_folders import FAMILIES, build_model_folders, tiny_model
+from tiny_model_folders import FAMILIES, build_model_folders
+from toy import folder_model
 
 TEXT = "3rd of March 2021"
 MAX_NEW_TOKENS = 6
@@ -80,7 +81,7 @@ def test_out_of_range_layer_or_head_names_the_valid_range(loaded: dict[str, tupl
 
 def test_rnn_without_attention_has_nothing_to_plot(loaded: dict[str, tuple]) -> None:
     _, tokenizer = loaded["rnn"]
-    model = tiny_model("rnn", tokenizer, attention="none")
+    model = folder_model("rnn", tokenizer, attention="none")
     with pytest.raises(EncdecError, match="no cross-attention"):
         attention_matrix(model, tokenizer, TEXT, max_new_tokens=2)
 

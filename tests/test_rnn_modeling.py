@@ -4,7 +4,6 @@ save/load (also through remote code, without the package) is exact."""
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import subprocess
@@ -17,94 +16,26 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from transformers import AutoModel, AutoModelForSeq2SeqLM  # noqa: E402
 
-from encdec import RNNSeq2SeqConfig, RNNSeq2SeqForConditionalGeneration, RNNSeq2SeqModel  # noqa: E402
+from encdec import RNNSeq2SeqForConditionalGeneration, RNNSeq2SeqModel  # noqa: E402
 from encdec.models.modeling_rnn_seq2seq import RNNSeq2SeqCache  # noqa: E402
+from toy import (  # noqa: E402
+    BOS,
+    PAD,
+    RNN_VARIANTS,
+    rnn_variant,
+    source_batch,
+    target_batch,
+    trained_rnn_variant,
+)
+from toy import RANDOM_VOCAB_SIZE as VOCAB  # noqa: E402
 
-PAD, BOS, EOS, VOCAB = 0, 1, 2, 23
-
-# (id, config overrides): every attention with both cells, every bridge, the fused Luong path (no input feeding),
-# unequal layer counts, a unidirectional encoder and weight tying (with and without the output projection)
-VARIANTS = {
-    "none-lstm": dict(attention="none", cell_type="lstm", bridge="last"),
-    "none-gru-1to2": dict(attention="none", cell_type="gru", bridge="linear_tanh", encoder_layers=1),
-    "none-context-lstm": dict(attention="none", context_feeding=True, cell_type="lstm", bridge="linear_tanh"),
-    "none-context-gru-unidirectional": dict(attention="none", context_feeding=True, cell_type="gru",
-                                            bidirectional_encoder=False, bridge="last"),
-    "bahdanau-lstm": dict(attention="bahdanau", cell_type="lstm", bridge="linear_tanh"),
-    "bahdanau-gru": dict(attention="bahdanau", cell_type="gru", bridge="zero"),
-    "luong_dot-lstm": dict(attention="luong_dot", cell_type="lstm", bridge="last"),
-    "luong_dot-gru": dict(attention="luong_dot", cell_type="gru", bridge="linear_tanh"),
-    "luong_general-lstm": dict(attention="luong_general", cell_type="lstm", bridge="zero"),
-    "luong_general-gru": dict(attention="luong_general", cell_type="gru", bridge="last"),
-    "luong_concat-lstm": dict(attention="luong_concat", cell_type="lstm", bridge="linear_tanh"),
-    "luong_concat-gru": dict(attention="luong_concat", cell_type="gru", bridge="last"),
-    "luong_dot-nofeed-lstm": dict(attention="luong_dot", cell_type="lstm", input_feeding=False),
-    "luong_general-nofeed-gru": dict(attention="luong_general", cell_type="gru", input_feeding=False),
-    "luong_concat-nofeed-lstm": dict(attention="luong_concat", cell_type="lstm", input_feeding=False,
-                                     bridge="linear_tanh", decoder_layers=1),
-    "bahdanau-tied-unidirectional": dict(attention="bahdanau", bidirectional_encoder=False, tie_word_embeddings=True),
-    "luong_general-tied-noproj": dict(attention="luong_general", embedding_dim=12, tie_word_embeddings=True),
-}
-ALL = pytest.mark.parametrize("variant", list(VARIANTS))
-
-
-def tiny_config(variant: str, **overrides) -> RNNSeq2SeqConfig:
-    kwargs = dict(vocab_size=VOCAB, embedding_dim=8, hidden_size=12, encoder_layers=2, decoder_layers=2,
-                  bidirectional_encoder=True, dropout=0.0, init_range=0.4,
-                  pad_token_id=PAD, bos_token_id=BOS, eos_token_id=EOS, decoder_start_token_id=BOS)
-    kwargs.update(VARIANTS[variant])
-    kwargs.update(overrides)
-    return RNNSeq2SeqConfig(**kwargs)
-
-
-def tiny_model(variant: str, **overrides) -> RNNSeq2SeqForConditionalGeneration:
-    torch.manual_seed(0)
-    return RNNSeq2SeqForConditionalGeneration(tiny_config(variant, **overrides)).eval()
-
-
-@functools.cache
-@torch.enable_grad()
-def trained_model(variant: str) -> RNNSeq2SeqForConditionalGeneration:
-    """A tiny model trained for 40 steps (under a second) to reverse short sequences: unlike random weights, which
-    repeat one token, its outputs depend on the input and end with EOS at varied steps, so beams really compete.
-    Shared between tests: do not modify it."""
-    model = tiny_model(variant).train()
-    generator = torch.Generator().manual_seed(0)
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
-    for _ in range(40):
-        lengths = torch.randint(2, 7, (32,), generator=generator).tolist()
-        seed = int(torch.randint(10**6, (1,), generator=generator))
-        input_ids, attention_mask = source_batch(tuple(lengths), seed=seed)
-        labels = torch.full((32, max(lengths) + 1), -100)
-        for i, length in enumerate(lengths):
-            labels[i, :length] = input_ids[i, :length].flip(0)
-            labels[i, length] = EOS
-        model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-    return model.eval()
-
-
-def source_batch(lengths: tuple[int, ...] = (5, 3, 7), extra_padding: int = 0, seed: int = 1
-                 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right-padded random sources: input_ids and attention_mask (B, max(lengths) + extra_padding)."""
-    generator = torch.Generator().manual_seed(seed)
-    width = max(lengths) + extra_padding
-    input_ids = torch.full((len(lengths), width), PAD, dtype=torch.long)
-    for i, length in enumerate(lengths):
-        input_ids[i, :length] = torch.randint(3, VOCAB, (length,), generator=generator)
-    return input_ids, (input_ids != PAD).long()
-
-
-def target_batch(batch_size: int, length: int, seed: int = 2) -> torch.Tensor:
-    generator = torch.Generator().manual_seed(seed)
-    return torch.randint(3, VOCAB, (batch_size, length), generator=generator)
+ALL = pytest.mark.parametrize("variant", list(RNN_VARIANTS))
 
 
 @ALL
 @torch.no_grad()
 def test_cached_steps_equal_full_forward(variant: str) -> None:
-    model = tiny_model(variant)
+    model = rnn_variant(variant)
     input_ids, attention_mask = source_batch()
     decoder_input_ids = torch.cat([torch.full((3, 1), BOS), target_batch(3, 5)], dim=1)  # (B, 6)
     full = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids,
@@ -129,7 +60,7 @@ def test_cached_steps_equal_full_forward(variant: str) -> None:
 @ALL
 @torch.no_grad()
 def test_padding_and_batching_change_nothing(variant: str) -> None:
-    model = tiny_model(variant)
+    model = rnn_variant(variant)
     lengths = (5, 3, 7)
     input_ids, attention_mask = source_batch(lengths, extra_padding=2)
     targets = [target_batch(1, n, seed=10 + i)[0] for i, n in enumerate((4, 6, 2))]
@@ -154,7 +85,7 @@ def test_padding_and_batching_change_nothing(variant: str) -> None:
 @ALL
 @torch.no_grad()
 def test_alignments_are_distributions_that_ignore_padding(variant: str) -> None:
-    model = tiny_model(variant)
+    model = rnn_variant(variant)
     input_ids, attention_mask = source_batch((5, 3, 7))
     out = model(input_ids=input_ids, attention_mask=attention_mask, labels=target_batch(3, 4), output_attentions=True)
     if model.config.attention == "none":
@@ -184,7 +115,7 @@ def check_alignment(weights: torch.Tensor, attention_mask: torch.Tensor) -> None
 @ALL
 @torch.no_grad()
 def test_beam_search_with_cache_equals_without(variant: str) -> None:
-    model = trained_model(variant)
+    model = trained_rnn_variant(variant)
     input_ids, attention_mask = source_batch((5, 3, 7, 2))
     kwargs = dict(input_ids=input_ids, attention_mask=attention_mask, num_beams=4, num_return_sequences=2,
                   max_new_tokens=9, do_sample=False, output_scores=True, return_dict_in_generate=True)
@@ -200,7 +131,7 @@ def test_beam_search_with_cache_equals_without(variant: str) -> None:
 @pytest.mark.parametrize("variant", ["bahdanau-lstm", "luong_general-nofeed-gru", "none-lstm"])
 @torch.no_grad()
 def test_each_cached_generate_step_runs_one_decoder_step(variant: str) -> None:
-    model = tiny_model(variant)
+    model = rnn_variant(variant)
     input_ids, attention_mask = source_batch((5, 3, 7))
     seen: list[int] = []
     hook = model.get_decoder().register_forward_pre_hook(lambda module, args: seen.append(args[0].size(1)))
@@ -219,7 +150,7 @@ def test_each_cached_generate_step_runs_one_decoder_step(variant: str) -> None:
 @pytest.mark.parametrize("variant", ["bahdanau-gru", "luong_concat-lstm", "none-gru-1to2"])
 @torch.no_grad()
 def test_generate_modes_run(variant: str) -> None:
-    model = trained_model(variant)
+    model = trained_rnn_variant(variant)
     input_ids, attention_mask = source_batch((5, 3, 7))
     inputs = dict(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=5)
     modes = {
@@ -238,7 +169,7 @@ def test_generate_modes_run(variant: str) -> None:
 
 @ALL
 def test_every_parameter_gets_a_gradient(variant: str) -> None:
-    model = tiny_model(variant, dropout=0.1).train()
+    model = rnn_variant(variant, dropout=0.1).train()
     input_ids, attention_mask = source_batch((5, 3, 7))
     model(input_ids=input_ids, attention_mask=attention_mask, labels=target_batch(3, 4)).loss.backward()
     unused = [name for name, param in model.named_parameters() if param.grad is None]
@@ -246,7 +177,7 @@ def test_every_parameter_gets_a_gradient(variant: str) -> None:
 
 
 def test_loss_normalisation_and_label_shifting() -> None:
-    model = tiny_model("luong_general-lstm")
+    model = rnn_variant("luong_general-lstm")
     input_ids, attention_mask = source_batch((5, 3, 7))
     labels = target_batch(3, 4)
     labels[1, 2:] = -100
@@ -260,13 +191,13 @@ def test_loss_normalisation_and_label_shifting() -> None:
 
 
 def test_weight_tying_and_embedding_accessors() -> None:
-    tied = tiny_model("bahdanau-tied-unidirectional")
+    tied = rnn_variant("bahdanau-tied-unidirectional")
     embedding = tied.get_input_embeddings()
     assert tied.get_output_embeddings().weight is embedding.weight
     assert tied.get_decoder().embed_tokens.weight is embedding.weight
     assert tied.get_decoder().output_projection is not None  # [s_t; c_t] is 12 + 12 wide, E is 8
-    assert tiny_model("luong_general-tied-noproj").get_decoder().output_projection is None  # h̃_t is E wide
-    untied = tiny_model("bahdanau-lstm")
+    assert rnn_variant("luong_general-tied-noproj").get_decoder().output_projection is None  # h̃_t is E wide
+    untied = rnn_variant("bahdanau-lstm")
     assert untied.get_output_embeddings().weight is not untied.get_input_embeddings().weight
     assert untied.get_decoder().embed_tokens.weight is not untied.get_input_embeddings().weight
 
@@ -274,7 +205,7 @@ def test_weight_tying_and_embedding_accessors() -> None:
 @pytest.mark.parametrize("variant", ["bahdanau-lstm", "bahdanau-tied-unidirectional"])
 @torch.no_grad()
 def test_resize_token_embeddings_resizes_every_vocabulary_matrix(variant: str) -> None:
-    model = tiny_model(variant)
+    model = rnn_variant(variant)
     model.resize_token_embeddings(VOCAB + 5)
     assert model.config.vocab_size == VOCAB + 5
     for matrix in (model.get_input_embeddings().weight, model.get_decoder().embed_tokens.weight,
@@ -289,7 +220,7 @@ def test_resize_token_embeddings_resizes_every_vocabulary_matrix(variant: str) -
 
 
 def test_encoder_rejects_left_padding() -> None:
-    model = tiny_model("bahdanau-gru")
+    model = rnn_variant("bahdanau-gru")
     input_ids, attention_mask = source_batch((5, 3, 7))
     with pytest.raises(ValueError, match="right-padded"):
         model(input_ids=input_ids, attention_mask=attention_mask.flip(1), labels=target_batch(3, 4))
@@ -298,7 +229,7 @@ def test_encoder_rejects_left_padding() -> None:
 @pytest.mark.parametrize("variant", ["bahdanau-tied-unidirectional", "luong_concat-gru", "none-lstm"])
 @torch.no_grad()
 def test_save_load_is_exact(variant: str, tmp_path: Path) -> None:
-    model = tiny_model(variant)
+    model = rnn_variant(variant)
     model.save_pretrained(tmp_path)
     saved = {p.name for p in tmp_path.iterdir()}
     assert {"configuration_rnn_seq2seq.py", "modeling_rnn_seq2seq.py", "attention.py", "seq2seq_utils.py",
@@ -347,7 +278,7 @@ def test_remote_code_loads_without_the_package(tmp_path: Path) -> None:
     expected = {}
     for variant in ("bahdanau-gru", "luong_general-lstm", "none-gru-1to2"):
         folder = tmp_path / variant
-        model = trained_model(variant)
+        model = trained_rnn_variant(variant)
         model.save_pretrained(folder)
         torch.save(inputs, folder / "inputs.pt")
         with torch.no_grad():

@@ -33,7 +33,8 @@ from encdec.training import (
     train,
     training_arguments,
 )
-from tiny_model_folders import DEMO_CONFIGS, REPO_ROOT, TINY_MODELS, write_tiny_run_config
+from tiny_model_folders import DEMO_CONFIGS, REPO_ROOT, write_tiny_run_config
+from toy import TINY_MODELS
 
 CODE_FILES = {
     "transformer": {"modeling_transformer_seq2seq.py", "configuration_transformer_seq2seq.py", "pipeline_seq2seq.py"},

@@ -11,7 +11,8 @@ import copy
 import pytest
 import torch
 
-BOS, EOS, PAD = 1, 2, 0
+from toy import BOS, EOS, PAD
+
 MAX_NEW_TOKENS = 10
 
 

@@ -7,23 +7,10 @@ import math
 import pytest
 import torch
 from datasets import Dataset
-from tokenizers import Tokenizer, models, pre_tokenizers
-from transformers import DataCollatorForSeq2Seq, PreTrainedTokenizerFast, Seq2SeqTrainer, Seq2SeqTrainingArguments
+from transformers import DataCollatorForSeq2Seq, Seq2SeqTrainer, Seq2SeqTrainingArguments
 
 from encdec import TransformerSeq2SeqForConditionalGeneration
-
-PAD, BOS, EOS, FIRST_DIGIT = 0, 1, 2, 3
-TOY_VOCAB_SIZE = FIRST_DIGIT + 10
-
-
-def _exact_match(generated: torch.Tensor, labels: torch.Tensor) -> float:
-    """Share of rows whose output (after the start token, up to the first EOS) equals the label sequence."""
-    hits = 0
-    for row, label in zip(generated.tolist(), labels.tolist(), strict=True):
-        tokens = row[1:]
-        tokens = tokens[: tokens.index(EOS) + 1] if EOS in tokens else tokens
-        hits += tokens == [t for t in label if t != -100]
-    return hits / len(labels)
+from toy import BOS, EOS, PAD, TOY_VOCAB_SIZE, digit_tokenizer, exact_match, toy_examples
 
 
 @pytest.mark.slow
@@ -40,7 +27,7 @@ def test_model_learns_to_reverse_digit_sequences(tiny_transformer_config, revers
 
     model.eval()
     generated = model.generate(input_ids, attention_mask=attention_mask, max_new_tokens=10, do_sample=False)
-    assert _exact_match(generated, labels) >= 0.98
+    assert exact_match(generated, labels) >= 0.98
 
 
 def test_gradient_accumulation_with_num_items_equals_one_big_batch(make_transformer, reverse_batch) -> None:
@@ -71,28 +58,13 @@ def test_gradient_accumulation_with_num_items_equals_one_big_batch(make_transfor
     assert not all(torch.allclose(a, b, atol=1e-6, rtol=1e-5) for a, b in zip(mean_of_means, big_batch, strict=True))
 
 
-def _digit_tokenizer() -> PreTrainedTokenizerFast:
-    """A word-level tokenizer over the toy vocabulary, built in memory: "3 1 4" -> [6, 4, 7]."""
-    vocab = {"<pad>": PAD, "<s>": BOS, "</s>": EOS, **{str(d): FIRST_DIGIT + d for d in range(10)}}
-    backend = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
-    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    return PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", bos_token="<s>", eos_token="</s>")
-
-
-def _toy_dataset(tokenizer: PreTrainedTokenizerFast, n: int, seed: int) -> Dataset:
-    generator = torch.Generator().manual_seed(seed)
-    rows = []
-    for _ in range(n):
-        digits = torch.randint(0, 10, (int(torch.randint(3, 7, (1,), generator=generator)),), generator=generator)
-        text = " ".join(str(d) for d in digits.tolist())
-        reversed_text = " ".join(str(d) for d in digits.flip(0).tolist())
-        rows.append({"input_ids": tokenizer(text)["input_ids"],
-                     "labels": tokenizer(reversed_text)["input_ids"] + [EOS]})
-    return Dataset.from_list(rows)
+def _toy_dataset(n: int, seed: int) -> Dataset:
+    """``n`` toy examples of 3-6 digits, the sources without EOS (as the digit tokenizer encodes them)."""
+    return Dataset.from_list(toy_examples(n, seed, max_len=6, source_eos=False))
 
 
 def test_digit_tokenizer_and_collator(make_transformer) -> None:
-    tokenizer = _digit_tokenizer()
+    tokenizer = digit_tokenizer()
     assert tokenizer("3 1 4")["input_ids"] == [6, 4, 7]
     model = make_transformer(vocab_size=TOY_VOCAB_SIZE)
     collator = DataCollatorForSeq2Seq(tokenizer=tokenizer, model=model)
@@ -104,7 +76,7 @@ def test_digit_tokenizer_and_collator(make_transformer) -> None:
 
 
 def test_seq2seq_trainer_runs_with_label_smoothing_accumulation_and_generation(tmp_path, make_transformer) -> None:
-    tokenizer = _digit_tokenizer()
+    tokenizer = digit_tokenizer()
     model = make_transformer(vocab_size=TOY_VOCAB_SIZE, d_model=32, encoder_layers=1, decoder_layers=1,
                              encoder_ffn_dim=64, decoder_ffn_dim=64)
     args = Seq2SeqTrainingArguments(
@@ -117,11 +89,11 @@ def test_seq2seq_trainer_runs_with_label_smoothing_accumulation_and_generation(t
 
     def compute_metrics(prediction) -> dict[str, float]:
         predictions = torch.as_tensor(prediction.predictions)
-        return {"exact_match": _exact_match(predictions, torch.as_tensor(prediction.label_ids))}
+        return {"exact_match": exact_match(predictions, torch.as_tensor(prediction.label_ids))}
 
     trainer = Seq2SeqTrainer(
-        model=model, args=args, train_dataset=_toy_dataset(tokenizer, 1280, seed=0),
-        eval_dataset=_toy_dataset(tokenizer, 32, seed=1), processing_class=tokenizer,
+        model=model, args=args, train_dataset=_toy_dataset(1280, seed=0),
+        eval_dataset=_toy_dataset(32, seed=1), processing_class=tokenizer,
         data_collator=DataCollatorForSeq2Seq(tokenizer=tokenizer, model=model), compute_metrics=compute_metrics,
     )
     trainer.train()
@@ -132,7 +104,7 @@ def test_seq2seq_trainer_runs_with_label_smoothing_accumulation_and_generation(t
     metrics = trainer.evaluate()
     assert math.isfinite(metrics["eval_loss"])
     assert 0.0 <= metrics["eval_exact_match"] <= 1.0
-    predictions = trainer.predict(_toy_dataset(tokenizer, 4, seed=2)).predictions
+    predictions = trainer.predict(_toy_dataset(4, seed=2)).predictions
     # generation stops at generation_max_length=10; Trainer pads the rest (to the generation config's max_length)
     assert predictions.shape[0] == 4 and predictions.shape[1] >= 10
     assert (predictions[:, 10:] == PAD).all()

@@ -1,48 +1,25 @@
 """Tiny random model folders (model + tokenizer, as ``save_pretrained`` writes them) for the workflow tests:
-one per family, sharing a tokenizer trained on the built-in date task. Random weights translate into garbage,
-which is all these tests need."""
+one per family (toy.py's ``FOLDER_MODELS``), sharing a tokenizer trained on the built-in date task. Random weights
+translate into garbage, which is all these tests need. Also run configs of tiny models for the CLI/training tests."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-import torch
 import yaml
 from transformers import PreTrainedTokenizerFast
 
-from encdec import (
-    RNNSeq2SeqConfig,
-    RNNSeq2SeqForConditionalGeneration,
-    TransformerSeq2SeqConfig,
-    TransformerSeq2SeqForConditionalGeneration,
-)
 from encdec.data import make_date_pairs
-from encdec.tokenization import special_token_ids, train_tokenizer
+from encdec.tokenization import train_tokenizer
+from toy import FOLDER_MODELS, folder_model
 
-FAMILIES = ("transformer", "rnn")
+FAMILIES = tuple(FOLDER_MODELS)  # ("transformer", "rnn")
 
 
 def date_tokenizer(num_pairs: int = 300, vocab_size: int = 120) -> PreTrainedTokenizerFast:
     pairs = make_date_pairs(num_pairs, seed=0)
     return train_tokenizer([text for pair in pairs for text in pair], vocab_size=vocab_size)
-
-
-def tiny_model(family: str, tokenizer: PreTrainedTokenizerFast, **overrides):
-    """A random model of ``family`` in eval mode, its vocabulary and special ids taken from ``tokenizer``."""
-    torch.manual_seed(0)
-    if family == "transformer":
-        config = TransformerSeq2SeqConfig(**{
-            "d_model": 16, "encoder_layers": 1, "decoder_layers": 2, "encoder_attention_heads": 2,
-            "decoder_attention_heads": 2, "encoder_ffn_dim": 32, "decoder_ffn_dim": 32, "max_position_embeddings": 64,
-            **special_token_ids(tokenizer), **overrides,
-        })
-        return TransformerSeq2SeqForConditionalGeneration(config).eval()
-    config = RNNSeq2SeqConfig(**{
-        "embedding_dim": 16, "hidden_size": 16, "encoder_layers": 1, "decoder_layers": 1, "attention": "bahdanau",
-        **special_token_ids(tokenizer), **overrides,
-    })
-    return RNNSeq2SeqForConditionalGeneration(config).eval()
 
 
 def save_folder(model, tokenizer: PreTrainedTokenizerFast, path: Path) -> Path:
@@ -54,20 +31,11 @@ def save_folder(model, tokenizer: PreTrainedTokenizerFast, path: Path) -> Path:
 def build_model_folders(root: Path) -> dict[str, Path]:
     """``{"transformer": dir, "rnn": dir}`` under ``root``."""
     tokenizer = date_tokenizer()
-    return {family: save_folder(tiny_model(family, tokenizer), tokenizer, root / family) for family in FAMILIES}
+    return {family: save_folder(folder_model(family, tokenizer), tokenizer, root / family) for family in FAMILIES}
 
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEMO_CONFIGS = {"transformer": "demo-transformer.yaml", "rnn": "demo-lstm-bahdanau.yaml"}
-# model-config JSONs of tiny models of both families, for run configs written by the CLI/training tests
-TINY_MODELS = {
-    "transformer": {"model_type": "transformer_seq2seq", "d_model": 16, "encoder_layers": 1, "decoder_layers": 1,
-                    "encoder_attention_heads": 2, "decoder_attention_heads": 2, "encoder_ffn_dim": 32,
-                    "decoder_ffn_dim": 32, "dropout": 0.0, "max_position_embeddings": 64},
-    "rnn": {"model_type": "rnn_seq2seq", "cell_type": "lstm", "attention": "bahdanau", "embedding_dim": 16,
-            "hidden_size": 16, "encoder_layers": 1, "decoder_layers": 1, "bidirectional_encoder": True,
-            "bridge": "linear_tanh", "dropout": 0.0},
-}
 
 
 def write_tiny_run_config(path: Path, family: str, model: dict, sections: dict[str, dict]) -> Path:

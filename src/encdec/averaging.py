@@ -91,18 +91,8 @@ def average_checkpoints(checkpoints: Sequence[str | os.PathLike], output_dir: st
     """Average the weights of ``checkpoints`` (model folders or Trainer checkpoints of one model) into a new model
     folder ``output_dir``. The config, generation config and tokenizer come from the last checkpoint (or the
     tokenizer from ``tokenizer_dir``). Returns ``output_dir``."""
-    folders = [require_dir(path) for path in checkpoints]
-    if len(folders) < 2:
-        raise EncdecError(f"Averaging needs at least 2 checkpoints, got {len(folders)}; pass several checkpoint "
-                          "folders of one run, e.g. runs/X/checkpoints/checkpoint-*.")
-    if len({folder.resolve() for folder in folders}) != len(folders):
-        raise EncdecError("The same checkpoint folder was given twice; each checkpoint may be averaged only once.")
-    output_dir = Path(output_dir)
-    if any(output_dir.resolve() == folder.resolve() for folder in folders):
-        raise EncdecError(f"The output folder {output_dir} is one of the checkpoints; choose a new folder.")
-    if output_dir.exists() and (not output_dir.is_dir() or any(output_dir.iterdir())) and not overwrite:
-        raise OverwriteError(f"The output folder {output_dir} exists and is not empty; pass --overwrite to replace "
-                             "it or choose another folder.")
+    folders, output_dir = [require_dir(path) for path in checkpoints], Path(output_dir)
+    _check_request(folders, output_dir, overwrite)
     _check_same_model(folders)
     averaged = average_state_dicts([folder / WEIGHTS_NAME for folder in folders])
 
@@ -121,15 +111,33 @@ def average_checkpoints(checkpoints: Sequence[str | os.PathLike], output_dir: st
         for name, tensor in averaged.items():
             state[name].copy_(tensor)  # state_dict() tensors share storage with the parameters and buffers
 
+    record = {"checkpoints": [str(folder) for folder in folders],
+              "steps": [_checkpoint_step(folder) for folder in folders], "tokenizer": str(tokenizer_source)}
+    _write_folder(model.eval(), tokenizer, record, output_dir)
+    return output_dir
+
+
+def _check_request(folders: list[Path], output_dir: Path, overwrite: bool) -> None:
+    """At least two distinct checkpoints, and an output folder that is none of them and may be written."""
+    if len(folders) < 2:
+        raise EncdecError(f"Averaging needs at least 2 checkpoints, got {len(folders)}; pass several checkpoint "
+                          "folders of one run, e.g. runs/X/checkpoints/checkpoint-*.")
+    if len({folder.resolve() for folder in folders}) != len(folders):
+        raise EncdecError("The same checkpoint folder was given twice; each checkpoint may be averaged only once.")
+    if any(output_dir.resolve() == folder.resolve() for folder in folders):
+        raise EncdecError(f"The output folder {output_dir} is one of the checkpoints; choose a new folder.")
+    if output_dir.exists() and (not output_dir.is_dir() or any(output_dir.iterdir())) and not overwrite:
+        raise OverwriteError(f"The output folder {output_dir} exists and is not empty; pass --overwrite to replace "
+                             "it or choose another folder.")
+
+
+def _write_folder(model, tokenizer, record: dict, output_dir: Path) -> None:
+    """Save the averaged model folder (with ``averaging.json``) beside ``output_dir``, then swap it in."""
     output_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=output_dir.parent, prefix=f".{output_dir.name}.", suffix=".tmp"))
     try:
-        save_for_pipeline(model.eval(), tokenizer, staging)
-        atomic_write_json(staging / "averaging.json", {
-            "checkpoints": [str(folder) for folder in folders],
-            "steps": [_checkpoint_step(folder) for folder in folders],
-            "tokenizer": str(tokenizer_source),
-        })
+        save_for_pipeline(model, tokenizer, staging)
+        atomic_write_json(staging / "averaging.json", record)
         if output_dir.exists():  # only reached with overwrite (or an empty folder): swap, then drop the old one
             old = Path(tempfile.mkdtemp(dir=output_dir.parent, prefix=f".{output_dir.name}.", suffix=".old"))
             os.replace(output_dir, old / "folder")
@@ -139,7 +147,6 @@ def average_checkpoints(checkpoints: Sequence[str | os.PathLike], output_dir: st
             os.replace(staging, output_dir)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return output_dir
 
 
 def _checkpoint_step(folder: Path) -> int | None:

@@ -51,17 +51,17 @@ def _eval_results(metrics: Mapping[str, Any], dataset_name: str, dataset_type: s
     return results
 
 
-def render_model_card(
-    model_dir_or_model: str | os.PathLike | PreTrainedModel,
-    *,
-    family: str | None = None,
-    dataset_name: str | None = None,
-    dataset_id: str | None = None,
-    metrics: Mapping[str, Any] | None = None,
-    training_summary: Mapping[str, Any] | None = None,
-    repo_id: str | None = None,
-    license: str = "apache-2.0",  # noqa: A002  (the Hub's metadata key)
-) -> str:
+def fill_template(template: str, **values: Any) -> str:
+    """``template`` rendered with ``values``; a name the template uses but ``values`` lacks is an error."""
+    environment = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
+                                     trim_blocks=True, lstrip_blocks=True, autoescape=False)
+    return environment.from_string(template).render(**values)
+
+
+def render_model_card(model_dir_or_model: str | os.PathLike | PreTrainedModel, *, family: str | None = None,
+                      dataset_name: str | None = None, dataset_id: str | None = None,
+                      metrics: Mapping[str, Any] | None = None, training_summary: Mapping[str, Any] | None = None,
+                      repo_id: str | None = None, license: str = "apache-2.0") -> str:  # noqa: A002 (a Hub key)
     """The README.md model card of a model (object or saved folder) from its family's template.
 
     :param family: ``transformer_seq2seq`` or ``rnn_seq2seq``; default: the config's ``model_type`` (must agree)
@@ -78,41 +78,28 @@ def render_model_card(
     if family != config.model_type:
         raise EncdecError(f"`family`={family!r} does not match the model's `model_type`={config.model_type!r}; "
                           "leave `family` unset to use the model's.")
-    template = card_template(family)
     scores = {key: round(float(metrics[key]), 2) for key in ("bleu", "bleu_lowercase", "chrf")
               if (metrics or {}).get(key) is not None}
     metrics = {**metrics, **scores} if scores else None  # without BLEU or chrF, the card says "not evaluated"
-    summary = {key: f"{value:.4g}" if isinstance(value, float) else value
-               for key, value in (training_summary or {}).items()}
     dataset_name = dataset_name or dataset_id
     if metrics and not dataset_name:
         raise EncdecError("`metrics` need the data they were measured on: pass `dataset_name` (or `dataset_id`).")
     model_name = repo_id.split("/")[-1] if repo_id else default_name
     card_data = ModelCardData(
-        license=license,
-        library_name="transformers",
-        pipeline_tag="translation",
-        tags=["translation", "seq2seq", "encdec", family],
-        datasets=[dataset_id] if dataset_id else None,
+        license=license, library_name="transformers", pipeline_tag="translation",
+        tags=["translation", "seq2seq", "encdec", family], datasets=[dataset_id] if dataset_id else None,
         metrics=sorted({key.split("_")[0] for key in scores}) or None,  # Hub metric ids: bleu, chrf
         model_name=model_name,
         eval_results=_eval_results(metrics, dataset_name, dataset_id or _slug(dataset_name)) if metrics else None,
     )
-    environment = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
-                                     trim_blocks=True, lstrip_blocks=True, autoescape=False)
-    text = environment.from_string(template).render(
-        card_data=card_data.to_yaml(),
-        model_name=model_name,
-        model_id=repo_id or "PATH_OR_REPO_ID",
-        family=family,
-        config=config,
-        num_parameters=f"{num_parameters:,} ({_human(num_parameters)})",
-        dataset_name=dataset_name,
-        dataset_id=dataset_id,
-        metrics=metrics,
-        training_summary=summary or None,
-        encdec_version=__version__,
-        pipeline_task=PIPELINE_TASK,
+    text = fill_template(
+        card_template(family), card_data=card_data.to_yaml(), model_name=model_name,
+        model_id=repo_id or "PATH_OR_REPO_ID", family=family, config=config,
+        num_parameters=f"{num_parameters:,} ({_human(num_parameters)})", dataset_name=dataset_name,
+        dataset_id=dataset_id, metrics=metrics,
+        training_summary={key: f"{value:.4g}" if isinstance(value, float) else value
+                          for key, value in (training_summary or {}).items()} or None,
+        encdec_version=__version__, pipeline_task=PIPELINE_TASK,
     )
     ModelCard(text)  # parses the metadata block: a broken template fails here, not on the Hub
     return text

@@ -101,10 +101,16 @@ LENGTH_PENALTY_HELP = ("beam search's length normalisation exponent: scores are 
                        "model's generation_config (greedy search ignores it)")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="encdec", description="Train, evaluate, ship and inspect seq2seq models.")
-    commands = parser.add_subparsers(dest="command", required=True)
+def add_decoding_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", required=True)
+    p.add_argument("--num-beams", type=int, default=5)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--max-new-tokens", type=int, default=None)
+    p.add_argument("--length-penalty", type=float, default=None, help=LENGTH_PENALTY_HELP)
+    p.add_argument("--overwrite", action="store_true")
 
+
+def add_training_commands(commands: argparse._SubParsersAction) -> None:
     tok = commands.add_parser("tokenizer", help="subword vocabularies").add_subparsers(dest="action", required=True)
     p = tok.add_parser("train", help="train a joint source/target vocabulary with `tokenizers`")
     p.add_argument("--files", nargs="+", required=True, help="text files, one sentence per line (source and target)")
@@ -115,41 +121,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--min-frequency", type=int, default=2)
     p.add_argument("--overwrite", action="store_true")
     p.set_defaults(func=cmd_tokenizer_train)
-
     p = commands.add_parser("train", help="train a model from a run config (YAML)")
     p.add_argument("config", help="run config, e.g. configs/demo-transformer.yaml")
     p.add_argument("overrides", nargs=argparse.REMAINDER,
                    help="--section.key value pairs, e.g. --training.max_steps 100")
     p.set_defaults(func=cmd_train)
-
-    p = commands.add_parser("evaluate", help="BLEU (sacreBLEU, with signature) and chrF on a test set")
-    p.add_argument("--model", required=True)
-    p.add_argument("--source-file", required=True)
-    p.add_argument("--reference-file", required=True)
-    p.add_argument("--num-beams", type=int, default=5)
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--max-new-tokens", type=int, default=None)
-    p.add_argument("--length-penalty", type=float, default=None, help=LENGTH_PENALTY_HELP)
-    p.add_argument("--output", default=None, help="also write the results to this JSON file")
-    p.add_argument("--overwrite", action="store_true")
-    p.add_argument("--card-dataset", default=None,
-                   help="also write these scores into the model folder's README.md model card (text and model-index), "
-                        "as measured on the data of this name, e.g. \"Multi30k De-En\"")
-    p.add_argument("--card-split", default=None, help="split name for the card (default: the source file's stem)")
-    p.add_argument("--card-dataset-id", default=None, help="Hub dataset id for the card, e.g. bentrevett/multi30k")
-    p.set_defaults(func=cmd_evaluate)
-
-    p = commands.add_parser("translate", help="translate lines from a file or stdin")
-    p.add_argument("--model", required=True)
-    p.add_argument("--input", default=None, help="input file (default: stdin)")
-    p.add_argument("--output", default=None, help="output file (default: stdout)")
-    p.add_argument("--num-beams", type=int, default=5)
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--max-new-tokens", type=int, default=None)
-    p.add_argument("--length-penalty", type=float, default=None, help=LENGTH_PENALTY_HELP)
-    p.add_argument("--overwrite", action="store_true")
-    p.set_defaults(func=cmd_translate)
-
     p = commands.add_parser("average", help="average the weights of checkpoints of one run into a model folder")
     p.add_argument("checkpoints", nargs="+",
                    help="checkpoint or model folders of one model, e.g. runs/X/checkpoints/checkpoint-{7500,9000}")
@@ -158,12 +134,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true")
     p.set_defaults(func=cmd_average)
 
-    p = commands.add_parser("push", help="push a model folder (model, tokenizer, card) to the Hugging Face Hub")
-    p.add_argument("--model", required=True)
-    p.add_argument("--repo-id", required=True)
-    p.add_argument("--private", action="store_true")
-    p.set_defaults(func=cmd_push)
 
+def add_inference_commands(commands: argparse._SubParsersAction) -> None:
+    p = commands.add_parser("evaluate", help="BLEU (sacreBLEU, with signature) and chrF on a test set")
+    add_decoding_options(p)
+    p.add_argument("--source-file", required=True)
+    p.add_argument("--reference-file", required=True)
+    p.add_argument("--output", default=None, help="also write the results to this JSON file")
+    p.add_argument("--card-dataset", default=None,
+                   help="also write these scores into the model folder's README.md model card (text and model-index), "
+                        "as measured on the data of this name, e.g. \"Multi30k De-En\"")
+    p.add_argument("--card-split", default=None, help="split name for the card (default: the source file's stem)")
+    p.add_argument("--card-dataset-id", default=None, help="Hub dataset id for the card, e.g. bentrevett/multi30k")
+    p.set_defaults(func=cmd_evaluate)
+    p = commands.add_parser("translate", help="translate lines from a file or stdin")
+    add_decoding_options(p)
+    p.add_argument("--input", default=None, help="input file (default: stdin)")
+    p.add_argument("--output", default=None, help="output file (default: stdout)")
+    p.set_defaults(func=cmd_translate)
     p = commands.add_parser("plot-attention", help="heatmap of source tokens against generated tokens")
     p.add_argument("--model", required=True)
     p.add_argument("--text", required=True)
@@ -173,6 +161,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="PNG path")
     p.add_argument("--overwrite", action="store_true")
     p.set_defaults(func=cmd_plot_attention)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="encdec", description="Train, evaluate, ship and inspect seq2seq models.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    add_training_commands(commands)
+    add_inference_commands(commands)
+    p = commands.add_parser("push", help="push a model folder (model, tokenizer, card) to the Hugging Face Hub")
+    p.add_argument("--model", required=True)
+    p.add_argument("--repo-id", required=True)
+    p.add_argument("--private", action="store_true")
+    p.set_defaults(func=cmd_push)
     return parser
 
 

@@ -51,6 +51,20 @@ def score_translations(hypotheses: list[str], references: list[str]) -> dict[str
     }
 
 
+def check_output_file(output_file: str | os.PathLike | None, overwrite: bool) -> Path | None:
+    """Refuse, before any work, an output file that is a folder, or exists without ``overwrite``."""
+    if output_file is None:
+        return None
+    output_file = Path(output_file)
+    if output_file.is_dir():
+        raise OverwriteError(f"The output file {output_file} is a folder; give a file path such as "
+                             f"{output_file / 'results.json'}.")
+    if output_file.exists() and not overwrite:
+        raise OverwriteError(f"The output file {output_file} already exists; pass --overwrite to replace it "
+                             "or choose another path.")
+    return output_file
+
+
 def evaluate_model(
     model_dir: str | os.PathLike,
     source_file: str | os.PathLike,
@@ -75,14 +89,7 @@ def evaluate_model(
         source of each batch + 10 (recorded as null)
     :param length_penalty: ``None`` keeps the model's ``generation_config.length_penalty`` (recorded)
     """
-    if output_file is not None:
-        output_file = Path(output_file)
-        if output_file.is_dir():
-            raise OverwriteError(f"The output file {output_file} is a folder; give a file path such as "
-                                 f"{output_file / 'results.json'}.")
-        if output_file.exists() and not overwrite:
-            raise OverwriteError(f"The output file {output_file} already exists; pass --overwrite to replace it "
-                                 "or choose another path.")
+    output_file = check_output_file(output_file, overwrite)
     sources, references = read_parallel(source_file, reference_file)
     model, tokenizer = load_model_and_tokenizer(model_dir, device)
     warn_over_long(tokenizer, model.config, sources)

@@ -87,18 +87,10 @@ def generation_settings(num_beams: int | None, max_new_tokens: int | None, lengt
     return settings
 
 
-def translate(
-    model: PreTrainedModel,
-    tokenizer: PreTrainedTokenizerBase,
-    sources: list[str],
-    num_beams: int | None = None,
-    batch_size: int = 32,
-    max_new_tokens: int | None = None,
-    length_penalty: float | None = None,
-    truncate: bool = False,
-    show_progress: bool = False,
-    **generate_kwargs: Any,
-) -> list[str]:
+def translate(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, sources: list[str],
+              num_beams: int | None = None, batch_size: int = 32, max_new_tokens: int | None = None,
+              length_penalty: float | None = None, truncate: bool = False, show_progress: bool = False,
+              **generate_kwargs: Any) -> list[str]:
     """Translate ``sources`` with ``model.generate`` and return the detokenised outputs in input order.
 
     Sentences are batched longest first (less padding, and an out-of-memory error shows at once) and put back in

@@ -24,6 +24,7 @@ from transformers import (
     DataCollatorForSeq2Seq,
     EarlyStoppingCallback,
     GenerationConfig,
+    PreTrainedModel,
     Seq2SeqTrainer,
     Seq2SeqTrainingArguments,
     set_seed,
@@ -368,6 +369,27 @@ def tokenize_splits(datasets: DatasetDict, tokenizer, settings: TrainingSettings
     return train, counts
 
 
+def build_model(model_config, generation: GenerationSettings, tokenizer) -> PreTrainedModel:
+    """A new model of ``model_config``, checked against the tokenizer, with the run's generation defaults."""
+    model = AutoModelForSeq2SeqLM.from_config(model_config)
+    check_tokenizer_matches_model(tokenizer, model.config)
+    model.generation_config = GenerationConfig(
+        decoder_start_token_id=model_config.decoder_start_token_id, bos_token_id=model_config.bos_token_id,
+        eos_token_id=model_config.eos_token_id, pad_token_id=model_config.pad_token_id,
+        num_beams=generation.num_beams, max_new_tokens=generation.max_new_tokens,
+        length_penalty=generation.length_penalty,
+    )
+    return model
+
+
+def checkpoint_to_resume(settings: TrainingSettings, output_dir: Path) -> str | None:
+    """``resume_from_checkpoint``: true means the latest complete checkpoint of this run (None if there is none)."""
+    resume = settings.resume_from_checkpoint
+    if resume is True:
+        resume = latest_complete_checkpoint(output_dir / CHECKPOINT_SUBDIR)
+    return str(resume) if resume else None
+
+
 def train(config: RunConfig) -> dict:
     """Run one training job and return the evaluation results (also written to ``eval_results.json``)."""
     set_seed(config.training.seed)
@@ -381,14 +403,7 @@ def train(config: RunConfig) -> dict:
     check_positions(config, model_config)
     if (warning := post_ln_warmup_warning(model_config, config.training)) and process_state().is_main_process:
         logger.warning(warning)
-    model = AutoModelForSeq2SeqLM.from_config(model_config)
-    check_tokenizer_matches_model(tokenizer, model.config)
-    model.generation_config = GenerationConfig(
-        decoder_start_token_id=model_config.decoder_start_token_id, bos_token_id=model_config.bos_token_id,
-        eos_token_id=model_config.eos_token_id, pad_token_id=model_config.pad_token_id,
-        num_beams=config.generation.num_beams, max_new_tokens=config.generation.max_new_tokens,
-        length_penalty=config.generation.length_penalty,
-    )
+    model = build_model(model_config, config.generation, tokenizer)
     tokenized, counts = tokenize_splits(datasets, tokenizer, config.training)
     logger.info("data: %s", format_report(counts))
     eval_set = tokenized.get("validation")
@@ -404,13 +419,10 @@ def train(config: RunConfig) -> dict:
         data_collator=DataCollatorForSeq2Seq(tokenizer, model=model), processing_class=tokenizer,
         compute_metrics=build_compute_metrics(tokenizer), callbacks=callbacks,
     )
-    resume = config.training.resume_from_checkpoint
-    if resume is True:
-        resume = latest_complete_checkpoint(output_dir / CHECKPOINT_SUBDIR)
-        resume = str(resume) if resume else None
+    resume = checkpoint_to_resume(config.training, output_dir)
     if not config.tokenizer.path and not (output_dir / TOKENIZER_SUBDIR).is_dir() and trainer.is_world_process_zero():
         tokenizer.save_pretrained(output_dir / TOKENIZER_SUBDIR)  # only now: a setup error leaves output_dir empty
-    train_output = trainer.train(resume_from_checkpoint=resume or None)
+    train_output = trainer.train(resume_from_checkpoint=resume)
     results: dict[str, Any] = {"train": {**train_output.metrics, "global_step": train_output.global_step},
                                "data": counts, "config": dataclasses.asdict(config)}
     for split in ("validation", "test"):

@@ -16,16 +16,15 @@ Every default is Luong et al.'s global-attention model (Section 4.1): a 4-layer 
 
 from __future__ import annotations
 
-from transformers import PretrainedConfig
-
-from .validation import check_choice, check_dropout, check_positive_int, check_special_tokens
+from .configuration_seq2seq import Seq2SeqConfig
+from .validation import check_choice, check_dropout, check_positive_int
 
 _CELL_TYPES = ("lstm", "gru")
 _ATTENTIONS = ("none", "bahdanau", "luong_dot", "luong_general", "luong_concat")
 _BRIDGES = ("last", "linear_tanh", "zero")
 
 
-class RNNSeq2SeqConfig(PretrainedConfig):
+class RNNSeq2SeqConfig(Seq2SeqConfig):
     r"""Hyper-parameters of [`RNNSeq2SeqModel`] and [`RNNSeq2SeqForConditionalGeneration`].
 
     Args:
@@ -63,7 +62,6 @@ class RNNSeq2SeqConfig(PretrainedConfig):
     """
 
     model_type = "rnn_seq2seq"
-    keys_to_ignore_at_inference = ["past_key_values"]
     # transformers' generic names; the alignment is one distribution over the source per step: one "head"
     attribute_map = {"num_hidden_layers": "decoder_layers", "num_attention_heads": "alignment_heads"}
 
@@ -84,12 +82,7 @@ class RNNSeq2SeqConfig(PretrainedConfig):
         dropout: float = 0.2,
         tie_word_embeddings: bool = False,
         init_range: float = 0.1,
-        pad_token_id: int = 0,
-        bos_token_id: int = 1,
-        eos_token_id: int = 2,
-        decoder_start_token_id: int = 1,
-        use_cache: bool = True,
-        **kwargs,
+        **kwargs,  # the special-token ids, use_cache and transformers' own keys (Seq2SeqConfig)
     ) -> None:
         self.vocab_size = vocab_size
         self.embedding_dim = embedding_dim
@@ -107,17 +100,7 @@ class RNNSeq2SeqConfig(PretrainedConfig):
         self.bridge = bridge
         self.dropout = dropout
         self.init_range = init_range
-        self.use_cache = use_cache
-        kwargs.setdefault("is_encoder_decoder", True)
-        super().__init__(
-            pad_token_id=pad_token_id,
-            bos_token_id=bos_token_id,
-            eos_token_id=eos_token_id,
-            decoder_start_token_id=decoder_start_token_id,
-            tie_word_embeddings=tie_word_embeddings,
-            **kwargs,
-        )
-        self.validate_hyperparameters()
+        super().__init__(tie_word_embeddings=tie_word_embeddings, **kwargs)
 
     def validate_hyperparameters(self) -> None:
         """Resolve ``input_feeding`` and raise a ``ValueError`` that names the offending field and the fix."""
@@ -142,7 +125,6 @@ class RNNSeq2SeqConfig(PretrainedConfig):
                 "False, or `attention` to 'none'."
             )
         self._check_shapes()
-        check_special_tokens(self)
 
     def _check_input_feeding(self) -> None:
         is_luong = self.attention.startswith("luong")

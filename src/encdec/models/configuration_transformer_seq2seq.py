@@ -6,16 +6,15 @@ is a named switch whose default is the paper's choice.
 
 from __future__ import annotations
 
-from transformers import PretrainedConfig
-
-from .validation import check_choice, check_dropout, check_positive_int, check_special_tokens
+from .configuration_seq2seq import Seq2SeqConfig
+from .validation import check_choice, check_dropout, check_positive_int
 
 _ACTIVATIONS = ("relu", "gelu")
 _POSITION_TYPES = ("sinusoidal", "learned")
 _SINUSOID_LAYOUTS = ("interleaved", "half_split")
 
 
-class TransformerSeq2SeqConfig(PretrainedConfig):
+class TransformerSeq2SeqConfig(Seq2SeqConfig):
     r"""Hyper-parameters of [`TransformerSeq2SeqModel`] and [`TransformerSeq2SeqForConditionalGeneration`].
 
     Args:
@@ -45,7 +44,6 @@ class TransformerSeq2SeqConfig(PretrainedConfig):
     """
 
     model_type = "transformer_seq2seq"
-    keys_to_ignore_at_inference = ["past_key_values"]
     attribute_map = {
         "hidden_size": "d_model",
         "num_hidden_layers": "decoder_layers",
@@ -74,12 +72,7 @@ class TransformerSeq2SeqConfig(PretrainedConfig):
         tie_word_embeddings: bool = True,
         layer_norm_eps: float = 1e-5,
         init_std: float = 0.02,
-        pad_token_id: int = 0,
-        bos_token_id: int = 1,
-        eos_token_id: int = 2,
-        decoder_start_token_id: int = 1,
-        use_cache: bool = True,
-        **kwargs,
+        **kwargs,  # the special-token ids, use_cache and transformers' own keys (Seq2SeqConfig)
     ) -> None:
         self.vocab_size = vocab_size
         self.d_model = d_model
@@ -100,17 +93,7 @@ class TransformerSeq2SeqConfig(PretrainedConfig):
         self.scale_embedding = scale_embedding
         self.layer_norm_eps = layer_norm_eps
         self.init_std = init_std
-        self.use_cache = use_cache
-        kwargs.setdefault("is_encoder_decoder", True)
-        super().__init__(
-            pad_token_id=pad_token_id,
-            bos_token_id=bos_token_id,
-            eos_token_id=eos_token_id,
-            decoder_start_token_id=decoder_start_token_id,
-            tie_word_embeddings=tie_word_embeddings,
-            **kwargs,
-        )
-        self.validate_hyperparameters()
+        super().__init__(tie_word_embeddings=tie_word_embeddings, **kwargs)
 
     def validate_hyperparameters(self) -> None:
         """Raise a ``ValueError`` that names the offending field and the fix."""
@@ -135,7 +118,6 @@ class TransformerSeq2SeqConfig(PretrainedConfig):
             raise ValueError(f"`layer_norm_eps` must be a positive float, got {self.layer_norm_eps!r}.")
         if not isinstance(self.init_std, (int, float)) or self.init_std <= 0:
             raise ValueError(f"`init_std` must be a positive number, got {self.init_std!r}.")
-        check_special_tokens(self)
 
     @property
     def head_dim(self) -> int:

@@ -22,12 +22,19 @@ from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
 from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
-from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput, Seq2SeqModelOutput
+from transformers.modeling_outputs import BaseModelOutput, BaseModelOutputWithPastAndCrossAttentions, Seq2SeqModelOutput
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from .attention import eager_attention_forward
 from .configuration_transformer_seq2seq import TransformerSeq2SeqConfig
-from .seq2seq_utils import OutputFlags, Seq2SeqLMMixin, as_return_type, seed_auto_map
+from .seq2seq_utils import (
+    LegacyKeysMixin,
+    OutputFlags,
+    Seq2SeqLMMixin,
+    Seq2SeqModelMixin,
+    as_return_type,
+    seed_auto_map,
+)
 
 
 class SinusoidalPositionalEmbedding(nn.Module):
@@ -181,86 +188,96 @@ class FeedForward(nn.Module):
         return self.fc2(h)  # (B, L, D)
 
 
-class SublayerConnection(nn.Module):
-    """Residual + LayerNorm around a sub-layer (Section 3.1, Section 5.4 for the dropout).
+class ResidualLayer(GradientCheckpointingLayer):
+    """What encoder and decoder layers share: every sub-layer sits in a residual connection with a LayerNorm
+    (Section 3.1), and its output is dropped out before the sum (Section 5.4).
 
-    post-LN (paper): ``LayerNorm(x + Dropout(Sublayer(x)))``
-    pre-LN (``normalize_before=True``, Xiong et al. 2020): ``x + Dropout(Sublayer(LayerNorm(x)))``
+    post-LN (the paper): x = LayerNorm(x + Dropout(Sublayer(x)))
+    pre-LN (``normalize_before``, Xiong et al. 2020): x = x + Dropout(Sublayer(LayerNorm(x)))
     """
 
     def __init__(self, config: TransformerSeq2SeqConfig) -> None:
         super().__init__()
-        self.layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
         self.normalize_before = config.normalize_before
         self.dropout = config.dropout
 
-    def forward(self, x: torch.Tensor, sublayer: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor | None]]
-                ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        out, weights = sublayer(self.layer_norm(x) if self.normalize_before else x)
-        x = x + nn.functional.dropout(out, p=self.dropout, training=self.training)
-        return (x if self.normalize_before else self.layer_norm(x)), weights
+    def sublayer_input(self, x: torch.Tensor, norm: nn.LayerNorm) -> torch.Tensor:
+        """What the sub-layer reads: LayerNorm(x) with pre-LN, x itself with post-LN."""
+        return norm(x) if self.normalize_before else x
+
+    def add_and_norm(self, x: torch.Tensor, sublayer_output: torch.Tensor, norm: nn.LayerNorm) -> torch.Tensor:
+        """The residual sum x + Dropout(Sublayer(...)), then LayerNorm with post-LN."""
+        x = x + nn.functional.dropout(sublayer_output, p=self.dropout, training=self.training)
+        return x if self.normalize_before else norm(x)
 
 
-class TransformerSeq2SeqEncoderLayer(GradientCheckpointingLayer):
+class TransformerSeq2SeqEncoderLayer(ResidualLayer):
     """Encoder layer (Section 3.1): self-attention, then the FFN, each wrapped in a residual + LayerNorm."""
 
     def __init__(self, config: TransformerSeq2SeqConfig) -> None:
-        super().__init__()
+        super().__init__(config)
         self.self_attn = TransformerSeq2SeqAttention(config, config.encoder_attention_heads)
-        self.self_attn_block = SublayerConnection(config)
+        self.self_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
         self.ffn = FeedForward(config, config.encoder_ffn_dim)
-        self.ffn_block = SublayerConnection(config)
+        self.ffn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
 
-    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None,
+    def forward(self, x: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 output_attentions: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """:param hidden_states: (B, S, D) :return: (B, S, D) and self-attention weights (B, H, S, S) or None"""
-        hidden_states, weights = self.self_attn_block(
-            hidden_states, lambda x: self.self_attn(x, attention_mask, output_attentions=output_attentions)
-        )
-        hidden_states, _ = self.ffn_block(hidden_states, lambda x: (self.ffn(x), None))
-        return hidden_states, weights
+        """:param x: (B, S, D) :return: (B, S, D) and self-attention weights (B, H, S, S) or None"""
+        attended, weights = self.self_attn(self.sublayer_input(x, self.self_attn_layer_norm), attention_mask,
+                                           output_attentions=output_attentions)
+        x = self.add_and_norm(x, attended, self.self_attn_layer_norm)
+        x = self.add_and_norm(x, self.ffn(self.sublayer_input(x, self.ffn_layer_norm)), self.ffn_layer_norm)
+        return x, weights
 
 
-class TransformerSeq2SeqDecoderLayer(GradientCheckpointingLayer):
+class TransformerSeq2SeqDecoderLayer(ResidualLayer):
     """Decoder layer (Section 3.1): masked self-attention, cross-attention over the encoder output, then the
     FFN, each wrapped in a residual + LayerNorm."""
 
     def __init__(self, config: TransformerSeq2SeqConfig, layer_idx: int) -> None:
-        super().__init__()
+        super().__init__(config)
         heads = config.decoder_attention_heads
         self.self_attn = TransformerSeq2SeqAttention(config, heads, is_causal=True, layer_idx=layer_idx)
-        self.self_attn_block = SublayerConnection(config)
+        self.self_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
         self.cross_attn = TransformerSeq2SeqAttention(config, heads, is_cross_attention=True, layer_idx=layer_idx)
-        self.cross_attn_block = SublayerConnection(config)
+        self.cross_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
         self.ffn = FeedForward(config, config.decoder_ffn_dim)
-        self.ffn_block = SublayerConnection(config)
+        self.ffn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
 
     def forward(
         self,
-        hidden_states: torch.Tensor,
+        x: torch.Tensor,
         encoder_hidden_states: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
         encoder_attention_mask: torch.Tensor | None = None,
         past_key_values: Cache | None = None,
         output_attentions: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-        """:param hidden_states: (B, T, D); :param encoder_hidden_states: (B, S, D)
+        """:param x: (B, T, D); :param encoder_hidden_states: (B, S, D)
         :return: (B, T, D), self-attention weights (B, H, T, T_total), cross-attention weights (B, H, T, S)"""
-        hidden_states, self_weights = self.self_attn_block(hidden_states, lambda x: self.self_attn(
-            x, attention_mask, past_key_values=past_key_values, output_attentions=output_attentions))
-        hidden_states, cross_weights = self.cross_attn_block(hidden_states, lambda x: self.cross_attn(
-            x, encoder_attention_mask, key_value_states=encoder_hidden_states, past_key_values=past_key_values,
-            output_attentions=output_attentions))
-        hidden_states, _ = self.ffn_block(hidden_states, lambda x: (self.ffn(x), None))
-        return hidden_states, self_weights, cross_weights
+        attended, self_weights = self.self_attn(self.sublayer_input(x, self.self_attn_layer_norm), attention_mask,
+                                                past_key_values=past_key_values, output_attentions=output_attentions)
+        x = self.add_and_norm(x, attended, self.self_attn_layer_norm)
+        attended, cross_weights = self.cross_attn(
+            self.sublayer_input(x, self.cross_attn_layer_norm), encoder_attention_mask,
+            key_value_states=encoder_hidden_states, past_key_values=past_key_values,
+            output_attentions=output_attentions,
+        )
+        x = self.add_and_norm(x, attended, self.cross_attn_layer_norm)
+        x = self.add_and_norm(x, self.ffn(self.sublayer_input(x, self.ffn_layer_norm)), self.ffn_layer_norm)
+        return x, self_weights, cross_weights
 
 
-class TransformerSeq2SeqPreTrainedModel(PreTrainedModel):
+class TransformerSeq2SeqPreTrainedModel(LegacyKeysMixin, PreTrainedModel):
     config_class = TransformerSeq2SeqConfig
     base_model_prefix = "model"
     main_input_name = "input_ids"
     supports_gradient_checkpointing = True
     _no_split_modules = ["TransformerSeq2SeqEncoderLayer", "TransformerSeq2SeqDecoderLayer"]
+    # folders saved by encdec before 0.2 held each LayerNorm in a residual wrapper module
+    _legacy_keys = {rf"\.{name}_block\.layer_norm\.": f".{name}_layer_norm."
+                    for name in ("self_attn", "cross_attn", "ffn")}
     _supports_sdpa = True
     _supports_flash_attn = True
     _supports_flex_attn = True
@@ -326,6 +343,12 @@ class TransformerSeq2SeqEncoder(nn.Module):
         self.final_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) \
             if config.normalize_before else None
 
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.embeddings.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.embeddings.embed_tokens = value
+
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
@@ -389,10 +412,10 @@ class TransformerSeq2SeqDecoder(nn.Module):
         inputs_embeds: torch.Tensor | None = None,
         output_attentions: bool = False,
         output_hidden_states: bool = False,
-    ) -> tuple[torch.Tensor, tuple | None, tuple | None, tuple | None]:
+    ) -> BaseModelOutputWithPastAndCrossAttentions:
         """:param input_ids: (B, T) (only the new tokens when a cache is given); :param attention_mask:
-        (B, T_past + T); :return: (B, T, D), the hidden states (the embedding output and every layer's output, the
-        last one after pre-LN's final LayerNorm), self-attention and cross-attention weights"""
+        (B, T_past + T); :return: ``last_hidden_state`` (B, T, D), the cache, the hidden states (the embedding output
+        and every layer's output, the last one after pre-LN's final LayerNorm), self- and cross-attention weights"""
         past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
         hidden_states = self.embeddings(input_ids, inputs_embeds, past_length)  # (B, T, D)
         self_cache = past_key_values.self_attention_cache if isinstance(past_key_values, EncoderDecoderCache) \
@@ -422,10 +445,13 @@ class TransformerSeq2SeqDecoder(nn.Module):
             hidden_states = self.final_layer_norm(hidden_states)
         if output_hidden_states:
             all_hidden += (hidden_states,)
-        return hidden_states, all_hidden, self_attentions, cross_attentions
+        return BaseModelOutputWithPastAndCrossAttentions(
+            last_hidden_state=hidden_states, past_key_values=past_key_values, hidden_states=all_hidden,
+            attentions=self_attentions, cross_attentions=cross_attentions,
+        )
 
 
-class TransformerSeq2SeqModel(TransformerSeq2SeqPreTrainedModel):
+class TransformerSeq2SeqModel(Seq2SeqModelMixin, TransformerSeq2SeqPreTrainedModel):
     """The bare encoder-decoder: returns the decoder's last hidden states (B, T, D)."""
 
     # 3-way tying (Section 3.4): one matrix serves both embeddings (and the LM head, see below);
@@ -437,20 +463,6 @@ class TransformerSeq2SeqModel(TransformerSeq2SeqPreTrainedModel):
         self.encoder = TransformerSeq2SeqEncoder(config)
         self.decoder = TransformerSeq2SeqDecoder(config)
         self.post_init()
-
-    def get_input_embeddings(self) -> nn.Embedding:
-        return self.encoder.embeddings.embed_tokens
-
-    def set_input_embeddings(self, value: nn.Embedding) -> None:
-        self.encoder.embeddings.embed_tokens = value
-        if self.config.tie_word_embeddings:
-            self.decoder.embeddings.embed_tokens = value
-
-    def get_encoder(self, modality: str | None = None) -> TransformerSeq2SeqEncoder:
-        return self.encoder
-
-    def get_decoder(self) -> TransformerSeq2SeqDecoder:
-        return self.decoder
 
     def forward(
         self,
@@ -483,18 +495,18 @@ class TransformerSeq2SeqModel(TransformerSeq2SeqPreTrainedModel):
             past_key_values = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
         elif not flags.use_cache:
             past_key_values = None
-        hidden, all_hidden, self_attentions, cross_attentions = self.decoder(
+        decoded = self.decoder(
             decoder_input_ids, encoder_outputs.last_hidden_state, attention_mask=decoder_attention_mask,
             encoder_attention_mask=attention_mask, past_key_values=past_key_values,
             inputs_embeds=decoder_inputs_embeds, output_attentions=flags.attentions,
             output_hidden_states=flags.hidden_states,
         )
         output = Seq2SeqModelOutput(
-            last_hidden_state=hidden,
+            last_hidden_state=decoded.last_hidden_state,
             past_key_values=past_key_values,
-            decoder_hidden_states=all_hidden,
-            decoder_attentions=self_attentions,
-            cross_attentions=cross_attentions,
+            decoder_hidden_states=decoded.hidden_states,
+            decoder_attentions=decoded.attentions,
+            cross_attentions=decoded.cross_attentions,
             encoder_last_hidden_state=encoder_outputs.last_hidden_state,
             encoder_hidden_states=encoder_outputs.hidden_states,
             encoder_attentions=encoder_outputs.attentions,
@@ -526,39 +538,6 @@ class TransformerSeq2SeqForConditionalGeneration(Seq2SeqLMMixin, TransformerSeq2
         the source alone), so they stay as they are instead of being copied at every step."""
         past_key_values.self_attention_cache.reorder_cache(beam_idx)
         return past_key_values
-
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        decoder_input_ids: torch.LongTensor | None = None,
-        decoder_attention_mask: torch.Tensor | None = None,
-        encoder_outputs: BaseModelOutput | tuple | None = None,
-        past_key_values: Cache | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        decoder_inputs_embeds: torch.Tensor | None = None,
-        labels: torch.LongTensor | None = None,
-        use_cache: bool | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
-        num_items_in_batch: int | torch.Tensor | None = None,
-    ) -> Seq2SeqLMOutput | tuple:
-        """:param labels: (B, T) target ids, -100 = ignored; they are shifted right into ``decoder_input_ids``
-        when those are not given. :return: ``Seq2SeqLMOutput`` with ``logits`` (B, T, V) and the base model's
-        outputs; its ``to_tuple()`` when ``return_dict`` is False"""
-        if labels is not None:
-            use_cache = False
-            if decoder_input_ids is None and decoder_inputs_embeds is None:
-                decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
-        outputs = self.model(
-            input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids,
-            decoder_attention_mask=decoder_attention_mask, encoder_outputs=encoder_outputs,
-            past_key_values=past_key_values, inputs_embeds=inputs_embeds,
-            decoder_inputs_embeds=decoder_inputs_embeds, use_cache=use_cache,
-            output_attentions=output_attentions, output_hidden_states=output_hidden_states, return_dict=True,
-        )
-        return self.lm_output(outputs, labels, num_items_in_batch, return_dict)
 
 
 __all__ = [

@@ -78,6 +78,45 @@ def seed_auto_map(config, module_name: str, model_class: str) -> None:
     config.auto_map = {"AutoModel": f"{module}.{model_class}", **(getattr(config, "auto_map", None) or {})}
 
 
+class Seq2SeqModelMixin:
+    """The accessors transformers expects of a bare encoder-decoder (``self.encoder`` and ``self.decoder``, each
+    with ``get_input_embeddings`` / ``set_input_embeddings``): with ``tie_word_embeddings`` one matrix serves both."""
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.encoder.get_input_embeddings()
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.encoder.set_input_embeddings(value)
+        if self.config.tie_word_embeddings:
+            self.decoder.set_input_embeddings(value)
+
+    def get_encoder(self, modality: str | None = None) -> nn.Module:
+        return self.encoder
+
+    def get_decoder(self) -> nn.Module:
+        return self.decoder
+
+
+class LegacyKeysMixin:
+    """Loading folders that earlier encdec versions saved, where some weights had other names.
+
+    ``_legacy_keys`` maps a regular expression on a saved weight name to today's (``re.sub``); ``from_pretrained``
+    passes them to transformers as ``key_mapping``, then forgets them, so that the model saves under today's names
+    (transformers would otherwise write the old names back on ``save_pretrained``).
+    """
+
+    _legacy_keys: dict[str, str] = {}
+
+    @classmethod
+    def from_pretrained(cls, *args, **kwargs):
+        if cls._legacy_keys and kwargs.get("key_mapping") is None:
+            kwargs["key_mapping"] = cls._legacy_keys
+        loaded = super().from_pretrained(*args, **kwargs)
+        model = loaded[0] if isinstance(loaded, tuple) else loaded
+        model._weight_conversions = None  # save under today's names
+        return loaded
+
+
 class Seq2SeqLMMixin:
     """What every ``*ForConditionalGeneration`` of this package shares: the accessors transformers expects,
     teacher forcing from labels, the loss, and vocabulary resizing. The class sets ``self.model`` (with
@@ -91,6 +130,45 @@ class Seq2SeqLMMixin:
         # code. A precomputed __signature__ (the same signature) turns that ~30 us per step into ~2 us.
         if "forward" in cls.__dict__:
             cls.forward.__signature__ = inspect.signature(cls.forward)
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.LongTensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        encoder_outputs: ModelOutput | tuple | None = None,
+        past_key_values=None,
+        inputs_embeds: torch.Tensor | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        num_items_in_batch: int | torch.Tensor | None = None,
+    ) -> Seq2SeqLMOutput | tuple:
+        """The base model, then the pre-softmax projection: ``logits`` (B, T, V), and the loss with ``labels``.
+
+        :param labels: (B, T) target ids, -100 = ignored; they are shifted right into ``decoder_input_ids`` (teacher
+            forcing) when those are not given, and the cache is not used
+        :param num_items_in_batch: the token count of the whole (accumulated) batch, which Trainer passes: the
+            summed loss is divided by it
+        The other arguments are those of the base model's ``forward``; its outputs come along. ``return_dict=False``
+        gives ``to_tuple()``.
+        """
+        if labels is not None:
+            use_cache = False
+            if decoder_input_ids is None and decoder_inputs_embeds is None:
+                decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
+        outputs = self.model(
+            input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids,
+            decoder_attention_mask=decoder_attention_mask, encoder_outputs=encoder_outputs,
+            past_key_values=past_key_values, inputs_embeds=inputs_embeds,
+            decoder_inputs_embeds=decoder_inputs_embeds, use_cache=use_cache,
+            output_attentions=output_attentions, output_hidden_states=output_hidden_states, return_dict=True,
+        )
+        return self.lm_output(outputs, labels, num_items_in_batch, return_dict)
 
     def get_encoder(self, modality: str | None = None) -> nn.Module:
         return self.model.encoder
@@ -156,3 +234,6 @@ class Seq2SeqLMMixin:
             encoder_attentions=outputs.encoder_attentions,
         )
         return as_return_type(output, OutputFlags.resolve(self.config, return_dict=return_dict).return_dict)
+
+
+Seq2SeqLMMixin.forward.__signature__ = inspect.signature(Seq2SeqLMMixin.forward)  # see __init_subclass__

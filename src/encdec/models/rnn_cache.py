@@ -1,0 +1,262 @@
+"""The recurrent decoder's state between two ``generate`` steps, as a ``transformers.Cache``.
+
+Shape legend: B batch, S source length, H decoder hidden size, Ld decoder layers, E embedding width, A attention width.
+
+This file is copied next to the weights by ``save_pretrained``: it imports only torch and transformers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+import torch
+from transformers.cache_utils import Cache, CacheLayerMixin
+
+
+class DecoderState(NamedTuple):
+    """The decoder's recurrent state between two steps, layer-first as torch's RNNs take it."""
+
+    hidden: torch.Tensor  # (Ld, B, H): s_t of every layer
+    cell: torch.Tensor | None  # (Ld, B, H): the LSTM memory cell; None for a GRU
+    feed: torch.Tensor | None  # (B, 1, H): h̃_{t-1} with Luong input feeding; None otherwise
+
+    def map_batch(self, fn: Callable[[torch.Tensor, int], torch.Tensor]) -> DecoderState:
+        """``fn(tensor, batch_dim)`` applied to every tensor: beam reordering, expansion and selection."""
+        return DecoderState(fn(self.hidden, 1), None if self.cell is None else fn(self.cell, 1),
+                            None if self.feed is None else fn(self.feed, 0))
+
+
+class RNNStateLayer(CacheLayerMixin):
+    """The decoder's recurrent state as a transformers cache layer: s_t (and the LSTM's c_t) of every decoder layer,
+    and Luong's h̃_t with input feeding.
+
+    A decoder call reads the latest state and writes the state after its tokens; a step's cost does not depend on
+    how many tokens came before, and by default only the latest state is kept. ``crop`` needs the earlier ones:
+    after ``activate_past_recording()`` (transformers' switch, which assisted and prompt-lookup decoding turn on)
+    the layer keeps a checkpoint after every call (in ``generate``, after every token) and the embedded tokens each
+    call read, so it can go back to any length since: to a checkpoint, or into a call of several tokens (assisted
+    decoding verifies its candidates in one call) by replaying that call's first tokens at the start of the next
+    call. While recording, its memory grows with the tokens consumed, as a Transformer's key/value cache does. Beam
+    search's reordering keeps only the current state: the earlier ones belong to other hypotheses.
+    """
+
+    is_compileable = False
+    is_croppable = True  # once recording
+    supports_early_init = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.checkpoints: list[tuple[int, DecoderState]] = []  # (tokens consumed, the state after them)
+        self.inputs: list[torch.Tensor] = []  # inputs[i]: (B, n, E), read between checkpoints i and i + 1
+        self.replay: torch.Tensor | None = None  # (B, r, E): tokens cropped into, run again before the next ones
+        self.record_past = False
+
+    def activate_past_recording(self) -> None:
+        """Keep every state from now on, so that ``crop`` can go back to it."""
+        self.record_past = True
+
+    def start(self, state: DecoderState) -> None:
+        """A new source: the decoder's initial state, before any target token."""
+        self.checkpoints, self.inputs, self.replay = [(0, state)], [], None
+        self.device, self.is_initialized = state.hidden.device, True
+
+    def read(self) -> tuple[DecoderState, torch.Tensor | None]:
+        """:return: the latest state and the embedded tokens to replay from it (None, unless cropped into a call)"""
+        return self.checkpoints[-1][1], self.replay
+
+    def write(self, state: DecoderState, inputs: torch.Tensor) -> None:
+        """:param state: the state after ``inputs`` (B, n, E), which the call read from the latest state on"""
+        checkpoint = (self.checkpoints[-1][0] + inputs.size(1), state)
+        if self.record_past:
+            self.checkpoints.append(checkpoint)
+            self.inputs.append(inputs)
+        else:
+            self.checkpoints, self.inputs = [checkpoint], []
+        self.replay = None
+
+    def get_seq_length(self) -> int:
+        if not self.checkpoints:
+            return 0
+        return self.checkpoints[-1][0] + (self.replay.size(1) if self.replay is not None else 0)
+
+    def crop(self, tokens_to_remove: int) -> None:
+        """Go back to an earlier length: ``tokens_to_remove`` <= 0 removes that many tokens (transformers' convention:
+        ``crop(0)`` changes nothing)."""
+        if tokens_to_remove > 0:
+            raise ValueError(f"`crop` takes minus the number of tokens to remove, got {tokens_to_remove}; e.g. "
+                             "`crop(-2)` goes back two tokens.")
+        length = self.get_seq_length()
+        target, earliest = length + tokens_to_remove, self.checkpoints[0][0] if self.checkpoints else 0
+        if target == length:
+            return
+        if target < earliest:
+            raise ValueError(
+                f"Cannot crop the RNN cache back to {target} tokens: it holds the states from {earliest} tokens on. "
+                "It keeps earlier ones only while recording (call `activate_past_recording()` on the cache before "
+                "decoding; assisted decoding does), and beam search's reordering drops them."
+            )
+        start = self.checkpoints[-1][0]
+        if self.replay is not None and target >= start:  # still inside the call being replayed
+            self.replay = self.replay[:, : target - start] if target > start else None
+            return
+        self.replay, inputs = None, None
+        while self.checkpoints[-1][0] > target:
+            self.checkpoints.pop()
+            inputs = self.inputs.pop()  # what the call ending at the dropped checkpoint read
+        start = self.checkpoints[-1][0]
+        if start < target:
+            self.replay = inputs[:, : target - start]
+
+    def map_batch(self, fn: Callable[[torch.Tensor, int], torch.Tensor]) -> None:
+        """``fn(tensor, batch_dim)`` on every state and input kept."""
+        self.checkpoints = [(length, state.map_batch(fn)) for length, state in self.checkpoints]
+        self.inputs = [fn(inputs, 0) for inputs in self.inputs]
+        self.replay = fn(self.replay, 0) if self.replay is not None else None
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        """Beam search: the state of each surviving beam; the history is dropped (see the class docstring)."""
+        self.checkpoints, self.inputs = self.checkpoints[-1:], []
+        self.map_batch(lambda tensor, dim: tensor.index_select(dim, beam_idx.to(tensor.device)))
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        self.map_batch(lambda tensor, dim: tensor.repeat_interleave(repeats, dim=dim))
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        indices = indices.nonzero().squeeze(-1) if indices.dtype == torch.bool else indices  # a mask, or positions
+        self.map_batch(lambda tensor, dim: tensor.index_select(dim, indices.to(tensor.device)))
+
+    def offload(self) -> None:
+        self.map_batch(lambda tensor, dim: tensor.to("cpu", non_blocking=True))
+
+    def prefetch(self) -> None:
+        if self.is_initialized:
+            self.map_batch(lambda tensor, dim: tensor.to(self.device, non_blocking=True))
+
+    def reset(self) -> None:
+        self.checkpoints, self.inputs, self.replay = [], [], None
+        self.is_initialized = False
+
+    def get_max_length(self) -> int:
+        return -1  # no limit
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        return self.get_seq_length() + query_length, 0
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        raise NotImplementedError("RNNStateLayer holds a recurrent state, set with `start` and `write`.")
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        raise NotImplementedError("RNNStateLayer holds a recurrent state, not key/value states: use `write`.")
+
+
+class AttentionKeysLayer(CacheLayerMixin):
+    """The encoder states as the attention score projects them (``keys``: U_a h_j for Bahdanau and concat, W_a h_j
+    for Luong's general, h_j itself for dot), projected once per source, before the first decoder step. They depend
+    on the source alone, so cropping keeps them."""
+
+    is_compileable = False
+    is_croppable = True
+    supports_early_init = False
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor | None = None) -> None:
+        self.dtype, self.device = key_states.dtype, key_states.device
+        self.is_initialized = True
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor | None = None, *args, **kwargs
+               ) -> tuple[torch.Tensor, None]:
+        """:param key_states: (B, S, A) :return: the keys, and None (attention reads the values h_i from the
+        encoder output)"""
+        if not self.is_initialized:
+            self.lazy_initialization(key_states)
+        self.keys = key_states
+        return self.keys, None
+
+    def get_seq_length(self) -> int:
+        return self.keys.size(1) if self.keys is not None else 0  # source positions
+
+    def crop(self, tokens_to_remove: int) -> None:
+        pass
+
+    def apply(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> None:
+        if self.keys is not None:
+            self.keys = fn(self.keys)
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        self.apply(lambda keys: keys.index_select(0, beam_idx.to(keys.device)))
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        self.apply(lambda keys: keys.repeat_interleave(repeats, dim=0))
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        self.apply(lambda keys: keys[indices.to(keys.device)])  # a mask or positions
+
+    def offload(self) -> None:
+        self.apply(lambda keys: keys.to("cpu", non_blocking=True))
+
+    def prefetch(self) -> None:
+        if self.is_initialized:
+            self.apply(lambda keys: keys.to(self.device, non_blocking=True))
+
+    def reset(self) -> None:
+        self.keys, self.is_initialized = None, False
+
+    def get_max_length(self) -> int:
+        return -1
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        return self.get_seq_length(), 0
+
+
+class RNNSeq2SeqCache(Cache):
+    """The decoder's state between two ``generate`` steps, passed around as ``past_key_values``: a
+    ``transformers.Cache`` of two layers, the recurrent state (``RNNStateLayer``) and the attention keys
+    (``AttentionKeysLayer``). ``get_seq_length`` counts the target tokens consumed; ``reorder_cache`` and the batch
+    operations act on both; ``crop`` goes back to any length consumed since ``activate_past_recording()``.
+    ``hidden`` (Ld, B, H), ``cell`` and ``feed`` (B, 1, H) show the current state.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(layers=[RNNStateLayer(), AttentionKeysLayer()])
+
+    @property
+    def state(self) -> RNNStateLayer:
+        return self.layers[0]
+
+    @property
+    def keys(self) -> torch.Tensor | None:
+        """(B, S, A) the projected encoder states, or None before the first step (and without attention)."""
+        return self.layers[1].keys
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.state.checkpoints
+
+    @property
+    def hidden(self) -> torch.Tensor | None:
+        return None if self.is_empty else self.state.read()[0].hidden
+
+    @property
+    def cell(self) -> torch.Tensor | None:
+        return None if self.is_empty else self.state.read()[0].cell
+
+    @property
+    def feed(self) -> torch.Tensor | None:
+        return None if self.is_empty else self.state.read()[0].feed
+
+    def write(self, state: DecoderState, inputs: torch.Tensor) -> None:
+        """After a decoder call: the state after ``inputs`` (B, n, E)."""
+        self.state.write(state, inputs)
+
+    def store_keys(self, keys: torch.Tensor) -> None:
+        """:param keys: (B, S, A) the encoder states as the attention score projects them"""
+        self.layers[1].update(keys)
+
+    def reorder_beams(self, beam_idx: torch.LongTensor) -> None:
+        """Beam search's reordering: the recurrent state only. ``beam_idx`` moves beams within their own sentence, and
+        the keys of all beams of a sentence are the same (they depend on the source alone), so they stay as they are
+        instead of being copied at every step."""
+        self.state.reorder_cache(beam_idx)
+
+
+__all__ = ["AttentionKeysLayer", "DecoderState", "RNNSeq2SeqCache", "RNNStateLayer"]
