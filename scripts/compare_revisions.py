@@ -1,6 +1,7 @@
-"""Time the RNN variants of the working tree against those of an earlier git revision, in one process, paired.
+"""Time the models of the working tree against those of an earlier git revision, in one process, paired: every RNN
+variant and the Transformer at the benchmark's dimensions.
 
-    python scripts/compare_revisions.py --base cf54b8a             # every variant: training, greedy, beam 5
+    python scripts/compare_revisions.py --base cf54b8a             # every model: training, greedy, beam 5
     python scripts/compare_revisions.py --base HEAD~1 --repeats 21
 
 `scripts/benchmark.py` measures absolute figures; run twice, before and after a change, they differ by a few percent
@@ -31,12 +32,13 @@ from benchmarks.common import (  # noqa: E402
     time_interleaved,
 )
 from benchmarks.rnn import RNN_VARIANTS, RNNDims, build_rnn  # noqa: E402
+from benchmarks.transformer import TransformerDims, build_encdec_transformer  # noqa: E402
 
 MODELS_DIR = "src/encdec/models"
 
 
 def import_base_models(revision: str, into: Path):
-    """The ``models`` package of ``revision``, importable as ``encdec_base_models``; returns its RNN module."""
+    """The ``models`` package of ``revision``, importable as ``encdec_base_models``."""
     package = into / "encdec_base_models"
     package.mkdir()
     listing = subprocess.run(["git", "ls-tree", "--name-only", f"{revision}:{MODELS_DIR}"], check=True,
@@ -47,7 +49,16 @@ def import_base_models(revision: str, into: Path):
                                     capture_output=True, text=True).stdout
             (package / name).write_text(source)
     sys.path.insert(0, str(into))
-    return importlib.import_module("encdec_base_models.modeling_rnn_seq2seq")
+    return importlib.import_module("encdec_base_models")
+
+
+def same_weights(new: torch.nn.Module, old: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """``new``'s weights under ``old``'s names: matched by position, since a revision may have renamed some (both
+    register them in the same order; every shape must agree)."""
+    ours, theirs = new.state_dict(), old.state_dict()
+    if len(ours) != len(theirs) or any(a.shape != b.shape for a, b in zip(ours.values(), theirs.values(), strict=True)):
+        raise SystemExit(f"The two revisions' models hold different weights:\n  {list(ours)}\n  {list(theirs)}")
+    return dict(zip(theirs, ours.values(), strict=True))
 
 
 def main(argv: list[str]) -> None:
@@ -62,20 +73,28 @@ def main(argv: list[str]) -> None:
         base = import_base_models(args.base, Path(tmp))
         print(f"working tree vs {args.base}: throughput ratio, median of {args.repeats} paired calls (IQR); "
               "> 1 means the working tree is faster\n")
-        print(f"| Variant | Training | Generation, greedy | Generation, beam {settings.num_beams} |")
+        print(f"| Model | Training | Generation, greedy | Generation, beam {settings.num_beams} |")
         print("|---|---:|---:|---:|")
-        for variant in RNN_VARIANTS:
-            new = seeded(lambda v=variant: build_rnn(dims, v), settings.seed)
-            old = base.RNNSeq2SeqForConditionalGeneration(base.RNNSeq2SeqConfig(**new.config.to_diff_dict()))
-            old.load_state_dict(new.state_dict())
-            cells = []
-            for make in (make_train_step, lambda m, s: make_generate(m, s, 1),
-                         lambda m, s: make_generate(m, s, s.num_beams)):
-                new_times, old_times = time_interleaved([make(new, settings), make(old, settings)], warmup=2,
-                                                        repeats=args.repeats, block=1)
-                median, q1, q3 = paired_ratios(old_times, new_times)
-                cells.append(f"{median:.3f} ({q1:.3f}-{q3:.3f})")
-            print(f"| {variant.label} | " + " | ".join(cells) + " |", flush=True)
+        builds = {variant.label: (lambda v=variant: build_rnn(dims, v), "RNNSeq2Seq") for variant in RNN_VARIANTS}
+        builds["Transformer"] = (lambda: build_encdec_transformer(TransformerDims()), "TransformerSeq2Seq")
+        for label, (build, prefix) in builds.items():
+            new = seeded(build, settings.seed)
+            config = getattr(base, f"{prefix}Config")(**new.config.to_diff_dict())
+            old = getattr(base, f"{prefix}ForConditionalGeneration")._from_config(
+                config, attn_implementation=new.config._attn_implementation)
+            old.load_state_dict(same_weights(new, old))
+            print(f"| {label} | " + " | ".join(compare(new, old, settings, args.repeats)) + " |", flush=True)
+
+
+def compare(new: torch.nn.Module, old: torch.nn.Module, settings: BenchmarkSettings, repeats: int) -> list[str]:
+    """Training, greedy and beam-search throughput of ``new`` over ``old``: paired median (IQR)."""
+    cells = []
+    for make in (make_train_step, lambda m, s: make_generate(m, s, 1), lambda m, s: make_generate(m, s, s.num_beams)):
+        new_times, old_times = time_interleaved([make(new, settings), make(old, settings)], warmup=2,
+                                                repeats=repeats, block=1)
+        median, q1, q3 = paired_ratios(old_times, new_times)
+        cells.append(f"{median:.3f} ({q1:.3f}-{q3:.3f})")
+    return cells
 
 
 if __name__ == "__main__":
