@@ -33,7 +33,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests scripts benchmarks
 
 demo: $(STAMP)
-	$(PY) -m encdec.demo
+	$(PY) -m encdec demo
 
 benchmark: $(STAMP)
 	$(PY) scripts/benchmark.py

@@ -1,4 +1,4 @@
-"""``make demo`` (``python -m encdec.demo``) runs from any folder: its run configs are package data."""
+"""``make demo`` (``encdec demo``) runs from any folder: its run configs are package data."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 def test_the_demo_runs_outside_the_repository(tmp_path: Path) -> None:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, "-m", "encdec.demo", "--max-steps", "2", "--runs-dir", "runs"],
+    done = subprocess.run([sys.executable, "-m", "encdec", "demo", "--max-steps", "2", "--runs-dir", "runs"],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     for name in ("transformer", "lstm-bahdanau"):

@@ -97,6 +97,12 @@ def cmd_plot_attention(args: argparse.Namespace) -> None:
     print(f"attention heatmap written to {path}")
 
 
+def cmd_demo(args: argparse.Namespace) -> None:
+    from .demo import run_demo
+
+    run_demo(args.runs_dir, args.max_steps)
+
+
 LENGTH_PENALTY_HELP = ("beam search's length normalisation exponent: scores are log p / length**this; default: the "
                        "model's generation_config (greedy search ignores it)")
 
@@ -173,7 +179,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repo-id", required=True)
     p.add_argument("--private", action="store_true")
     p.set_defaults(func=cmd_push)
+    p = commands.add_parser("demo", help="train both families on the built-in date task, translate, plot attention")
+    add_demo_options(p)
+    p.set_defaults(func=cmd_demo)
     return parser
+
+
+def add_demo_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--runs-dir", type=Path, default=Path("runs"), help="where the model folders and plots go")
+    p.add_argument("--max-steps", type=int, default=None, help="override the configs' training steps")
 
 
 def run(func: Callable[[argparse.Namespace], None], args: argparse.Namespace) -> int:

@@ -6,12 +6,11 @@ reports exact match and BLEU on held-out dates with a few translations, and writ
 Everything lands in ``runs/`` (of the current folder). The run configs are package data (``encdec/configs`` is a
 link to the repository's ``configs/``), so an installed encdec runs the demo from any folder.
 
-Run: ``python -m encdec.demo [--max-steps N] [--runs-dir runs]``
+Run: ``encdec demo [--max-steps N] [--runs-dir runs]``.
 """
 
 from __future__ import annotations
 
-import argparse
 import time
 from importlib import resources
 from pathlib import Path
@@ -59,12 +58,9 @@ def run_one(name: str, runs_dir: Path, max_steps: int | None) -> dict:
             "example": translator(EXAMPLE)[0]["generated_text"]}
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="Train and try both model families on the built-in date task.")
-    parser.add_argument("--runs-dir", type=Path, default=Path("runs"))
-    parser.add_argument("--max-steps", type=int, default=None, help="override the configs' training steps")
-    args = parser.parse_args(argv)
-    reports = [run_one(name, args.runs_dir, args.max_steps) for name in DEMOS]
+def run_demo(runs_dir: Path, max_steps: int | None = None) -> None:
+    """Train, translate and plot each demo model under ``runs_dir``, then print the report."""
+    reports = [run_one(name, runs_dir, max_steps) for name in DEMOS]
 
     print("\n=== encdec demo: human-readable dates -> ISO 8601, held-out test set ===")
     for r in reports:
@@ -75,6 +71,3 @@ def main(argv: list[str] | None = None) -> None:
             print(f"  {source:<32} -> {output:<12} {mark}")
         print(f"  {EXAMPLE:<32} -> {r['example']}   (attention heatmap: {r['png']})")
 
-
-if __name__ == "__main__":
-    main()

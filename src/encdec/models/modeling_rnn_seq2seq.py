@@ -22,14 +22,17 @@ modules and single-dot siblings, so a saved folder loads with ``trust_remote_cod
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
 
 import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from transformers import GenerationMixin, PreTrainedModel
 from transformers import initialization as init
-from transformers.modeling_outputs import BaseModelOutput, Seq2SeqModelOutput
+from transformers.modeling_outputs import (
+    BaseModelOutput,
+    BaseModelOutputWithPastAndCrossAttentions,
+    Seq2SeqModelOutput,
+)
 from transformers.utils import ModelOutput, logging
 
 from .configuration_rnn_seq2seq import RNNSeq2SeqConfig
@@ -81,14 +84,6 @@ class RNNSeq2SeqEncoderOutput(BaseModelOutput):
 
     final_hidden_state: torch.FloatTensor | None = None
     final_cell_state: torch.FloatTensor | None = None
-
-
-class RNNDecoderOutput(NamedTuple):
-    """One decoder call: the vector the softmax reads and, as asked, every layer's states and the alignments."""
-
-    readout: torch.Tensor  # (B, T, O)
-    hidden_states: tuple[torch.Tensor, ...] | None  # the embedding output (B, T, E), then each layer's s_t (B, T, H)
-    alignments: torch.Tensor | None  # (B, 1, T, S): alpha_t, one "head"
 
 
 def source_lengths(attention_mask: torch.Tensor | None, batch_size: int, length: int) -> torch.Tensor:
@@ -240,10 +235,12 @@ class RNNSeq2SeqDecoder(nn.Module):
         inputs_embeds: torch.Tensor | None = None,
         output_attentions: bool = False,
         output_hidden_states: bool = False,
-    ) -> RNNDecoderOutput:
+    ) -> BaseModelOutputWithPastAndCrossAttentions:
         """:param input_ids: (B, T) previous tokens y_{t-1} (only the new ones when the cache holds a state)
         :param encoder_attention_mask: (B, S) :param past_key_values: read, then updated in place
-        :return: the vector the softmax reads (B, T, O) and, as asked, the hidden states and the alignments"""
+        :return: ``last_hidden_state``, the vector the softmax reads (B, T, O); the cache; as asked,
+            ``hidden_states`` (the embedding output (B, T, E), then each layer's s_t (B, T, H)) and
+            ``cross_attentions``, ((B, 1, T, S),): alpha_t as one layer with one head"""
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("Pass exactly one of `decoder_input_ids` / `decoder_inputs_embeds` (or `labels`).")
         if inputs_embeds is None:
@@ -270,7 +267,9 @@ class RNNSeq2SeqDecoder(nn.Module):
             readout = readout[:, replayed:]
             hidden_states = tuple(h[:, replayed:] for h in hidden_states) if hidden_states else None
             alignments = alignments[:, :, replayed:] if alignments is not None else None
-        return RNNDecoderOutput(readout, hidden_states, alignments)
+        return BaseModelOutputWithPastAndCrossAttentions(
+            last_hidden_state=readout, past_key_values=past_key_values, hidden_states=hidden_states,
+            cross_attentions=(alignments,) if alignments is not None else None)  # one "layer"
 
     def resume(self, encoder_outputs: RNNSeq2SeqEncoderOutput, past_key_values: RNNSeq2SeqCache | None
                ) -> tuple[DecoderState, torch.Tensor | None]:
@@ -394,10 +393,10 @@ class RNNSeq2SeqModel(Seq2SeqModelMixin, RNNSeq2SeqPreTrainedModel):
                                decoder_inputs_embeds, output_attentions=flags.attentions,
                                output_hidden_states=flags.hidden_states)
         output = Seq2SeqModelOutput(
-            last_hidden_state=decoded.readout,
+            last_hidden_state=decoded.last_hidden_state,
             past_key_values=past_key_values,
             decoder_hidden_states=decoded.hidden_states,
-            cross_attentions=(decoded.alignments,) if decoded.alignments is not None else None,  # one "layer"
+            cross_attentions=decoded.cross_attentions,
             encoder_last_hidden_state=encoder_outputs.last_hidden_state,
             encoder_hidden_states=encoder_outputs.hidden_states,
         )
