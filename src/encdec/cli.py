@@ -42,7 +42,8 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
 
     results = evaluate_model(args.model, args.source_file, args.reference_file, num_beams=args.num_beams,
                              batch_size=args.batch_size, max_new_tokens=args.max_new_tokens,
-                             output_file=args.output, overwrite=args.overwrite, length_penalty=args.length_penalty)
+                             output_file=args.output, overwrite=args.overwrite, length_penalty=args.length_penalty,
+                             engine=args.engine, quantize=args.quantize, dtype=args.dtype)
     if args.card_dataset:
         from .cards import record_scores_in_card
 
@@ -67,7 +68,8 @@ def cmd_translate(args: argparse.Namespace) -> None:
         kwargs["max_new_tokens"] = args.max_new_tokens
     if args.length_penalty is not None and args.num_beams > 1:  # greedy search ignores it (and would warn)
         kwargs["length_penalty"] = args.length_penalty
-    outputs = translate_lines(args.model, lines, batch_size=args.batch_size, **kwargs)
+    outputs = translate_lines(args.model, lines, batch_size=args.batch_size, engine=args.engine,
+                              quantize=args.quantize, dtype=args.dtype, **kwargs)
     text = "".join(line + "\n" for line in outputs)
     if args.output:
         atomic_write_text(args.output, text)
@@ -97,6 +99,14 @@ def cmd_plot_attention(args: argparse.Namespace) -> None:
     print(f"attention heatmap written to {path}")
 
 
+def cmd_export(args: argparse.Namespace) -> None:
+    from .export import export_ctranslate2
+
+    out = export_ctranslate2(args.model, args.output, quantization=args.quantization, overwrite=args.overwrite)
+    print(f"CTranslate2 model ({args.quantization}) written to {out}; translate with "
+          f"`encdec translate --engine ctranslate2 --model {out}`")
+
+
 def cmd_demo(args: argparse.Namespace) -> None:
     from .demo import run_demo
 
@@ -108,7 +118,13 @@ LENGTH_PENALTY_HELP = ("beam search's length normalisation exponent: scores are 
 
 
 def add_decoding_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", required=True)
+    p.add_argument("--model", required=True,
+                   help="model folder (for --engine ctranslate2: a folder written by `encdec export`)")
+    p.add_argument("--engine", choices=["torch", "ctranslate2"], default="torch",
+                   help="torch: the model's generate(); ctranslate2: CTranslate2 (pip install 'encdec[ct2]')")
+    p.add_argument("--quantize", choices=["int8"], default=None,
+                   help="int8: dynamic int8 of the linear and LSTM/GRU layers (torch), int8 compute (ctranslate2)")
+    p.add_argument("--dtype", choices=["float32", "bfloat16"], default=None, help="compute type (default float32)")
     p.add_argument("--num-beams", type=int, default=5)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--max-new-tokens", type=int, default=None)
@@ -158,6 +174,14 @@ def add_inference_commands(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--input", default=None, help="input file (default: stdin)")
     p.add_argument("--output", default=None, help="output file (default: stdout)")
     p.set_defaults(func=cmd_translate)
+    p = commands.add_parser("export", help="export a Transformer model folder to a CTranslate2 model folder")
+    p.add_argument("--model", required=True, help="encdec Transformer model folder")
+    p.add_argument("--format", choices=["ctranslate2"], required=True)
+    p.add_argument("--output", required=True, help="the new folder (engine files, tokenizer, generation defaults)")
+    p.add_argument("--quantization", choices=["float32", "int8", "int8_float32", "bfloat16", "float16"],
+                   default="float32", help="how the weights are stored (CTranslate2 converts them at load time)")
+    p.add_argument("--overwrite", action="store_true")
+    p.set_defaults(func=cmd_export)
     p = commands.add_parser("plot-attention", help="heatmap of source tokens against generated tokens")
     p.add_argument("--model", required=True)
     p.add_argument("--text", required=True)

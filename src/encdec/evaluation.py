@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import OverwriteError
-from .inference import effective_length_penalty, load_model_and_tokenizer, max_source_length, translate
+from .inference import effective_length_penalty, load_engine, max_source_length, translate
 from .io_utils import atomic_write_json, read_aligned_lines
 from .metrics import load_metric
 
@@ -66,17 +66,11 @@ def check_output_file(output_file: str | os.PathLike | None, overwrite: bool) ->
 
 
 def evaluate_model(
-    model_dir: str | os.PathLike,
-    source_file: str | os.PathLike,
-    reference_file: str | os.PathLike,
-    num_beams: int = 5,
-    batch_size: int = 32,
-    max_new_tokens: int | None = None,
-    output_file: str | os.PathLike | None = None,
-    overwrite: bool = False,
-    device: str = "cpu",
-    length_penalty: float | None = None,
-    show_progress: bool = True,
+    model_dir: str | os.PathLike, source_file: str | os.PathLike, reference_file: str | os.PathLike,
+    num_beams: int = 5, batch_size: int = 32, max_new_tokens: int | None = None,
+    output_file: str | os.PathLike | None = None, overwrite: bool = False, device: str = "cpu",
+    length_penalty: float | None = None, show_progress: bool = True,
+    engine: str = "torch", quantize: str | None = None, dtype: str | None = None,
 ) -> dict[str, Any]:
     """Translate ``source_file`` with the model folder ``model_dir`` and score the output against
     ``reference_file``; return the scores, their sacreBLEU signatures, the decoding settings and the speed, and
@@ -88,10 +82,12 @@ def evaluate_model(
     :param max_new_tokens: ``None``: the model's ``generation_config.max_new_tokens`` if set, else 2 x the longest
         source of each batch + 10 (recorded as null)
     :param length_penalty: ``None`` keeps the model's ``generation_config.length_penalty`` (recorded)
+    :param engine, quantize, dtype: those of ``inference.load_engine`` (recorded); ``model_dir`` is an exported
+        folder for ``engine="ctranslate2"``
     """
     output_file = check_output_file(output_file, overwrite)
     sources, references = read_parallel(source_file, reference_file)
-    model, tokenizer = load_model_and_tokenizer(model_dir, device)
+    model, tokenizer = load_engine(model_dir, engine, quantize=quantize, dtype=dtype, device=device)
     warn_over_long(tokenizer, model.config, sources)
     start = time.perf_counter()
     hypotheses = translate(model, tokenizer, sources, num_beams=num_beams, batch_size=batch_size,
@@ -107,10 +103,9 @@ def evaluate_model(
         "length_penalty": effective_length_penalty(model, length_penalty),
         "sentences_per_second": round(len(sources) / seconds, 2) if seconds > 0 else None,
         "translation_seconds": round(seconds, 3),
-        "device": device,
-        "model_dir": str(Path(model_dir).resolve()),
-        "source_file": str(Path(source_file).resolve()),
-        "reference_file": str(Path(reference_file).resolve()),
+        "device": device, "engine": engine, "precision": quantize or dtype or "float32",
+        **{name: str(Path(path).resolve()) for name, path in
+           (("model_dir", model_dir), ("source_file", source_file), ("reference_file", reference_file))},
     }
     if output_file is not None:
         atomic_write_json(output_file, results)

@@ -16,6 +16,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, Pipeline, PreTrainedModel, PreTrainedTokenizerBase
 
+from .engines import ENGINES, CTranslate2Engine, TorchEngine
 from .errors import EncdecError, InputFileError
 from .folders import PIPELINE_TASK, WEIGHTS_NAME, read_json, read_safetensors_shapes, require_dir
 from .models.pipeline_seq2seq import Seq2SeqGenerationPipeline
@@ -38,6 +39,22 @@ def load_model_and_tokenizer(model_dir: str | os.PathLike, device: str | torch.d
     except ValueError as error:
         raise EncdecError(f"{model_dir}: {error}") from error
     return model.to(device).eval(), tokenizer
+
+
+Engine = TorchEngine | CTranslate2Engine
+
+
+def load_engine(model_dir: str | os.PathLike, engine: str = "torch", quantize: str | None = None,
+                dtype: str | None = None, device: str = "cpu") -> tuple[Engine, PreTrainedTokenizerBase]:
+    """An engine over ``model_dir`` and its tokenizer: a model folder for ``torch`` (in float32, ``dtype="bfloat16"``
+    or ``quantize="int8"``), a folder from ``encdec export --format ctranslate2`` for ``ctranslate2``."""
+    if engine not in ENGINES:
+        raise EncdecError(f"`engine` must be one of {list(ENGINES)}, got {engine!r}.")
+    if engine == "ctranslate2":
+        translator = CTranslate2Engine(model_dir, quantize=quantize, dtype=dtype, device=device)
+        return translator, translator.tokenizer
+    model, tokenizer = load_model_and_tokenizer(model_dir, device)
+    return TorchEngine(model, quantize=quantize, dtype=dtype), tokenizer
 
 
 def load_pipeline(model_dir: str | os.PathLike, device: int | str | torch.device | None = None
@@ -87,14 +104,15 @@ def generation_settings(num_beams: int | None, max_new_tokens: int | None, lengt
     return settings
 
 
-def translate(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, sources: list[str],
+def translate(model: PreTrainedModel | Engine, tokenizer: PreTrainedTokenizerBase, sources: list[str],
               num_beams: int | None = None, batch_size: int = 32, max_new_tokens: int | None = None,
               length_penalty: float | None = None, truncate: bool = False, show_progress: bool = False,
               **generate_kwargs: Any) -> list[str]:
-    """Translate ``sources`` with ``model.generate`` and return the detokenised outputs in input order.
+    """Translate ``sources`` and return the detokenised outputs in input order.
 
-    Sentences are batched longest first (less padding, and an out-of-memory error shows at once) and put back in
-    their input order.
+    ``model`` is a model (its ``generate()``) or an engine from ``load_engine``: every engine gets the same source
+    ids and batches. Sentences are batched longest first (less padding, and an out-of-memory error shows at once)
+    and put back in their input order.
 
     :param num_beams: ``None`` keeps the model's generation config
     :param max_new_tokens: ``None`` takes the model's ``generation_config.max_new_tokens`` if set, else
@@ -106,11 +124,12 @@ def translate(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, source
     """
     if batch_size < 1:
         raise EncdecError(f"`batch_size` must be >= 1, got {batch_size}.")
+    engine = model if isinstance(model, (TorchEngine, CTranslate2Engine)) else TorchEngine(model)
     settings = generation_settings(num_beams, max_new_tokens, length_penalty, generate_kwargs)
     if not sources:
         return []
-    max_new_tokens = max_new_tokens or model.generation_config.max_new_tokens
-    limit = max_source_length(tokenizer, model.config)
+    max_new_tokens = max_new_tokens or engine.generation_config.max_new_tokens
+    limit = max_source_length(tokenizer, engine.config)
     encoding = {"truncation": True, "max_length": limit} if truncate else {}
     lengths = [len(ids) for ids in tokenizer(sources, verbose=False, **encoding)["input_ids"]]
     order = sorted(range(len(sources)), key=lambda i: -lengths[i])
@@ -119,13 +138,8 @@ def translate(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, source
         for start in range(0, len(order), batch_size):
             indices = order[start:start + batch_size]
             batch = tokenizer([sources[i] for i in indices], padding=True, return_tensors="pt", **encoding)
-            input_ids = batch["input_ids"].to(model.device)  # (B, S)
-            budget = max_new_tokens or auto_max_new_tokens(input_ids.size(1), model.config)
-            with torch.inference_mode():
-                generated = model.generate(  # (B, 1 + T)
-                    input_ids=input_ids, attention_mask=batch["attention_mask"].to(model.device),
-                    max_new_tokens=budget, **settings,
-                )
+            budget = max_new_tokens or auto_max_new_tokens(batch["input_ids"].size(1), engine.config)
+            generated = engine.generate(batch["input_ids"], batch["attention_mask"], budget, settings)
             for i, text in zip(indices, tokenizer.batch_decode(generated, skip_special_tokens=True), strict=True):
                 outputs[i] = text.strip()
             progress.update(len(indices))
@@ -133,18 +147,21 @@ def translate(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, source
 
 
 def translate_lines(model_dir_or_pipeline: str | os.PathLike | Pipeline, lines: Iterable[str],
-                    batch_size: int = 32, **options: Any) -> list[str]:
+                    batch_size: int = 32, engine: str = "torch", quantize: str | None = None,
+                    dtype: str | None = None, **options: Any) -> list[str]:
     """Translate each line of a text file (``encdec translate``); returns one string per line, in order.
 
     A blank line gives an empty output without running the model, so the output file stays aligned with the input.
-    ``model_dir_or_pipeline``: a model folder, or a loaded pipeline (this package's, or the copy that
-    ``pipeline(model=..., trust_remote_code=True)`` loads), whose model and tokenizer are used. ``options`` are
-    those of ``translate``.
+    ``model_dir_or_pipeline``: a model folder (an exported folder for ``engine="ctranslate2"``), or a loaded pipeline
+    (this package's, or the copy that ``pipeline(model=..., trust_remote_code=True)`` loads), whose model and
+    tokenizer are used. ``engine``, ``quantize`` and ``dtype`` are those of ``load_engine``; ``options`` those of
+    ``translate``.
     """
     if isinstance(model_dir_or_pipeline, Pipeline):
-        model, tokenizer = model_dir_or_pipeline.model, model_dir_or_pipeline.tokenizer
+        model, tokenizer = TorchEngine(model_dir_or_pipeline.model, quantize=quantize, dtype=dtype), \
+            model_dir_or_pipeline.tokenizer
     else:
-        model, tokenizer = load_model_and_tokenizer(model_dir_or_pipeline)
+        model, tokenizer = load_engine(model_dir_or_pipeline, engine, quantize=quantize, dtype=dtype)
     lines = [line.rstrip("\r\n") for line in lines]
     todo = [i for i, line in enumerate(lines) if line.strip()]
     outputs = [""] * len(lines)
@@ -154,5 +171,6 @@ def translate_lines(model_dir_or_pipeline: str | os.PathLike | Pipeline, lines: 
     return outputs
 
 
-__all__ = ["auto_max_new_tokens", "effective_length_penalty", "load_model_and_tokenizer", "load_pipeline",
+__all__ = ["Engine", "auto_max_new_tokens", "effective_length_penalty", "load_engine", "load_model_and_tokenizer",
+           "load_pipeline",
            "max_source_length", "translate", "translate_lines"]

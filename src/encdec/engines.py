@@ -1,0 +1,180 @@
+"""Inference engines: what turns a batch of source ids into output ids. ``inference.translate`` does the rest
+(tokenising, batching longest first, decoding), the same for every engine.
+
+- ``TorchEngine``: the model's ``generate()``, in float32, in bfloat16 (``dtype="bfloat16"``) or with the linear
+  and LSTM/GRU layers in dynamic int8 (``quantize="int8"``).
+- ``CTranslate2Engine``: a folder written by ``encdec export --format ctranslate2`` (``encdec.export``), decoded
+  by CTranslate2 (an optional extra, ``encdec[ct2]``), with its weights computed in float32, int8 or bfloat16.
+
+Each engine maps the decoding options it has (beam size, length penalty, max new tokens, number of returned
+sequences, sampling) and refuses the others in one line that names the option.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from transformers import AutoTokenizer, GenerationConfig, PreTrainedModel
+
+from .errors import EncdecError, InputFileError
+from .folders import read_json, require_dir
+from .models.configuration_transformer_seq2seq import TransformerSeq2SeqConfig
+
+try:  # an optional extra: encdec[ct2]
+    import ctranslate2
+except ImportError:
+    ctranslate2 = None
+
+ENGINES = ("torch", "ctranslate2")
+QUANTIZE_CHOICES = ("int8",)
+DTYPE_CHOICES = ("float32", "bfloat16")
+CT2_INSTALL = "pip install 'encdec[ct2]'"
+EXPORT_INFO = "encdec_export.json"
+# generate() options CTranslate2's translate_batch has, under its names
+CT2_OPTIONS = {"num_beams": "beam_size", "length_penalty": "length_penalty", "num_return_sequences": "num_hypotheses",
+               "top_k": "sampling_topk", "top_p": "sampling_topp", "temperature": "sampling_temperature",
+               "repetition_penalty": "repetition_penalty", "no_repeat_ngram_size": "no_repeat_ngram_size",
+               "min_new_tokens": "min_decoding_length"}
+
+
+# what generate() takes for an option that neither the call nor the generation config sets (transformers'
+# GenerationConfig._get_default_generation_params)
+GENERATE_DEFAULTS = {"do_sample": False, "num_beams": 1, "length_penalty": 1.0, "num_return_sequences": 1, "top_k": 50,
+                     "top_p": 1.0, "temperature": 1.0, "repetition_penalty": 1.0, "no_repeat_ngram_size": 0,
+                     "min_new_tokens": 0}
+
+
+def drop_none(values: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in values.items() if value is not None}
+
+
+class CTranslate2Missing(EncdecError):
+    """CTranslate2 is needed and not installed."""
+
+
+def require_ctranslate2() -> Any:
+    """The ``ctranslate2`` module, or a one-line error that says how to install it."""
+    if ctranslate2 is None:
+        raise CTranslate2Missing(f"CTranslate2 is not installed; install the extra with `{CT2_INSTALL}`.")
+    return ctranslate2
+
+
+def quantize_int8(model: PreTrainedModel) -> PreTrainedModel:
+    """``model`` with every ``nn.Linear``, ``nn.LSTM`` and ``nn.GRU`` in dynamic int8: weights stored in int8, each
+    activation quantised on the fly (Jacob et al. 2018), for CPU inference.
+
+    This is torch's eager ``quantize_dynamic``: the one maintained CPU path that covers the recurrent layers too
+    (torchao's dynamic int8 covers linear layers only). torch 2.13 marks ``torch.ao.quantization`` deprecated in
+    favour of torchao and warns on every call; with no replacement for LSTM/GRU, the notice is silenced here rather
+    than shown to users, who cannot act on it.
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", r".*torch\.ao\.quantization is deprecated", DeprecationWarning)
+        warnings.filterwarnings("ignore", r".*quantize_per_tensor.*deprecated", UserWarning)
+        return torch.ao.quantization.quantize_dynamic(model, {nn.Linear, nn.LSTM, nn.GRU}, dtype=torch.qint8)
+
+
+class TorchEngine:
+    """A model's own ``generate()``: every option of it works."""
+
+    name = "torch"
+
+    def __init__(self, model: PreTrainedModel, quantize: str | None = None, dtype: str | None = None) -> None:
+        check_precision(quantize, dtype)
+        if quantize == "int8":
+            model = quantize_int8(model)  # a copy
+        elif dtype == "bfloat16":
+            model = copy.deepcopy(model).to(torch.bfloat16)  # the caller's model stays as it is
+        self.model = model.eval()
+        self.config = model.config
+        self.generation_config = model.generation_config
+
+    def generate(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, max_new_tokens: int,
+                 settings: dict[str, Any]) -> list[list[int]]:
+        """:param input_ids: (B, S) right-padded :return: each output's ids (num_return_sequences per source)"""
+        device = self.model.device
+        with torch.inference_mode():
+            generated = self.model.generate(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device),
+                                            max_new_tokens=max_new_tokens, **settings)  # (B x n, 1 + T)
+        return generated.tolist()
+
+
+def check_precision(quantize: str | None, dtype: str | None) -> None:
+    if quantize is not None and quantize not in QUANTIZE_CHOICES:
+        raise EncdecError(f"`quantize` must be one of {list(QUANTIZE_CHOICES)} (or none), got {quantize!r}.")
+    if dtype is not None and dtype not in DTYPE_CHOICES:
+        raise EncdecError(f"`dtype` must be one of {list(DTYPE_CHOICES)} (or none), got {dtype!r}.")
+    if quantize and dtype not in (None, "float32"):
+        raise EncdecError(f"Choose `quantize`={quantize!r} or `dtype`={dtype!r}, not both: int8 weights compute "
+                          "their activations in float32.")
+
+
+def read_export_info(export_dir: str | os.PathLike) -> dict[str, Any]:
+    """``encdec_export.json`` of an exported folder; a clear error when ``export_dir`` is not one."""
+    export_dir = require_dir(export_dir)
+    if not (export_dir / EXPORT_INFO).is_file():
+        raise InputFileError(f"{export_dir} is not a CTranslate2 export of encdec (no {EXPORT_INFO}); create one "
+                             f"with `encdec export --model MODEL_DIR --format ctranslate2 --output {export_dir}`.")
+    return read_json(export_dir / EXPORT_INFO, "the export record")
+
+
+class CTranslate2Engine:
+    """A CTranslate2 ``Translator`` over an exported folder. It reads tokens, not ids: the source ids become their
+    tokens (the ``</s>`` that ``generate()`` sees included) and the output tokens become ids again."""
+
+    name = "ctranslate2"
+
+    def __init__(self, export_dir: str | os.PathLike, quantize: str | None = None, dtype: str | None = None,
+                 device: str = "cpu", threads: int = 0) -> None:
+        check_precision(quantize, dtype)
+        ct2 = require_ctranslate2()
+        export_dir = Path(export_dir)
+        info = read_export_info(export_dir)
+        self.config = TransformerSeq2SeqConfig.from_dict(info["model_config"])
+        self.generation_config = GenerationConfig.from_pretrained(export_dir)
+        self.tokenizer = AutoTokenizer.from_pretrained(export_dir)
+        compute_type = quantize or dtype or "float32"  # the weights are converted to it at load time
+        try:
+            self.translator = ct2.Translator(str(export_dir), device=device, compute_type=compute_type,
+                                             intra_threads=threads)
+        except ValueError as error:  # e.g. bfloat16 on a CPU without it
+            raise EncdecError(f"CTranslate2 cannot compute in {compute_type} on {device}: "
+                              f"{' '.join(str(error).split())}") from error
+
+    def options(self, settings: dict[str, Any], max_new_tokens: int) -> dict[str, Any]:
+        """``generate()`` settings as ``translate_batch`` options, unset ones taken from the model's generation
+        config, then transformers' defaults, as ``generate()`` takes them; a one-line error for any it lacks."""
+        unknown = sorted(set(settings) - set(CT2_OPTIONS) - {"do_sample"})
+        if unknown:
+            raise EncdecError(f"The ctranslate2 engine has no option {unknown[0]!r}; it maps {sorted(CT2_OPTIONS)} "
+                              "and do_sample. Use --engine torch for the others.")
+        configured = {key: getattr(self.generation_config, key, None) for key in (*CT2_OPTIONS, "do_sample")}
+        chosen = {**GENERATE_DEFAULTS, **drop_none(configured), **drop_none(settings)}
+        options = {CT2_OPTIONS[key]: value for key, value in chosen.items() if key in CT2_OPTIONS}
+        if chosen["do_sample"]:
+            if options["beam_size"] != 1:
+                raise EncdecError("The ctranslate2 engine samples with one beam only; pass num_beams=1 with sampling.")
+        else:  # generate() ignores them without do_sample
+            options.update(sampling_topk=1, sampling_topp=1.0, sampling_temperature=1.0)
+        # max_new_tokens counts the </s>, as max_decoding_length does; sources are never cut (max_input_length 0)
+        return {**options, "max_decoding_length": max_new_tokens, "max_input_length": 0}
+
+    def generate(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, max_new_tokens: int,
+                 settings: dict[str, Any]) -> list[list[int]]:
+        """:return: each output's ids, the start token first, as ``generate()`` returns them"""
+        tokens = [self.tokenizer.convert_ids_to_tokens(row[mask.bool()].tolist())
+                  for row, mask in zip(input_ids, attention_mask, strict=True)]
+        results = self.translator.translate_batch(tokens, **self.options(settings, max_new_tokens))
+        start = self.config.decoder_start_token_id
+        return [[start, *self.tokenizer.convert_tokens_to_ids(hypothesis)]
+                for result in results for hypothesis in result.hypotheses]
+
+
+__all__ = ["CT2_INSTALL", "CTranslate2Engine", "CTranslate2Missing", "DTYPE_CHOICES", "ENGINES", "EXPORT_INFO",
+           "QUANTIZE_CHOICES", "TorchEngine", "quantize_int8", "read_export_info", "require_ctranslate2"]

@@ -1,0 +1,276 @@
+"""Fast inference: the CTranslate2 export of the Transformer (every configuration switch) decodes as generate()
+does, int8 and bfloat16 keep the models' accuracy, and every refusal says what to do.
+
+The models are trained here, for a few hundred steps on the built-in date task (about 10 s each): trained models
+end their outputs with EOS at varied steps and their beams really compete, which random weights do not give.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+import torch
+
+import encdec.engines as engines
+from encdec.cli import main
+from encdec.data import make_date_pairs
+from encdec.engines import CTranslate2Engine, CTranslate2Missing, TorchEngine
+from encdec.errors import EncdecError, OverwriteError
+from encdec.evaluation import evaluate_model
+from encdec.export import EncdecTransformerConverter, export_ctranslate2, vocabulary_tokens
+from encdec.folders import save_for_pipeline
+from encdec.inference import load_engine, load_model_and_tokenizer, translate, translate_lines
+from encdec.tokenization import special_token_ids
+from tiny_model_folders import date_tokenizer
+from toy import linear_schedule, tiny_model, train_loop
+
+TRANSFORMER = {"model_type": "transformer_seq2seq", "d_model": 64, "encoder_layers": 2, "decoder_layers": 2,
+               "encoder_attention_heads": 4, "decoder_attention_heads": 4, "encoder_ffn_dim": 128,
+               "decoder_ffn_dim": 128, "dropout": 0.0, "max_position_embeddings": 64}
+# every switch of TransformerSeq2SeqConfig takes each of its values in one of these
+SWITCHES = {
+    "paper": {},  # post-LN, interleaved sinusoid, sqrt(d) scaling, tied, relu, eps 1e-5
+    "pre_ln_learned_gelu": {"normalize_before": True, "position_embedding_type": "learned",
+                            "activation_function": "gelu"},
+    "half_split_unscaled_untied": {"sinusoid_layout": "half_split", "scale_embedding": False,
+                                   "tie_word_embeddings": False, "layer_norm_eps": 1e-6, "encoder_layers": 1,
+                                   "decoder_attention_heads": 2, "decoder_ffn_dim": 96},
+}
+RNN = {"model_type": "rnn_seq2seq", "cell_type": "lstm", "attention": "bahdanau", "embedding_dim": 32,
+       "hidden_size": 64, "encoder_layers": 1, "decoder_layers": 1, "bidirectional_encoder": True,
+       "bridge": "linear_tanh", "dropout": 0.0}
+
+
+@pytest.fixture(scope="module")
+def dates():
+    """A tokenizer, 4,000 training pairs and 200 held-out ones (none of them in training)."""
+    tokenizer = date_tokenizer(num_pairs=2000, vocab_size=160)
+    train = make_date_pairs(4000, seed=1)
+    seen = set(train)
+    test = [pair for pair in make_date_pairs(400, seed=99) if pair not in seen][:200]
+    return tokenizer, train, test
+
+
+def train_on_dates(config: dict, dates, steps: int, lr: float):
+    tokenizer, pairs, _ = dates
+    model = tiny_model(config, **special_token_ids(tokenizer))
+
+    def batches():
+        generator = torch.Generator().manual_seed(0)
+        for _ in range(steps):
+            picked = [pairs[i] for i in torch.randint(0, len(pairs), (64,), generator=generator).tolist()]
+            source = tokenizer([s for s, _ in picked], padding=True, return_tensors="pt")
+            labels = tokenizer([t for _, t in picked], padding=True, return_tensors="pt")["input_ids"]
+            labels[labels == tokenizer.pad_token_id] = -100
+            yield source["input_ids"], source["attention_mask"], labels
+
+    train_loop(model, batches(), lr=lr, schedule=linear_schedule(steps, warmup=50))
+    return model.eval()
+
+
+@pytest.fixture(scope="module")
+def folders(dates, tmp_path_factory):
+    """name -> model folder: a Transformer per SWITCHES entry (600 steps) and a Bahdanau LSTM (600 steps)."""
+    root = tmp_path_factory.mktemp("engines")
+    made = {}
+    for name, switches in SWITCHES.items():
+        model = train_on_dates({**TRANSFORMER, **switches}, dates, steps=600, lr=3e-3)
+        made[name] = save_for_pipeline(model, dates[0], root / name)
+    made["rnn"] = save_for_pipeline(train_on_dates(RNN, dates, steps=600, lr=5e-3), dates[0], root / "rnn")
+    return made
+
+
+@pytest.fixture(scope="module")
+def exports(folders, tmp_path_factory):
+    root = tmp_path_factory.mktemp("ct2")
+    return {name: export_ctranslate2(folders[name], root / name) for name in SWITCHES}
+
+
+def exact_match(outputs: list[str], pairs) -> float:
+    return sum(out == target for out, (_, target) in zip(outputs, pairs, strict=True)) / len(pairs)
+
+
+def same_share(a: list[str], b: list[str]) -> float:
+    return sum(x == y for x, y in zip(a, b, strict=True)) / len(a)
+
+
+@pytest.mark.parametrize("name", list(SWITCHES))
+@pytest.mark.parametrize("num_beams", [1, 5])
+def test_ctranslate2_decodes_as_generate(name, num_beams, folders, exports, dates) -> None:
+    sources = [source for source, _ in dates[2]]
+    torch_engine, tokenizer = load_engine(folders[name])
+    ct2_engine, ct2_tokenizer = load_engine(exports[name], "ctranslate2")
+    expected = translate(torch_engine, tokenizer, sources, num_beams=num_beams, max_new_tokens=16)
+    got = translate(ct2_engine, ct2_tokenizer, sources, num_beams=num_beams, max_new_tokens=16)
+    assert exact_match(expected, dates[2]) >= 0.9  # a trained model, whose beams compete for real
+    assert same_share(expected, got) >= 0.99
+
+
+@pytest.mark.parametrize("name", list(SWITCHES))
+def test_ctranslate2_scores_match_teacher_forced_log_probs(name, folders, exports, dates) -> None:
+    """score_batch gives each target token's log-probability (it adds the </s>), as the torch model's log-softmax."""
+    torch_engine, tokenizer = load_engine(folders[name])
+    model = torch_engine.model
+    ct2_engine = CTranslate2Engine(exports[name])
+    pairs = dates[2][:32]
+    for source, target in pairs:
+        source_ids = tokenizer(source)["input_ids"]
+        target_ids = tokenizer(target)["input_ids"]  # ends with </s>
+        with torch.no_grad():
+            logits = model(input_ids=torch.tensor([source_ids]), labels=torch.tensor([target_ids])).logits[0]
+        expected = logits.log_softmax(-1).gather(-1, torch.tensor(target_ids)[:, None])[:, 0]
+        scored = ct2_engine.translator.score_batch([tokenizer.convert_ids_to_tokens(source_ids)],
+                                                   [tokenizer.convert_ids_to_tokens(target_ids[:-1])])[0]
+        assert torch.allclose(torch.tensor(scored.log_probs), expected, atol=1e-4)
+
+
+def test_export_writes_every_switch_and_the_special_tokens(folders, exports) -> None:
+    config = json.loads((Path(exports["paper"]) / "config.json").read_text())
+    assert (config["bos_token"], config["eos_token"], config["decoder_start_token"]) == ("<s>", "</s>", "<s>")
+    assert config["layer_norm_epsilon"] == 1e-5
+    info = json.loads((Path(exports["half_split_unscaled_untied"]) / "encdec_export.json").read_text())
+    assert info["model_config"]["layer_norm_eps"] == 1e-6 and info["quantization"] == "float32"
+    assert (Path(exports["paper"]) / "tokenizer.json").is_file()
+    assert (Path(exports["paper"]) / "generation_config.json").is_file()
+
+
+def test_vocabulary_is_padded_to_the_model_size(dates) -> None:
+    tokenizer = dates[0]
+    tokens = vocabulary_tokens(tokenizer, len(tokenizer) + 3)
+    assert tokens[:len(tokenizer)] == tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
+    assert len(set(tokens)) == len(tokenizer) + 3
+    with pytest.raises(EncdecError, match="`vocab_size` is 10"):
+        vocabulary_tokens(tokenizer, 10)
+
+
+@pytest.mark.parametrize("family", ["paper", "rnn"])
+@pytest.mark.parametrize("precision", [{"quantize": "int8"}, {"dtype": "bfloat16"}])
+def test_torch_int8_and_bfloat16_keep_exact_match(family, precision, folders, dates) -> None:
+    sources = [source for source, _ in dates[2]]
+    reference = exact_match(translate_lines(folders[family], sources, max_new_tokens=16, num_beams=1), dates[2])
+    low = exact_match(translate_lines(folders[family], sources, max_new_tokens=16, num_beams=1, **precision),
+                      dates[2])
+    assert reference >= 0.85
+    assert low >= reference - 0.01
+
+
+def test_int8_engines_keep_exact_match(folders, exports, dates, tmp_path) -> None:
+    sources = [source for source, _ in dates[2]]
+    reference = exact_match(translate_lines(exports["paper"], sources, engine="ctranslate2", num_beams=5), dates[2])
+    int8_compute = translate_lines(exports["paper"], sources, engine="ctranslate2", quantize="int8", num_beams=5)
+    int8_weights = export_ctranslate2(folders["paper"], tmp_path / "int8", quantization="int8")
+    stored = translate_lines(int8_weights, sources, engine="ctranslate2", num_beams=5)
+    assert json.loads((int8_weights / "encdec_export.json").read_text())["quantization"] == "int8"
+    assert exact_match(int8_compute, dates[2]) >= reference - 0.01
+    assert exact_match(stored, dates[2]) >= reference - 0.01
+
+
+def test_quantized_torch_engine_leaves_the_model_alone(folders) -> None:
+    model, _ = load_engine(folders["rnn"])
+    before = {k: v.clone() for k, v in model.model.state_dict().items()}
+    int8 = TorchEngine(model.model, quantize="int8")
+    bf16 = TorchEngine(model.model, dtype="bfloat16")
+    assert int8.model is not model.model and bf16.model.dtype == torch.bfloat16
+    after = model.model.state_dict()
+    assert all(torch.equal(before[k], after[k]) and after[k].dtype == before[k].dtype for k in before)
+
+
+def test_quantize_int8_shows_no_deprecation_notice(folders, recwarn) -> None:
+    load_engine(folders["rnn"], quantize="int8")
+    assert not [w for w in recwarn if "deprecated" in str(w.message)]
+
+
+def test_sampling_options_map_to_ctranslate2(exports, dates) -> None:
+    sources = [source for source, _ in dates[2][:20]]
+    engine, tokenizer = load_engine(exports["paper"], "ctranslate2")
+    greedy = translate(engine, tokenizer, sources, num_beams=1)
+    assert translate(engine, tokenizer, sources, num_beams=1, do_sample=True, top_k=1) == greedy
+    options = engine.options({"do_sample": True, "top_p": 0.9, "temperature": 0.7, "num_beams": 1}, 20)
+    assert (options["sampling_topp"], options["sampling_temperature"], options["beam_size"]) == (0.9, 0.7, 1)
+    assert options["sampling_topk"] == 50  # generate()'s default top_k
+    assert options["max_decoding_length"] == 20
+
+
+def test_ctranslate2_refuses_what_it_lacks(exports) -> None:
+    engine, _ = load_engine(exports["paper"], "ctranslate2")
+    with pytest.raises(EncdecError, match="no option 'num_beam_groups'"):
+        engine.options({"num_beam_groups": 2}, 10)
+    with pytest.raises(EncdecError, match="samples with one beam only"):
+        engine.options({"do_sample": True, "num_beams": 4}, 10)
+
+
+def test_refusals_name_the_problem(folders, exports, tmp_path, monkeypatch) -> None:
+    with pytest.raises(EncdecError, match="no recurrent .* --quantize int8"):
+        export_ctranslate2(folders["rnn"], tmp_path / "rnn")
+    assert not (tmp_path / "rnn").exists()
+    with pytest.raises(EncdecError, match="`quantization` must be one of"):
+        export_ctranslate2(folders["paper"], tmp_path / "x", quantization="int4")
+    with pytest.raises(OverwriteError, match="--overwrite"):
+        export_ctranslate2(folders["paper"], exports["paper"])
+    with pytest.raises(EncdecError, match="not a CTranslate2 export of encdec .* `encdec export"):
+        load_engine(folders["paper"], "ctranslate2")
+    with pytest.raises(EncdecError, match="`engine` must be one of"):
+        load_engine(folders["paper"], "onnx")
+    with pytest.raises(EncdecError, match="not both"):
+        load_engine(folders["paper"], quantize="int8", dtype="bfloat16")
+    monkeypatch.setattr(engines, "ctranslate2", None)
+    with pytest.raises(CTranslate2Missing, match=r"pip install 'encdec\[ct2\]'"):
+        load_engine(exports["paper"], "ctranslate2")
+
+
+def test_unrepresentable_switch_is_named(folders, tmp_path) -> None:
+    model, tokenizer = load_model_and_tokenizer(folders["paper"])
+    model.config.activation_function = "silu"  # past the config's own check, as a hand-edited model could be
+    with pytest.raises(EncdecError, match="cannot represent `activation_function`='silu'"):
+        EncdecTransformerConverter(model, tokenizer).convert(str(tmp_path / "silu"))
+    assert not (tmp_path / "silu").exists()
+
+
+def test_cli_exports_translates_and_evaluates(folders, dates, tmp_path, capsys) -> None:
+    out = tmp_path / "ct2"
+    assert main(["export", "--model", str(folders["paper"]), "--format", "ctranslate2", "--output", str(out)]) == 0
+    pairs = dates[2][:30]
+    source = tmp_path / "src.txt"
+    source.write_text("".join(s + "\n" for s, _ in pairs))
+    reference = tmp_path / "ref.txt"
+    reference.write_text("".join(t + "\n" for _, t in pairs))
+    capsys.readouterr()
+    for engine_args in (["--engine", "ctranslate2", "--model", str(out)],
+                        ["--model", str(folders["paper"]), "--quantize", "int8"],
+                        ["--model", str(folders["paper"]), "--dtype", "bfloat16"]):
+        assert main(["translate", *engine_args, "--input", str(source), "--num-beams", "1"]) == 0
+        printed = capsys.readouterr().out.splitlines()
+        assert exact_match(printed, pairs) >= 0.85
+    assert main(["evaluate", "--engine", "ctranslate2", "--model", str(out), "--source-file", str(source),
+                 "--reference-file", str(reference)]) == 0
+    results = json.loads(capsys.readouterr().out)
+    assert results["engine"] == "ctranslate2" and results["bleu"] > 80
+    assert main(["export", "--model", str(folders["rnn"]), "--format", "ctranslate2",
+                 "--output", str(tmp_path / "r")]) == 2
+    assert "no recurrent" in capsys.readouterr().err
+
+
+def test_evaluate_records_the_engine(folders, dates, tmp_path) -> None:
+    pairs = dates[2][:10]
+    (tmp_path / "s").write_text("".join(s + "\n" for s, _ in pairs))
+    (tmp_path / "r").write_text("".join(t + "\n" for _, t in pairs))
+    results = evaluate_model(folders["rnn"], tmp_path / "s", tmp_path / "r", num_beams=1, quantize="int8",
+                             show_progress=False)
+    assert (results["engine"], results["precision"]) == ("torch", "int8")
+
+
+def test_random_sources_decode_the_same(exports, folders) -> None:
+    """Inputs far from training (random word salad) still give the engine's tokens exactly: no length or special
+    token handling differs."""
+    rng = random.Random(0)
+    words = ["March", "3", "1999", "of", "the", "Mon", ",", "12.03", "21st", "July"]
+    sources = [" ".join(rng.choice(words) for _ in range(rng.randrange(1, 9))) for _ in range(100)]
+    torch_engine, tokenizer = load_engine(folders["paper"])
+    ct2_engine, _ = load_engine(exports["paper"], "ctranslate2")
+    for num_beams in (1, 4):
+        expected = translate(torch_engine, tokenizer, sources, num_beams=num_beams, max_new_tokens=12)
+        got = translate(ct2_engine, tokenizer, sources, num_beams=num_beams, max_new_tokens=12)
+        assert same_share(expected, got) >= 0.99
