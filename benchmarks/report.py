@@ -22,6 +22,7 @@ import transformers
 from encdec.io_utils import atomic_write_text
 
 from .common import FIRST_ORDINARY_ID, BenchmarkSettings, Section, count
+from .engines import engines
 from .rnn import rnn_family
 from .transformer import transformer_vs_marian
 
@@ -32,6 +33,7 @@ DEFAULT_OUTPUT = Path("docs/benchmarks.md")
 SECTIONS: dict[str, Callable[[BenchmarkSettings], Section]] = {
     "transformer": transformer_vs_marian,
     "rnn": rnn_family,
+    "engines": engines,
 }
 
 

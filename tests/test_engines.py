@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import json
 import random
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-import encdec.engines as engines
 from encdec.cli import main
 from encdec.data import make_date_pairs
 from encdec.engines import CTranslate2Engine, CTranslate2Missing, TorchEngine
@@ -216,7 +216,7 @@ def test_refusals_name_the_problem(folders, exports, tmp_path, monkeypatch) -> N
         load_engine(folders["paper"], "onnx")
     with pytest.raises(EncdecError, match="not both"):
         load_engine(folders["paper"], quantize="int8", dtype="bfloat16")
-    monkeypatch.setattr(engines, "ctranslate2", None)
+    monkeypatch.setitem(sys.modules, "ctranslate2", None)  # as if not installed: importing it raises ImportError
     with pytest.raises(CTranslate2Missing, match=r"pip install 'encdec\[ct2\]'"):
         load_engine(exports["paper"], "ctranslate2")
 
@@ -274,3 +274,12 @@ def test_random_sources_decode_the_same(exports, folders) -> None:
         expected = translate(torch_engine, tokenizer, sources, num_beams=num_beams, max_new_tokens=12)
         got = translate(ct2_engine, tokenizer, sources, num_beams=num_beams, max_new_tokens=12)
         assert same_share(expected, got) >= 0.99
+
+
+def test_torch_inference_never_loads_ctranslate2() -> None:
+    """Its OpenMP runtime would share the process with torch's: translating with torch must not import it."""
+    import subprocess
+
+    code = ("import sys, encdec.cli, encdec.inference, encdec.evaluation; "
+            "encdec.cli.build_parser(); print('ctranslate2' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "False\n"

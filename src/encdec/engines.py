@@ -13,6 +13,7 @@ sequences, sampling) and refuses the others in one line that names the option.
 from __future__ import annotations
 
 import copy
+import importlib
 import os
 import warnings
 from pathlib import Path
@@ -25,11 +26,6 @@ from transformers import AutoTokenizer, GenerationConfig, PreTrainedModel
 from .errors import EncdecError, InputFileError
 from .folders import read_json, require_dir
 from .models.configuration_transformer_seq2seq import TransformerSeq2SeqConfig
-
-try:  # an optional extra: encdec[ct2]
-    import ctranslate2
-except ImportError:
-    ctranslate2 = None
 
 ENGINES = ("torch", "ctranslate2")
 QUANTIZE_CHOICES = ("int8",)
@@ -59,10 +55,12 @@ class CTranslate2Missing(EncdecError):
 
 
 def require_ctranslate2() -> Any:
-    """The ``ctranslate2`` module, or a one-line error that says how to install it."""
-    if ctranslate2 is None:
-        raise CTranslate2Missing(f"CTranslate2 is not installed; install the extra with `{CT2_INSTALL}`.")
-    return ctranslate2
+    """The ``ctranslate2`` module, or a one-line error that says how to install it. Imported only when an engine
+    or an export needs it: its OpenMP runtime, loaded into a process that runs torch, slows both."""
+    try:
+        return importlib.import_module("ctranslate2")
+    except ImportError as error:
+        raise CTranslate2Missing(f"CTranslate2 is not installed; install the extra with `{CT2_INSTALL}`.") from error
 
 
 def quantize_int8(model: PreTrainedModel) -> PreTrainedModel:
