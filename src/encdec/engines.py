@@ -129,7 +129,7 @@ class CTranslate2Engine:
     name = "ctranslate2"
 
     def __init__(self, export_dir: str | os.PathLike, quantize: str | None = None, dtype: str | None = None,
-                 device: str = "cpu", threads: int = 0) -> None:
+                 device: str = "cpu", threads: int | None = None) -> None:
         check_precision(quantize, dtype)
         ct2 = require_ctranslate2()
         export_dir = Path(export_dir)
@@ -138,6 +138,7 @@ class CTranslate2Engine:
         self.generation_config = GenerationConfig.from_pretrained(export_dir)
         self.tokenizer = AutoTokenizer.from_pretrained(export_dir)
         compute_type = quantize or dtype or "float32"  # the weights are converted to it at load time
+        threads = torch.get_num_threads() if threads is None else threads  # as many as torch would use
         try:
             self.translator = ct2.Translator(str(export_dir), device=device, compute_type=compute_type,
                                              intra_threads=threads)
