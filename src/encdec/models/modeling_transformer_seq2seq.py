@@ -329,17 +329,15 @@ class TransformerSeq2SeqEmbedding(nn.Module):
         return nn.functional.dropout(hidden, p=self.dropout, training=self.training)
 
 
-class TransformerSeq2SeqEncoder(nn.Module):
-    """A stack of N encoder layers over the embedded source (Section 3.1)."""
+class TransformerSeq2SeqStack(nn.Module):
+    """What both stacks hold: the embedding, N layers and, for pre-LN, a final LayerNorm (pre-LN leaves the residual
+    stream un-normalised, so the stack ends with one)."""
 
-    main_input_name = "input_ids"
-
-    def __init__(self, config: TransformerSeq2SeqConfig) -> None:
+    def __init__(self, config: TransformerSeq2SeqConfig, layers: list[nn.Module]) -> None:
         super().__init__()
         self.config = config
         self.embeddings = TransformerSeq2SeqEmbedding(config)
-        self.layers = nn.ModuleList([TransformerSeq2SeqEncoderLayer(config) for _ in range(config.encoder_layers)])
-        # pre-LN leaves the residual stream un-normalised, so the stack ends with a LayerNorm
+        self.layers = nn.ModuleList(layers)
         self.final_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) \
             if config.normalize_before else None
 
@@ -348,6 +346,15 @@ class TransformerSeq2SeqEncoder(nn.Module):
 
     def set_input_embeddings(self, value: nn.Embedding) -> None:
         self.embeddings.embed_tokens = value
+
+
+class TransformerSeq2SeqEncoder(TransformerSeq2SeqStack):
+    """A stack of N encoder layers over the embedded source (Section 3.1)."""
+
+    main_input_name = "input_ids"
+
+    def __init__(self, config: TransformerSeq2SeqConfig) -> None:
+        super().__init__(config, [TransformerSeq2SeqEncoderLayer(config) for _ in range(config.encoder_layers)])
 
     def forward(
         self,
@@ -383,24 +390,12 @@ class TransformerSeq2SeqEncoder(nn.Module):
         return as_return_type(output, flags.return_dict)
 
 
-class TransformerSeq2SeqDecoder(nn.Module):
+class TransformerSeq2SeqDecoder(TransformerSeq2SeqStack):
     """A stack of N decoder layers (Section 3.1); the self-attention is causal (Section 3.2.3)."""
 
     def __init__(self, config: TransformerSeq2SeqConfig) -> None:
-        super().__init__()
-        self.config = config
-        self.embeddings = TransformerSeq2SeqEmbedding(config)
-        self.layers = nn.ModuleList(
-            [TransformerSeq2SeqDecoderLayer(config, layer_idx=i) for i in range(config.decoder_layers)]
-        )
-        self.final_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) \
-            if config.normalize_before else None
-
-    def get_input_embeddings(self) -> nn.Embedding:
-        return self.embeddings.embed_tokens
-
-    def set_input_embeddings(self, value: nn.Embedding) -> None:
-        self.embeddings.embed_tokens = value
+        super().__init__(config, [TransformerSeq2SeqDecoderLayer(config, layer_idx=i)
+                                  for i in range(config.decoder_layers)])
 
     def forward(
         self,
