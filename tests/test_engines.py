@@ -200,6 +200,12 @@ def test_ctranslate2_refuses_what_it_lacks(exports) -> None:
         engine.options({"num_beam_groups": 2}, 10)
     with pytest.raises(EncdecError, match="samples with one beam only"):
         engine.options({"do_sample": True, "num_beams": 4}, 10)
+    tokenizer = engine.tokenizer
+    with pytest.raises(EncdecError, match="exceeds the 64 positions exported .* truncation"):
+        translate(engine, tokenizer, [" ".join(["March 3"] * 60)])
+    with pytest.raises(EncdecError, match="`max_new_tokens`=64 .* at most 63"):
+        translate(engine, tokenizer, ["March 3, 2001"], max_new_tokens=64)
+    assert translate(engine, tokenizer, [" ".join(["March 3"] * 60)], truncate=True)  # cut to 64: it translates
 
 
 def test_refusals_name_the_problem(folders, exports, tmp_path, monkeypatch) -> None:
@@ -283,3 +289,14 @@ def test_torch_inference_never_loads_ctranslate2() -> None:
     code = ("import sys, encdec.cli, encdec.inference, encdec.evaluation; "
             "encdec.cli.build_parser(); print('ctranslate2' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "False\n"
+
+
+@pytest.mark.parametrize("num_beams", [1, 3])
+def test_max_new_tokens_cuts_both_engines_alike(num_beams, folders, exports, dates) -> None:
+    """A budget shorter than the translations: generate() counts </s> within max_new_tokens, and so does the engine."""
+    sources = [source for source, _ in dates[2][:50]]
+    torch_engine, tokenizer = load_engine(folders["paper"])
+    ct2_engine, _ = load_engine(exports["paper"], "ctranslate2")
+    for budget in (1, 3, 6):
+        expected = translate(torch_engine, tokenizer, sources, num_beams=num_beams, max_new_tokens=budget)
+        assert translate(ct2_engine, tokenizer, sources, num_beams=num_beams, max_new_tokens=budget) == expected
