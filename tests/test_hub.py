@@ -73,7 +73,7 @@ def test_translate_lines_keeps_order_and_blank_lines(folders, family: str) -> No
 
 
 def test_translate_lines_refuses_several_outputs_per_line(folders) -> None:
-    with pytest.raises(EncdecError, match="num_return_sequences"):
+    with pytest.raises(EncdecError, match="translate_n_best"):
         translate_lines(folders["rnn"], ["1/2/2000"], num_beams=2, num_return_sequences=2)
 
 

@@ -94,8 +94,9 @@ def generation_settings(num_beams: int | None, max_new_tokens: int | None, lengt
     if max_new_tokens is not None and max_new_tokens < 1:
         raise EncdecError(f"`max_new_tokens` must be >= 1 (or None for a budget from the source length), got "
                           f"{max_new_tokens}.")
-    if generate_kwargs.get("num_return_sequences", 1) != 1:
-        raise EncdecError("encdec translates each line into one line; leave `num_return_sequences` at 1.")
+    if "num_return_sequences" in generate_kwargs:
+        raise EncdecError("`translate` gives one translation per source; for several, call `translate_n_best` "
+                          "with `n_best` instead of `num_return_sequences`.")
     settings = {"do_sample": False, **generate_kwargs}
     if num_beams is not None:
         settings["num_beams"] = num_beams
@@ -122,26 +123,44 @@ def translate(model: PreTrainedModel | Engine, tokenizer: PreTrainedTokenizerBas
         whose error names the limit (learned positions) or which reads it whole
     :param generate_kwargs: more ``generate`` options (``do_sample``, ``top_k``, ...)
     """
+    hypotheses = translate_n_best(model, tokenizer, sources, 1, num_beams=num_beams, batch_size=batch_size,
+                                  max_new_tokens=max_new_tokens, length_penalty=length_penalty, truncate=truncate,
+                                  show_progress=show_progress, **generate_kwargs)
+    return [best for best, in hypotheses]
+
+
+def translate_n_best(model: PreTrainedModel | Engine, tokenizer: PreTrainedTokenizerBase, sources: list[str],
+                     n_best: int, num_beams: int | None = None, batch_size: int = 32,
+                     max_new_tokens: int | None = None, length_penalty: float | None = None, truncate: bool = False,
+                     show_progress: bool = False, **generate_kwargs: Any) -> list[list[str]]:
+    """The ``n_best`` best translations of each source, best first (``num_return_sequences`` of ``generate()``,
+    ``num_hypotheses`` of CTranslate2); beam search needs ``num_beams >= n_best``. Options as ``translate``'s."""
     if batch_size < 1:
         raise EncdecError(f"`batch_size` must be >= 1, got {batch_size}.")
     engine = model if isinstance(model, (TorchEngine, CTranslate2Engine)) else TorchEngine(model)
     settings = generation_settings(num_beams, max_new_tokens, length_penalty, generate_kwargs)
+    beams = settings.get("num_beams") or engine.generation_config.num_beams or 1
+    if n_best < 1 or (n_best > beams and not settings["do_sample"]):
+        raise EncdecError(f"`n_best` must be between 1 and the beam size ({beams}), got {n_best}; raise "
+                          "`num_beams` or sample.")
+    if n_best > 1:
+        settings["num_return_sequences"] = n_best
     if not sources:
         return []
-    max_new_tokens = max_new_tokens or engine.generation_config.max_new_tokens
-    limit = max_source_length(tokenizer, engine.config)
-    encoding = {"truncation": True, "max_length": limit} if truncate else {}
+    encoding = {"truncation": True, "max_length": max_source_length(tokenizer, engine.config)} if truncate else {}
     lengths = [len(ids) for ids in tokenizer(sources, verbose=False, **encoding)["input_ids"]]
     order = sorted(range(len(sources)), key=lambda i: -lengths[i])
-    outputs = [""] * len(sources)
+    outputs: list[list[str]] = [[] for _ in sources]
     with tqdm(total=len(sources), desc="Translating", unit="sent", disable=not show_progress) as progress:
         for start in range(0, len(order), batch_size):
             indices = order[start:start + batch_size]
             batch = tokenizer([sources[i] for i in indices], padding=True, return_tensors="pt", **encoding)
-            budget = max_new_tokens or auto_max_new_tokens(batch["input_ids"].size(1), engine.config)
+            budget = (max_new_tokens or engine.generation_config.max_new_tokens
+                      or auto_max_new_tokens(batch["input_ids"].size(1), engine.config))
             generated = engine.generate(batch["input_ids"], batch["attention_mask"], budget, settings)
-            for i, text in zip(indices, tokenizer.batch_decode(generated, skip_special_tokens=True), strict=True):
-                outputs[i] = text.strip()
+            texts = [text.strip() for text in tokenizer.batch_decode(generated, skip_special_tokens=True)]
+            for k, i in enumerate(indices):  # generate() returns the n_best of a source one after the other
+                outputs[i] = texts[k * n_best:(k + 1) * n_best]
             progress.update(len(indices))
     return outputs
 
@@ -172,5 +191,4 @@ def translate_lines(model_dir_or_pipeline: str | os.PathLike | Pipeline, lines: 
 
 
 __all__ = ["Engine", "auto_max_new_tokens", "effective_length_penalty", "load_engine", "load_model_and_tokenizer",
-           "load_pipeline",
-           "max_source_length", "translate", "translate_lines"]
+           "load_pipeline", "max_source_length", "translate", "translate_lines", "translate_n_best"]
