@@ -200,6 +200,10 @@ def test_ctranslate2_refuses_what_it_lacks(exports) -> None:
         engine.options({"num_beam_groups": 2}, 10)
     with pytest.raises(EncdecError, match="samples with one beam only"):
         engine.options({"do_sample": True, "num_beams": 4}, 10)
+    assert engine.options({"num_beams": 5}, 10)["patience"] == 2.0  # generate()'s default early_stopping=False
+    assert engine.options({"num_beams": 5, "early_stopping": True}, 10)["patience"] == 1.0
+    with pytest.raises(EncdecError, match="`early_stopping` True or False, not 'never'"):
+        engine.options({"early_stopping": "never"}, 10)
     tokenizer = engine.tokenizer
     with pytest.raises(EncdecError, match="exceeds the 64 positions exported .* truncation"):
         translate(engine, tokenizer, [" ".join(["March 3"] * 60)])
@@ -312,9 +316,9 @@ def test_n_best_lists_match_across_engines(folders, exports, dates) -> None:
     assert all(len(hypotheses) == 3 for hypotheses in expected)
     assert [h[0] for h in expected] == translate(torch_engine, tokenizer, sources, num_beams=5, max_new_tokens=16)
     assert same_share([h[0] for h in expected], [h[0] for h in got]) >= 0.99
-    # below the best, hypotheses whose scores are close can differ: the two beam searches keep finished
-    # hypotheses by different rules (measured here: 95 of 100 lists identical)
-    assert same_share([" | ".join(h) for h in expected], [" | ".join(h) for h in got]) >= 0.9
+    # below the best, lists can differ: generate() returns its last num_beams finished hypotheses, CTranslate2 the
+    # best of the 2 x beam_size it waits for (patience 2, which makes the best ones agree); 89 of 100 lists agree
+    assert same_share([" | ".join(h) for h in expected], [" | ".join(h) for h in got]) >= 0.85
     with pytest.raises(EncdecError, match="`n_best` must be between 1 and the beam size \\(2\\)"):
         translate_n_best(ct2_engine, tokenizer, sources, 3, num_beams=2)
     with pytest.raises(EncdecError, match="call `translate_n_best`"):
