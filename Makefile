@@ -21,7 +21,7 @@ $(PY):
 $(STAMP): $(PY) pyproject.toml
 	$(PIP) install --quiet --upgrade pip
 	$(PIP) install --quiet "torch==$(TORCH_VERSION)"
-	$(PIP) install --quiet -e ".[dev,ct2]"
+	$(PIP) install --quiet -e ".[dev,ct2,serve]"
 	touch $(STAMP)
 
 venv: $(STAMP)

@@ -16,20 +16,16 @@ import pytest
 import torch
 
 from encdec.cli import main
-from encdec.data import make_date_pairs
 from encdec.engines import CTranslate2Engine, CTranslate2Missing, TorchEngine
 from encdec.errors import EncdecError, OverwriteError
 from encdec.evaluation import evaluate_model
 from encdec.export import EncdecTransformerConverter, export_ctranslate2, vocabulary_tokens
 from encdec.folders import save_for_pipeline
 from encdec.inference import load_engine, load_model_and_tokenizer, translate, translate_lines, translate_n_best
-from encdec.tokenization import special_token_ids
-from tiny_model_folders import date_tokenizer
-from toy import linear_schedule, tiny_model, train_loop
+from tiny_model_folders import DATE_RNN as RNN
+from tiny_model_folders import DATE_TRANSFORMER as TRANSFORMER
+from tiny_model_folders import date_data, train_on_dates
 
-TRANSFORMER = {"model_type": "transformer_seq2seq", "d_model": 64, "encoder_layers": 2, "decoder_layers": 2,
-               "encoder_attention_heads": 4, "decoder_attention_heads": 4, "encoder_ffn_dim": 128,
-               "decoder_ffn_dim": 128, "dropout": 0.0, "max_position_embeddings": 64}
 # every switch of TransformerSeq2SeqConfig takes each of its values in one of these
 SWITCHES = {
     "paper": {},  # post-LN, interleaved sinusoid, sqrt(d) scaling, tied, relu, eps 1e-5
@@ -39,36 +35,12 @@ SWITCHES = {
                                    "tie_word_embeddings": False, "layer_norm_eps": 1e-6, "encoder_layers": 1,
                                    "decoder_attention_heads": 2, "decoder_ffn_dim": 96},
 }
-RNN = {"model_type": "rnn_seq2seq", "cell_type": "lstm", "attention": "bahdanau", "embedding_dim": 32,
-       "hidden_size": 64, "encoder_layers": 1, "decoder_layers": 1, "bidirectional_encoder": True,
-       "bridge": "linear_tanh", "dropout": 0.0}
 
 
 @pytest.fixture(scope="module")
 def dates():
     """A tokenizer, 4,000 training pairs and 200 held-out ones (none of them in training)."""
-    tokenizer = date_tokenizer(num_pairs=2000, vocab_size=160)
-    train = make_date_pairs(4000, seed=1)
-    seen = set(train)
-    test = [pair for pair in make_date_pairs(400, seed=99) if pair not in seen][:200]
-    return tokenizer, train, test
-
-
-def train_on_dates(config: dict, dates, steps: int, lr: float):
-    tokenizer, pairs, _ = dates
-    model = tiny_model(config, **special_token_ids(tokenizer))
-
-    def batches():
-        generator = torch.Generator().manual_seed(0)
-        for _ in range(steps):
-            picked = [pairs[i] for i in torch.randint(0, len(pairs), (64,), generator=generator).tolist()]
-            source = tokenizer([s for s, _ in picked], padding=True, return_tensors="pt")
-            labels = tokenizer([t for _, t in picked], padding=True, return_tensors="pt")["input_ids"]
-            labels[labels == tokenizer.pad_token_id] = -100
-            yield source["input_ids"], source["attention_mask"], labels
-
-    train_loop(model, batches(), lr=lr, schedule=linear_schedule(steps, warmup=50))
-    return model.eval()
+    return date_data()
 
 
 @pytest.fixture(scope="module")

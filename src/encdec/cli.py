@@ -107,6 +107,44 @@ def cmd_export(args: argparse.Namespace) -> None:
           f"`encdec translate --engine ctranslate2 --model {out}`")
 
 
+def cmd_serve(args: argparse.Namespace) -> None:
+    from .server import serve
+    from .serving import ServeLimits
+
+    limits = ServeLimits(max_batch_size=args.max_batch_size, max_wait_ms=args.max_wait_ms, max_texts=args.max_texts,
+                         max_source_tokens=args.max_source_tokens, max_new_tokens=args.max_new_tokens,
+                         max_beams=args.max_beams, max_body_bytes=args.max_body_bytes)
+    serve(args.model, engine=args.engine, quantize=args.quantize, dtype=args.dtype, host=args.host, port=args.port,
+          api_key=args.api_key, limits=limits, log_level=args.log_level)
+
+
+def add_serve_command(commands: argparse._SubParsersAction) -> None:
+    p = commands.add_parser("serve", help="serve a model over HTTP: POST /translate, a web page with the alignment")
+    p.add_argument("--model", required=True,
+                   help="model folder (for --engine ctranslate2: a folder written by `encdec export`)")
+    p.add_argument("--engine", choices=["torch", "ctranslate2"], default="torch")
+    p.add_argument("--quantize", choices=["int8"], default=None, help="as for `encdec translate`")
+    p.add_argument("--dtype", choices=["float32", "bfloat16"], default=None, help="as for `encdec translate`")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to bind; anything but loopback needs --api-key (or ENCDEC_API_KEY)")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--api-key", default=None,
+                   help="require this key on every request (Authorization: Bearer KEY or X-API-Key: KEY); default: "
+                        "the ENCDEC_API_KEY environment variable")
+    p.add_argument("--max-batch-size", type=int, default=32, help="most texts decoded in one batch (1: no batching)")
+    p.add_argument("--max-wait-ms", type=float, default=10.0,
+                   help="how long the first text of a batch waits for others to join it")
+    p.add_argument("--max-texts", type=int, default=64, help="most texts in one request")
+    p.add_argument("--max-source-tokens", type=int, default=None,
+                   help="most source tokens per text, </s> included (default: the model's max_position_embeddings)")
+    p.add_argument("--max-new-tokens", type=int, default=None,
+                   help="the largest max_new_tokens a request may ask (default: the model's positions - 1)")
+    p.add_argument("--max-beams", type=int, default=8, help="the largest num_beams a request may ask")
+    p.add_argument("--max-body-bytes", type=int, default=1_000_000, help="largest request body")
+    p.add_argument("--log-level", choices=["critical", "error", "warning", "info", "debug"], default="info")
+    p.set_defaults(func=cmd_serve)
+
+
 def cmd_demo(args: argparse.Namespace) -> None:
     from .demo import run_demo
 
@@ -198,6 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     add_training_commands(commands)
     add_inference_commands(commands)
+    add_serve_command(commands)
     p = commands.add_parser("push", help="push a model folder (model, tokenizer, card) to the Hugging Face Hub")
     p.add_argument("--model", required=True)
     p.add_argument("--repo-id", required=True)

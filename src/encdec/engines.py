@@ -102,6 +102,33 @@ class TorchEngine:
                                             max_new_tokens=max_new_tokens, **settings)  # (B x n, 1 + T)
         return generated.tolist()
 
+    def teacher_forced(self, source_ids: list[int], target_ids: list[int], alignment: bool = False
+                       ) -> tuple[list[float], torch.Tensor | None]:
+        """Score one translation: the log-probability of each target token given the source and the tokens before
+        it, and with ``alignment`` the cross-attention (S, T) that produced them (``alignment_matrix``).
+
+        :param target_ids: the T output tokens, without the decoder start token (the model prepends it)
+        """
+        device = self.model.device
+        with torch.inference_mode():
+            out = self.model(input_ids=torch.tensor([source_ids], device=device),
+                             labels=torch.tensor([target_ids], device=device), output_attentions=alignment)
+        log_probs = out.logits[0].float().log_softmax(-1)  # (T, V)
+        chosen = log_probs.gather(-1, torch.tensor(target_ids, device=device)[:, None])[:, 0]  # (T,)
+        weights = alignment_matrix(out.cross_attentions) if alignment and out.cross_attentions else None
+        return chosen.tolist(), weights
+
+
+def alignment_matrix(cross_attentions: tuple[torch.Tensor, ...]) -> torch.Tensor:
+    """One sentence's cross-attention as a (S, T) source x target matrix: column t holds the weights over the source
+    when target token t was produced, averaged over the decoder layers and heads (the RNN has one of each: its
+    alignment, Bahdanau et al. 2015 Eq. 6 / Luong et al. 2015 Eq. 7).
+
+    :param cross_attentions: one entry per decoder layer, each (1, H, T, S)
+    """
+    weights = torch.stack([layer[0].float() for layer in cross_attentions])  # (L, H, T, S)
+    return weights.mean(dim=(0, 1)).transpose(0, 1)  # (S, T)
+
 
 def check_precision(quantize: str | None, dtype: str | None) -> None:
     if quantize is not None and quantize not in QUANTIZE_CHOICES:
@@ -190,10 +217,25 @@ class CTranslate2Engine:
         tokens = [self.tokenizer.convert_ids_to_tokens(row[mask.bool()].tolist())
                   for row, mask in zip(input_ids, attention_mask, strict=True)]
         results = self.translator.translate_batch(tokens, **self.options(settings, max_new_tokens))
-        start = self.config.decoder_start_token_id
-        return [[start, *self.tokenizer.convert_tokens_to_ids(hypothesis)]
+        start, eos = self.config.decoder_start_token_id, self.config.eos_token_id
+        # CTranslate2 leaves out the </s>; a hypothesis shorter than the budget (which counts the </s>) ended with it
+        return [[start, *self.tokenizer.convert_tokens_to_ids(hypothesis), *([eos] if len(hypothesis) < max_new_tokens
+                                                                             else [])]
                 for result in results for hypothesis in result.hypotheses]
+
+    def teacher_forced(self, source_ids: list[int], target_ids: list[int], alignment: bool = False
+                       ) -> tuple[list[float], None]:
+        """Each target token's log-probability, from ``score_batch`` (which appends ``</s>`` itself). CTranslate2
+        returns no attention when scoring, so ``alignment`` is refused: use the torch engine for alignments."""
+        if alignment:
+            raise EncdecError("The ctranslate2 engine returns no alignments; use the torch engine for them.")
+        eos = self.config.eos_token_id
+        ended = bool(target_ids) and target_ids[-1] == eos
+        tokens = self.tokenizer.convert_ids_to_tokens(target_ids[:-1] if ended else target_ids)
+        scored = self.translator.score_batch([self.tokenizer.convert_ids_to_tokens(source_ids)], [tokens])[0]
+        return list(scored.log_probs if ended else scored.log_probs[:-1]), None
 
 
 __all__ = ["CT2_INSTALL", "CTranslate2Engine", "CTranslate2Missing", "DTYPE_CHOICES", "ENGINES", "EXPORT_INFO",
-           "QUANTIZE_CHOICES", "TorchEngine", "quantize_int8", "read_export_info", "require_ctranslate2"]
+           "QUANTIZE_CHOICES", "TorchEngine", "alignment_matrix", "quantize_int8", "read_export_info",
+           "require_ctranslate2"]

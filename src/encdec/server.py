@@ -1,0 +1,318 @@
+"""``encdec serve``: a translation server (FastAPI on uvicorn, the optional extra ``encdec[serve]``).
+
+Endpoints: ``POST /translate``, ``GET /health``, ``GET /info`` and ``GET /``, a page that translates and shows the
+alignment as a heatmap (one HTML file, no external assets). ``serving.py`` holds the batching and the checks; this
+module holds HTTP: the request schema (which the OpenAPI page at ``/docs`` shows), the errors as one-line JSON, the
+API key, the body limit, request ids, and a graceful stop (uvicorn: on SIGTERM no new connections, requests in flight
+finish, then the batcher drains).
+
+Every error answer is ``{"error": "<field>: <what is wrong, with the limit>", "field": ..., "request_id": ...}``.
+"""
+
+import asyncio
+import base64
+import binascii
+import hmac
+import ipaddress
+import json
+import logging
+import os
+import uuid
+from contextlib import asynccontextmanager
+from importlib import resources
+from typing import Any
+
+from .errors import EncdecError
+from .inference import load_engine
+from .serving import DynamicBatcher, RequestError, ServeLimits, TranslationService
+
+SERVE_INSTALL = "pip install 'encdec[serve]'"
+try:
+    import uvicorn
+    from fastapi import FastAPI, Request
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import HTMLResponse, JSONResponse
+    from pydantic import BaseModel, ConfigDict, Field, create_model
+    from starlette.exceptions import HTTPException as StarletteHTTPException
+except ImportError as missing:  # the CLI prints this as one line
+    raise EncdecError(f"`encdec serve` needs FastAPI and uvicorn; install the extra with `{SERVE_INSTALL}`.") \
+        from missing
+
+logger = logging.getLogger("encdec.serve")
+API_KEY_ENV = "ENCDEC_API_KEY"
+PAGE = "web/index.html"
+INTERNAL_ERROR = "internal server error; the server log has the details under this request id."
+
+
+class Translation(BaseModel):
+    text: str = Field(description="The best translation.")
+    score: float | None = Field(None, description="With `return_scores`: log P(translation | text), the natural-log "
+                                                  "probability the model gives it, summed over its tokens and `</s>`.")
+    n_best: list[dict[str, Any]] | None = Field(
+        None, description="With `n_best`: the n best translations, best first, each `{text}` (plus `score` with "
+                          "`return_scores`).")
+    alignment: dict[str, Any] | None = Field(
+        None, description="With `return_alignments`: `source_tokens` (S, with `</s>`), `target_tokens` (T, with "
+                          "`</s>`) and `weights`, an S x T matrix whose column t is the cross-attention over the "
+                          "source when target token t was produced (averaged over layers and heads).")
+
+
+class TranslateResponse(BaseModel):
+    translations: list[Translation] = Field(description="One per input text, in order.")
+
+
+def request_schema(limits: ServeLimits) -> type[BaseModel]:
+    """The body of ``POST /translate``, with this server's limits in its checks and its OpenAPI schema."""
+    return create_model(
+        "TranslateRequest", __config__=ConfigDict(extra="forbid", strict=True),
+        text=(str | list[str], Field(description=f"A text or a list of at most {limits.max_texts} texts, each at most "
+                                                 f"{limits.max_source_tokens} source tokens.",
+                                     examples=["Wednesday, 3 Mar 2021"])),
+        num_beams=(int | None, Field(None, ge=1, le=limits.max_beams,
+                                     description="Beam size; 1 is greedy search. Default: the model's.")),
+        max_new_tokens=(int | None, Field(None, ge=1, le=limits.max_new_tokens,
+                                          description="Most tokens to generate, `</s>` included. Default: the "
+                                                      "model's, else 2 x the source length + 10.")),
+        length_penalty=(float | None, Field(None, description="Beam search: the exponent of the length normalisation "
+                                                              "of hypothesis scores. Default: the model's.")),
+        n_best=(int | None, Field(None, ge=1, le=limits.max_beams,
+                                  description="Also return the n best translations (n <= num_beams).")),
+        return_scores=(bool, Field(False, description="Add each translation's log-probability.")),
+        return_alignments=(bool, Field(False, description="Add the source x target cross-attention matrix.")),
+    )
+
+
+def error_response(status: int, message: str, request: Request, field: str | None = None,
+                   headers: dict[str, str] | None = None) -> JSONResponse:
+    body = {"error": " ".join(message.split()), "field": field, "request_id": request_id(request.scope)}
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def request_id(scope: dict) -> str | None:
+    return scope.get("state", {}).get("request_id")
+
+
+def field_name(location: tuple) -> str:
+    """pydantic's error location -> ``text[2]``: the body prefix and union member names dropped."""
+    name = ""
+    for part in location[1:] if location and location[0] == "body" else location:
+        if isinstance(part, int):
+            name += f"[{part}]"
+        elif part not in ("str", "list[str]"):
+            name += f".{part}" if name else str(part)
+    return name or "body"
+
+
+def validation_message(errors: list[dict[str, Any]], content_type: str, options: list[str]
+                       ) -> tuple[int, str, str]:
+    """(status, message, field) of a failed check: 400 for a body that is not JSON, else 422 for the first
+    field at fault."""
+    first = errors[0]
+    example = 'send a JSON object such as {"text": "..."}'
+    if first["type"] == "json_invalid":
+        return 400, f"body: malformed JSON ({first.get('ctx', {}).get('error', '')}); {example}.", "body"
+    field = field_name(first["loc"])
+    if field == "body" and first["type"] in ("model_attributes_type", "dict_type"):
+        if "json" not in content_type:
+            return 415, f"body: Content-Type is {content_type or 'missing'}; {example} with Content-Type: " \
+                        "application/json.", field
+        return 422, f"body: must be a JSON object; {example}.", field
+    if first["type"] == "extra_forbidden":
+        return 422, f"{field}: unknown option; the options are {', '.join(options)}.", field
+    text_errors = [e for e in errors if field_name(e["loc"]).startswith("text")]
+    if field == "text" and len(text_errors) > 1:  # a union: the error inside the list, if it is one
+        first = max(text_errors, key=lambda e: len(e["loc"]))
+        field = field_name(first["loc"])
+        if field == "text":
+            return 422, "text: must be a string or a list of strings.", field
+    got = f" (got {json.dumps(first['input'])[:60]})" if first["type"] != "missing" and "input" in first else ""
+    return 422, f"{field}: {first['msg']}{got}.", field
+
+
+def check_bind(host: str, api_key: str | None) -> None:
+    """Refuse to serve beyond this machine without an API key."""
+    try:
+        local = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        local = False
+    if not local and not api_key:
+        raise EncdecError(f"Binding to {host} makes the server reachable from other machines: give an API key with "
+                          f"--api-key or the {API_KEY_ENV} environment variable (or bind to 127.0.0.1).")
+
+
+def presented_key(headers: dict[bytes, bytes]) -> str | None:
+    """The key of ``Authorization: Bearer KEY``, ``X-API-Key: KEY``, or the password of ``Authorization: Basic``
+    (what a browser sends after its login prompt, so the web page works behind a key too)."""
+    if b"x-api-key" in headers:
+        return headers[b"x-api-key"].decode("latin-1")
+    scheme, _, value = headers.get(b"authorization", b"").decode("latin-1").partition(" ")
+    if scheme.lower() == "bearer":
+        return value.strip()
+    if scheme.lower() == "basic":
+        try:
+            return base64.b64decode(value.strip()).decode("utf-8").partition(":")[2]
+        except (binascii.Error, UnicodeDecodeError):
+            return None
+    return None
+
+
+class Guard:
+    """Pure ASGI middleware in front of the app: a request id for every request, the API key, the body limit, and
+    a 500 with the request id (logged with the traceback) for any error the app lets through."""
+
+    def __init__(self, app: Any, api_key: str | None, max_body_bytes: int) -> None:
+        self.app, self.api_key, self.max_body_bytes = app, api_key, max_body_bytes
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        rid = uuid.uuid4().hex[:16]
+        scope.setdefault("state", {})["request_id"] = rid
+        headers = dict(scope["headers"])
+        started = False
+
+        async def send_with_id(message: dict) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+                message.setdefault("headers", []).append((b"x-request-id", rid.encode()))
+            await send(message)
+
+        refusal = self.refusal(headers)
+        if refusal is not None:
+            status, text, extra = refusal
+            field = None if status == 401 else "body"
+            response = JSONResponse({"error": text, "field": field, "request_id": rid}, status, headers=extra)
+            return await response(scope, receive, send_with_id)
+        try:
+            await self.app(scope, self.limited(receive), send_with_id)
+        except Exception:
+            logger.exception("request %s (%s %s) failed", rid, scope.get("method"), scope.get("path"))
+            if not started:
+                await JSONResponse({"error": INTERNAL_ERROR, "field": None, "request_id": rid}, 500)(
+                    scope, receive, send_with_id)
+
+    def refusal(self, headers: dict[bytes, bytes]) -> tuple[int, str, dict[str, str]] | None:
+        if self.api_key:
+            key = presented_key(headers)
+            if key is None or not hmac.compare_digest(key.encode(), self.api_key.encode()):
+                return 401, "a valid API key is required: send `Authorization: Bearer KEY` or `X-API-Key: KEY`.", \
+                    {"WWW-Authenticate": 'Basic realm="encdec"'}
+        length = headers.get(b"content-length", b"0")
+        if not length.isdigit():
+            return 400, "the Content-Length header is not a number.", {}
+        if int(length) > self.max_body_bytes:
+            return 413, f"body: {int(length)} bytes exceed the limit of {self.max_body_bytes} (--max-body-bytes).", {}
+        return None
+
+    def limited(self, receive: Any) -> Any:
+        """``receive`` that stops a chunked body at the limit (one without a Content-Length)."""
+        seen = 0
+
+        async def receive_limited() -> dict:
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > self.max_body_bytes:
+                raise BodyTooLarge
+            return message
+        return receive_limited
+
+
+class BodyTooLarge(StarletteHTTPException):
+    """A body without a Content-Length that grew past the limit (FastAPI passes HTTP exceptions through)."""
+
+    def __init__(self) -> None:
+        super().__init__(413)
+
+
+def create_app(service: TranslationService, api_key: str | None = None) -> Any:
+    """The ASGI app over ``service``: its batcher starts with the app and drains when it stops."""
+    limits = service.limits
+    batcher = DynamicBatcher(service.decode, limits.max_batch_size, limits.max_wait_ms)
+    schema = request_schema(limits)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        batcher.start()
+        logger.info("batching up to %d texts, waiting up to %s ms", limits.max_batch_size, limits.max_wait_ms)
+        yield
+        await asyncio.to_thread(batcher.stop)  # every job submitted is answered first
+
+    app = FastAPI(title="encdec translation server", version=service.info()["encdec_version"], lifespan=lifespan,
+                  description="Translate with an encdec model. Errors are `{error, field, request_id}`.")
+    app.state.batcher = batcher
+    add_error_handlers(app, list(schema.model_fields))
+
+    async def translate(body: schema) -> TranslateResponse:  # type: ignore[valid-type]
+        jobs = service.jobs(**body.model_dump())
+        answers = await asyncio.gather(*(asyncio.wrap_future(f) for f in batcher.submit(jobs)))
+        return TranslateResponse(translations=[Translation(**answer) for answer in answers])
+
+    app.post("/translate", response_model=TranslateResponse, response_model_exclude_none=True,
+             summary="Translate a text or a list of texts")(translate)
+
+    @app.get("/health", summary="Liveness: 200 while the server takes requests")
+    async def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/info", summary="The model: family, size, languages, card metrics; the engine, defaults and limits")
+    async def info() -> dict[str, Any]:
+        return service.info()
+
+    page = resources.files("encdec").joinpath(PAGE).read_text(encoding="utf-8")
+
+    @app.get("/", response_class=HTMLResponse, summary="A page that translates and shows the alignment")
+    async def index() -> HTMLResponse:
+        return HTMLResponse(page)
+
+    return Guard(app, api_key, limits.max_body_bytes)
+
+
+def add_error_handlers(app: Any, options: list[str]) -> None:
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, error: RequestValidationError) -> JSONResponse:
+        status, message, field = validation_message(list(error.errors()), request.headers.get("content-type", ""),
+                                                    options)
+        return error_response(status, message, request, field)
+
+    @app.exception_handler(RequestError)
+    async def refused(request: Request, error: RequestError) -> JSONResponse:
+        return error_response(422, str(error), request, error.field)
+
+    @app.exception_handler(Exception)  # Starlette answers with this, then re-raises for Guard to log
+    async def internal(request: Request, error: Exception) -> JSONResponse:
+        return error_response(500, INTERNAL_ERROR, request)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, error: StarletteHTTPException) -> JSONResponse:
+        messages = {404: f"no endpoint {request.url.path}; see /docs for the API.",
+                    405: f"{request.method} is not allowed on {request.url.path}; see /docs for the API.",
+                    413: "body: larger than the limit (--max-body-bytes)."}
+        return error_response(error.status_code, messages.get(error.status_code, f"{error.detail}."), request,
+                              "body" if error.status_code == 413 else None, getattr(error, "headers", None))
+
+
+def build_service(model_dir: str, engine: str = "torch", quantize: str | None = None, dtype: str | None = None,
+                  limits: ServeLimits | None = None) -> TranslationService:
+    translator, tokenizer = load_engine(model_dir, engine, quantize=quantize, dtype=dtype)
+    return TranslationService(translator, tokenizer, limits, model_dir=model_dir)
+
+
+def serve(model_dir: str, engine: str = "torch", quantize: str | None = None, dtype: str | None = None,
+          host: str = "127.0.0.1", port: int = 8000, api_key: str | None = None, limits: ServeLimits | None = None,
+          log_level: str = "info") -> None:
+    """Load the model and serve it until SIGINT or SIGTERM (``encdec serve``)."""
+    api_key = api_key or os.environ.get(API_KEY_ENV) or None
+    check_bind(host, api_key)
+    service = build_service(model_dir, engine, quantize, dtype, limits)
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    info = service.info()
+    print(f"encdec serve: {info['family']} model {model_dir} ({info['engine']} engine) on http://{host}:{port} "
+          f"- page at /, API docs at /docs", flush=True)
+    uvicorn.run(create_app(service, api_key), host=host, port=port, log_level=log_level,
+                timeout_graceful_shutdown=None)  # in-flight requests always finish
+
+
+__all__ = ["API_KEY_ENV", "SERVE_INSTALL", "TranslateResponse", "build_service", "check_bind", "create_app",
+           "request_schema", "serve"]

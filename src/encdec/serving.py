@@ -1,0 +1,351 @@
+"""Serving without the web framework: checking a request, dynamic batching, and turning a batch of texts into
+answers. ``encdec.server`` puts HTTP (FastAPI) in front of it; this module is plain Python and threads.
+
+Dynamic batching (as in NVIDIA Triton's dynamic batcher or TorchServe's batch aggregation): each text of each request
+becomes a ``Job``; one worker thread decodes jobs that share their decoding options together, as soon as
+``max_batch_size`` of them wait or the oldest has waited ``max_wait_ms``. The worker runs one batch at a time, so the
+model runs in a single thread of Python (its operators still use torch's threads), and requests that arrive while
+it works are batched for the next round.
+
+A batch gives each text what translating it alone gives:
+
+- every text gets its own generation budget (``max_new_tokens``, else the model's, else 2 x its source + 10, as
+  ``inference.auto_max_new_tokens``). Greedy search decides each token from the tokens before it only, so a batch of
+  greedy jobs runs to the largest budget and cuts each output to its own. Beam search ends differently at another
+  budget, so only jobs with the same budget share a beam batch.
+- scores and alignments come from one teacher-forced pass per text, not from the padded batch.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from huggingface_hub import ModelCard
+from transformers import PreTrainedTokenizerBase
+
+from . import __version__
+from .engines import CTranslate2Engine, TorchEngine
+from .errors import EncdecError
+from .inference import Engine, auto_max_new_tokens, generation_settings, max_source_length
+
+logger = logging.getLogger("encdec.serve")
+
+DEFAULT_MAX_SOURCE_TOKENS = 1024  # for models without a position limit (the RNN) and a tokenizer without one
+
+
+class RequestError(EncdecError):
+    """A request the server refuses (HTTP 422): ``field`` is the request field at fault, e.g. ``text[2]``."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+@dataclass(frozen=True)
+class ServeLimits:
+    """What one server accepts and how it batches (``encdec serve`` options of the same names).
+
+    ``max_source_tokens`` and ``max_new_tokens`` of ``None`` take the model's limits (``limits_for``).
+    """
+
+    max_batch_size: int = 32
+    max_wait_ms: float = 10.0
+    max_texts: int = 64
+    max_source_tokens: int | None = None
+    max_new_tokens: int | None = None
+    max_beams: int = 8
+    max_body_bytes: int = 1_000_000
+
+    def __post_init__(self) -> None:
+        for name in ("max_batch_size", "max_texts", "max_source_tokens", "max_new_tokens", "max_beams",
+                     "max_body_bytes"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise EncdecError(f"`{name}` (--{name.replace('_', '-')}) must be a whole number >= 1, got {value!r}.")
+        if self.max_wait_ms < 0:
+            raise EncdecError(f"`max_wait_ms` (--max-wait-ms) must be >= 0, got {self.max_wait_ms}.")
+
+
+def limits_for(limits: ServeLimits, tokenizer: PreTrainedTokenizerBase, config: Any) -> ServeLimits:
+    """``limits`` with the model's limits filled in: sources up to its positions (and the tokenizer's
+    ``model_max_length``), budgets up to its positions minus the decoder start token."""
+    longest = max_source_length(tokenizer, config)
+    longest = longest if longest < 10**6 else DEFAULT_MAX_SOURCE_TOKENS  # "no limit" is a huge sentinel
+    positions = getattr(config, "max_position_embeddings", None)
+    budget = positions - 1 if positions else DEFAULT_MAX_SOURCE_TOKENS
+    if limits.max_source_tokens is not None and limits.max_source_tokens > longest:
+        raise EncdecError(f"--max-source-tokens {limits.max_source_tokens} exceeds what the model reads ({longest} "
+                          "tokens, its `max_position_embeddings`); lower it.")
+    if limits.max_new_tokens is not None and limits.max_new_tokens > budget:
+        raise EncdecError(f"--max-new-tokens {limits.max_new_tokens} exceeds what the model can generate ({budget}, "
+                          "its `max_position_embeddings` - 1); lower it.")
+    return ServeLimits(**{**limits.__dict__, "max_source_tokens": limits.max_source_tokens or longest,
+                          "max_new_tokens": limits.max_new_tokens or budget})
+
+
+@dataclass(frozen=True)
+class DecodeOptions:
+    """One text's decoding options, resolved against the model's generation config."""
+
+    num_beams: int
+    length_penalty: float | None  # None for greedy search, which has no use for it
+    n_best: int
+    max_new_tokens: int | None  # None: the model's budget, else one from the source length
+
+
+@dataclass
+class Job:
+    """One text to translate, and the future its answer goes to."""
+
+    source_ids: list[int]
+    options: DecodeOptions
+    budget: int
+    scores: bool = False
+    alignments: bool = False
+    n_best_list: bool = False  # the request asked for `n_best`: answer with the list, even of one
+    future: Future = field(default_factory=Future)
+    arrival: float = field(default_factory=time.monotonic)
+
+    @property
+    def key(self) -> tuple:
+        """Jobs with equal keys are decoded in one batch (see the module docstring for the budget)."""
+        greedy = self.options.num_beams == 1
+        return self.options.num_beams, self.options.length_penalty, self.options.n_best, None if greedy else self.budget
+
+
+class TranslationService:
+    """An engine, its tokenizer and the server's limits: checks requests into jobs, and decodes a batch of jobs."""
+
+    def __init__(self, engine: Engine, tokenizer: PreTrainedTokenizerBase, limits: ServeLimits | None = None,
+                 model_dir: str | Path | None = None) -> None:
+        self.engine, self.tokenizer = engine, tokenizer
+        self.config = engine.config
+        self.limits = limits_for(limits or ServeLimits(), tokenizer, engine.config)
+        self.model_dir = Path(model_dir) if model_dir is not None else None
+        generation = engine.generation_config
+        self.default_beams = generation.num_beams or 1
+        self.default_length_penalty = 1.0 if generation.length_penalty is None else generation.length_penalty
+        self.default_budget = generation.max_new_tokens
+        self.has_alignments = isinstance(engine, TorchEngine) and getattr(self.config, "attention", "") != "none"
+
+    def jobs(self, text: str | list[str], num_beams: int | None = None, max_new_tokens: int | None = None,
+             length_penalty: float | None = None, n_best: int | None = None, return_scores: bool = False,
+             return_alignments: bool = False) -> list[Job]:
+        """Check one request against the limits and turn each of its texts into a job; a ``RequestError`` naming
+        the field otherwise."""
+        options = self.options(num_beams, max_new_tokens, length_penalty, n_best)
+        if return_alignments and not self.has_alignments:
+            why = ("the ctranslate2 engine returns none" if isinstance(self.engine, CTranslate2Engine)
+                   else "this model has no attention (attention='none')")
+            raise RequestError("return_alignments", f"alignments are not available: {why}.")
+        texts = [text] if isinstance(text, str) else text
+        fields = ["text"] if isinstance(text, str) else [f"text[{i}]" for i in range(len(texts))]
+        if not texts:
+            raise RequestError("text", "give at least one text.")
+        if len(texts) > self.limits.max_texts:
+            raise RequestError("text", f"{len(texts)} texts exceed the limit of {self.limits.max_texts} per request "
+                                       "(--max-texts).")
+        for name, item in zip(fields, texts, strict=True):
+            if not item.strip():
+                raise RequestError(name, "the text is empty.")
+        jobs = []
+        for name, ids in zip(fields, self.tokenizer(texts, verbose=False)["input_ids"], strict=True):
+            if len(ids) > self.limits.max_source_tokens:
+                raise RequestError(name, f"{len(ids)} source tokens exceed the limit of {self.limits.max_source_tokens}"
+                                         " (--max-source-tokens); split the text.")
+            budget = (options.max_new_tokens or self.default_budget or auto_max_new_tokens(len(ids), self.config))
+            jobs.append(Job(ids, options, min(budget, self.limits.max_new_tokens), return_scores, return_alignments,
+                            n_best_list=n_best is not None))
+        return jobs
+
+    def options(self, num_beams: int | None, max_new_tokens: int | None, length_penalty: float | None,
+                n_best: int | None) -> DecodeOptions:
+        beams = self.default_beams if num_beams is None else num_beams
+        for name, value, limit in (("num_beams", beams, self.limits.max_beams),
+                                   ("max_new_tokens", max_new_tokens, self.limits.max_new_tokens)):
+            if value is not None and not 1 <= value <= limit:
+                raise RequestError(name, f"must be between 1 and {limit}, got {value}.")
+        n_best = 1 if n_best is None else n_best
+        if not 1 <= n_best <= beams:
+            raise RequestError("n_best", f"must be between 1 and the beam size ({beams}), got {n_best}; raise "
+                                         "num_beams.")
+        penalty = None if beams == 1 else (self.default_length_penalty if length_penalty is None else length_penalty)
+        return DecodeOptions(beams, penalty, n_best, max_new_tokens)
+
+    def decode(self, jobs: list[Job]) -> list[dict[str, Any]]:
+        """Translate jobs that share a key in one batch: one answer per job, in order."""
+        options = jobs[0].options
+        pad = self.tokenizer.pad_token_id
+        width = max(len(job.source_ids) for job in jobs)
+        input_ids = torch.full((len(jobs), width), pad, dtype=torch.long)  # (B, S), right-padded
+        attention_mask = torch.zeros((len(jobs), width), dtype=torch.long)  # (B, S)
+        for row, job in enumerate(jobs):
+            input_ids[row, :len(job.source_ids)] = torch.tensor(job.source_ids)
+            attention_mask[row, :len(job.source_ids)] = 1
+        settings = generation_settings(options.num_beams, None, options.length_penalty, {})
+        if options.n_best > 1:
+            settings["num_return_sequences"] = options.n_best
+        generated = self.engine.generate(input_ids, attention_mask, max(job.budget for job in jobs), settings)
+        n = options.n_best  # the n_best outputs of a source come one after the other
+        return [self.answer(job, [self.output_ids(ids, job.budget) for ids in generated[k * n:(k + 1) * n]])
+                for k, job in enumerate(jobs)]
+
+    def output_ids(self, generated: list[int], budget: int) -> list[int]:
+        """The generated tokens after the start token, to the first ``</s>`` (kept) or the job's own budget."""
+        ids = generated[1:1 + budget]
+        eos = self.config.eos_token_id
+        return ids[:ids.index(eos) + 1] if eos in ids else [i for i in ids if i != self.tokenizer.pad_token_id]
+
+    def answer(self, job: Job, outputs: list[list[int]]) -> dict[str, Any]:
+        texts = [self.tokenizer.decode(ids, skip_special_tokens=True).strip() for ids in outputs]
+        answer: dict[str, Any] = {"text": texts[0]}
+        scores = [self.score(job, ids, with_alignment=False)[0] for ids in outputs] if job.scores else None
+        if scores is not None:
+            answer["score"] = scores[0]
+        if job.n_best_list:
+            answer["n_best"] = [{"text": text, **({"score": s} if scores else {})}
+                                for text, s in zip(texts, scores or [None] * len(texts), strict=True)]
+        if job.alignments:
+            _, weights = self.score(job, outputs[0], with_alignment=True)
+            answer["alignment"] = {"source_tokens": self.tokenizer.convert_ids_to_tokens(job.source_ids),
+                                   "target_tokens": self.tokenizer.convert_ids_to_tokens(outputs[0]),
+                                   "weights": [[round(w, 6) for w in row] for row in weights.tolist()]}
+        return answer
+
+    def score(self, job: Job, output: list[int], with_alignment: bool) -> tuple[float, torch.Tensor | None]:
+        """log P(output | source): the sum of the token log-probabilities (``</s>`` included), from one
+        teacher-forced pass over this text alone; with the (S, T) alignment if asked."""
+        log_probs, weights = self.engine.teacher_forced(job.source_ids, output, alignment=with_alignment)
+        return float(sum(log_probs)), weights
+
+    def info(self) -> dict[str, Any]:
+        """What ``GET /info`` answers: the model, its languages and card metrics, the engine and the limits."""
+        config = self.config
+        names = ("d_model", "encoder_layers", "decoder_layers", "encoder_attention_heads", "decoder_attention_heads",
+                 "cell_type", "attention", "hidden_size", "embedding_dim", "bidirectional_encoder", "vocab_size",
+                 "max_position_embeddings")
+        model = getattr(self.engine, "model", None)
+        card = self.card
+        return {"family": config.model_type, "name": self.model_dir.resolve().name if self.model_dir else None,
+                "parameters": model.num_parameters() if model is not None else None,
+                "architecture": {name: getattr(config, name) for name in names if hasattr(config, name)},
+                "languages": card.get("languages", []), "metrics": card.get("metrics", []),
+                "engine": self.engine.name, "alignments": self.has_alignments, "encdec_version": __version__,
+                "defaults": {"num_beams": self.default_beams, "length_penalty": self.default_length_penalty,
+                             "max_new_tokens": self.default_budget},
+                "limits": dict(self.limits.__dict__)}
+
+    @functools.cached_property
+    def card(self) -> dict[str, Any]:
+        """Languages and metrics from the model card's metadata (README.md), if the folder has one."""
+        path = self.model_dir / "README.md" if self.model_dir else None
+        if path is None or not path.is_file():
+            return {}
+        try:
+            data = ModelCard.load(path).data
+        except Exception as error:  # a hand-edited card must not stop the server
+            logger.warning("could not read the model card %s: %s", path, error)
+            return {}
+        languages = data.language if isinstance(data.language, list) else [data.language] if data.language else []
+        metrics = [{"dataset": r.dataset_name, "split": r.dataset_split, "metric": r.metric_type,
+                    "value": r.metric_value} for r in (data.eval_results or [])]
+        return {"languages": languages, "metrics": metrics}
+
+
+_STOP = object()
+
+
+class DynamicBatcher:
+    """A worker thread that decodes queued jobs in batches of equal keys (see the module docstring).
+
+    ``stop()`` finishes every job already submitted before the thread ends.
+    """
+
+    def __init__(self, run_batch: Callable[[list[Job]], list[Any]], max_batch_size: int, max_wait_ms: float) -> None:
+        self.run_batch = run_batch
+        self.max_batch_size, self.max_wait = max_batch_size, max_wait_ms / 1000
+        self.queue: queue.Queue = queue.Queue()
+        self.thread = threading.Thread(target=self.loop, name="encdec-batcher", daemon=True)
+        self.batches: list[int] = []  # sizes of the batches run, for tests and logs
+        self.lock = threading.Lock()
+        self.closed = False
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        """Take no more jobs, finish the submitted ones, end the thread."""
+        with self.lock:
+            if self.closed:
+                return
+            self.closed = True
+            self.queue.put(_STOP)  # after every job submitted so far: the queue is first in, first out
+        self.thread.join()
+
+    def submit(self, jobs: list[Job]) -> list[Future]:
+        with self.lock:
+            if self.closed or not self.thread.is_alive():
+                raise RuntimeError("the batcher is not running (the server is shutting down)")
+            for job in jobs:
+                self.queue.put(job)
+        return [job.future for job in jobs]
+
+    def loop(self) -> None:
+        pending: dict[tuple, list[Job]] = {}
+        stopping = False
+        while pending or not stopping:
+            stopping = self.collect(pending, stopping)
+            ready = [key for key, jobs in pending.items() if stopping or len(jobs) >= self.max_batch_size
+                     or time.monotonic() >= jobs[0].arrival + self.max_wait]
+            if not ready:
+                continue
+            key = min(ready, key=lambda k: pending[k][0].arrival)  # the oldest first
+            batch, pending[key] = pending[key][:self.max_batch_size], pending[key][self.max_batch_size:]
+            if not pending[key]:
+                del pending[key]
+            self.run(batch)
+
+    def collect(self, pending: dict[tuple, list[Job]], stopping: bool) -> bool:
+        """Move queued jobs into ``pending``: wait for the first (up to the oldest pending job's deadline), then
+        take whatever else is queued. Returns whether ``stop()`` was asked."""
+        if pending:
+            oldest = min(jobs[0].arrival for jobs in pending.values())
+            timeout = max(0.0, oldest + self.max_wait - time.monotonic())
+        else:
+            timeout = None
+        block = not stopping
+        while True:
+            try:
+                item = self.queue.get(block=block and timeout != 0.0, timeout=timeout)
+            except queue.Empty:
+                return stopping
+            block = False
+            if item is _STOP:
+                stopping = True
+            else:
+                pending.setdefault(item.key, []).append(item)
+
+    def run(self, batch: list[Job]) -> None:
+        self.batches.append(len(batch))
+        try:
+            answers = self.run_batch(batch)
+        except Exception as error:  # every waiting request gets an answer, an error one if need be
+            for job in batch:
+                job.future.set_exception(error)
+            return
+        for job, answer in zip(batch, answers, strict=True):
+            job.future.set_result(answer)
+
+
+__all__ = ["DecodeOptions", "DynamicBatcher", "Job", "RequestError", "ServeLimits", "TranslationService",
+           "limits_for"]

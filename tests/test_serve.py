@@ -1,0 +1,499 @@
+"""``encdec serve``: a real server on a free loopback port answers as offline translation does, batches without
+changing any answer, refuses each bad input with a one-line JSON error and goes on serving, guards itself with an
+API key, stops gracefully on SIGTERM, survives a bounded load test, and its page works in headless Chromium.
+
+The models are trained here on the built-in date task (a few seconds each): trained models end their outputs with
+EOS at varied steps and their beams compete, so batching mistakes would show.
+"""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import torch
+import uvicorn
+
+from encdec.cards import write_model_card
+from encdec.cli import main
+from encdec.errors import EncdecError
+from encdec.export import export_ctranslate2
+from encdec.folders import save_for_pipeline
+from encdec.inference import load_engine, translate, translate_n_best
+from encdec.server import build_service, check_bind, create_app
+from encdec.serving import DynamicBatcher, ServeLimits, TranslationService
+from tiny_model_folders import DATE_RNN as RNN
+from tiny_model_folders import DATE_TRANSFORMER as TRANSFORMER
+from tiny_model_folders import date_data, train_on_dates
+
+SAMPLE = "Wednesday, 3 Mar 2021"
+
+
+@pytest.fixture(scope="module")
+def dates():
+    return date_data()
+
+
+@pytest.fixture(scope="module")
+def folders(dates, tmp_path_factory):
+    """family -> model folder, each trained 400 steps on dates."""
+    root = tmp_path_factory.mktemp("serve")
+    return {"transformer": save_for_pipeline(train_on_dates(TRANSFORMER, dates, 400, 3e-3), dates[0],
+                                             root / "transformer"),
+            "rnn": save_for_pipeline(train_on_dates(RNN, dates, 400, 5e-3), dates[0], root / "rnn")}
+
+
+@pytest.fixture(scope="module")
+def sources(dates):
+    return [source for source, _ in dates[2]]
+
+
+class Server:
+    """An app served by uvicorn in a thread of this process, on a loopback socket bound to a free port."""
+
+    def __init__(self, app) -> None:
+        self.socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.socket.bind(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.socket.getsockname()[1]}"
+        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.socket]}, daemon=True)
+
+    def __enter__(self) -> Server:
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            assert time.monotonic() < deadline and self.thread.is_alive(), "the server did not start"
+            time.sleep(0.02)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=30)
+        assert not self.thread.is_alive(), "the server did not stop"
+
+
+def request(url: str, body: object = None, method: str | None = None, headers: dict | None = None,
+            raw: bytes | None = None, timeout: float = 60) -> tuple[int, dict | str, dict]:
+    """(status, JSON or text, headers) of one HTTP request."""
+    data = raw if raw is not None else None if body is None else json.dumps(body).encode()
+    headers = {"Content-Type": "application/json", **(headers or {})} if data is not None else dict(headers or {})
+    req = urllib.request.Request(url, data=data, method=method, headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as response:
+            status, payload, got = response.status, response.read(), dict(response.headers)
+    except urllib.error.HTTPError as error:
+        status, payload, got = error.code, error.read(), dict(error.headers)
+    text = payload.decode()
+    is_json = got.get("content-type", "").startswith("application/json")
+    return status, json.loads(text) if is_json else text, got
+
+
+def serve_app(folder: Path, api_key: str | None = None, **limits) -> Server:
+    return Server(create_app(build_service(str(folder), limits=ServeLimits(**limits)), api_key=api_key))
+
+
+@pytest.fixture(scope="module")
+def transformer_server(folders):
+    with serve_app(folders["transformer"], max_texts=8, max_source_tokens=24, max_beams=6,
+                   max_body_bytes=4000) as server:
+        yield server
+
+
+def teacher_forced_log_prob(model, tokenizer, source: str, num_beams: int) -> float:
+    """log P(y | x) of the translation that generate() gives ``source`` alone, summed over its tokens and </s>."""
+    source_ids = tokenizer(source)["input_ids"]
+    with torch.no_grad():
+        generated = model.generate(input_ids=torch.tensor([source_ids]), num_beams=num_beams)[0, 1:].tolist()
+    target_ids = [i for i in generated if i != tokenizer.pad_token_id]
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([source_ids]), labels=torch.tensor([target_ids])).logits[0]
+    return float(logits.log_softmax(-1).gather(-1, torch.tensor(target_ids)[:, None]).sum())
+
+
+@pytest.mark.parametrize("family", ["transformer", "rnn"])
+def test_translate_answers_as_offline_translation(family, folders, sources) -> None:
+    texts = sources[:8]
+    engine, tokenizer = load_engine(folders[family])
+    expected = translate(engine, tokenizer, texts, num_beams=3)
+    expected_n_best = translate_n_best(engine, tokenizer, texts, 2, num_beams=3)
+    with serve_app(folders[family]) as server:
+        status, body, _ = request(f"{server.url}/translate", {"text": texts, "num_beams": 3, "n_best": 2,
+                                                               "return_scores": True})
+        single_status, single, _ = request(f"{server.url}/translate", {"text": texts[0], "num_beams": 3})
+    assert status == 200 and single_status == 200
+    answers = body["translations"]
+    assert [a["text"] for a in answers] == expected  # one per text, in order
+    assert [[h["text"] for h in a["n_best"]] for a in answers] == expected_n_best
+    assert single == {"translations": [{"text": expected[0]}]}  # nothing that was not asked
+    for text, answer in zip(texts, answers, strict=True):
+        log_prob = teacher_forced_log_prob(engine.model, tokenizer, text, num_beams=3)
+        assert answer["score"] == pytest.approx(log_prob, abs=1e-4)
+        assert answer["n_best"][0]["score"] == answer["score"]
+        assert answer["score"] < 0
+
+
+@pytest.mark.parametrize("family", ["transformer", "rnn"])
+def test_alignment_is_a_source_by_target_distribution(family, folders) -> None:
+    engine, tokenizer = load_engine(folders[family])
+    with serve_app(folders[family]) as server:
+        _, body, _ = request(f"{server.url}/translate", {"text": SAMPLE, "return_alignments": True})
+    answer = body["translations"][0]
+    alignment = answer["alignment"]
+    source_ids = tokenizer(SAMPLE)["input_ids"]
+    assert alignment["source_tokens"] == tokenizer.convert_ids_to_tokens(source_ids)
+    assert alignment["target_tokens"][-1] == "</s>"
+    assert tokenizer.convert_tokens_to_string(alignment["target_tokens"][:-1]).strip() == answer["text"]
+    weights = torch.tensor(alignment["weights"])  # (S, T)
+    assert weights.shape == (len(source_ids), len(alignment["target_tokens"]))
+    assert torch.allclose(weights.sum(dim=0), torch.ones(weights.size(1)), atol=1e-4)  # each column: over the source
+    assert (weights >= 0).all()
+
+
+def test_batching_gives_each_text_what_it_gets_alone(folders, sources) -> None:
+    """Jobs with mixed options, queued at once, are batched by options; every answer equals that job decoded alone,
+    including greedy jobs with budgets that cut their outputs, batched with jobs of longer budgets."""
+    engine, tokenizer = load_engine(folders["transformer"])
+    service = TranslationService(engine, tokenizer)
+    requests = [dict(text=text, num_beams=beams, max_new_tokens=budget, return_scores=True)
+                for text, beams, budget in zip(sources[:60], [1, 1, 3] * 20, [None, 4, None, 16, 6] * 12,
+                                               strict=False)]
+    jobs = [job for options in requests for job in service.jobs(**options)]
+    alone = [service.decode([job])[0] for job in jobs]
+    batcher = DynamicBatcher(service.decode, max_batch_size=16, max_wait_ms=200)
+    batcher.start()
+    try:
+        answers = [future.result(timeout=60) for future in batcher.submit(jobs)]
+    finally:
+        batcher.stop()
+    assert answers == alone
+    assert sum(batcher.batches) == len(jobs) and max(batcher.batches) == 16 and len(batcher.batches) < len(jobs) / 3
+    cut = [answer["text"] for answer, options in zip(answers, requests, strict=True) if options["max_new_tokens"] == 4]
+    assert all(len(tokenizer(text, add_special_tokens=False)["input_ids"]) <= 4 for text in cut)
+
+
+def test_concurrent_requests_are_batched_and_answered_in_order(folders, sources) -> None:
+    engine, tokenizer = load_engine(folders["transformer"])
+    expected = translate(engine, tokenizer, sources[:64], num_beams=1)
+    with serve_app(folders["transformer"], max_wait_ms=50) as server:
+        def ask(i: int) -> list[str]:
+            texts = sources[8 * i:8 * i + 8] if i % 2 else sources[8 * i]
+            status, body, _ = request(f"{server.url}/translate", {"text": texts, "num_beams": 1})
+            assert status == 200
+            return [t["text"] for t in body["translations"]]
+
+        with ThreadPoolExecutor(8) as pool:
+            got = list(pool.map(ask, range(8)))
+        app = server.server.config.app
+    for i, answer in enumerate(got):
+        assert answer == (expected[8 * i:8 * i + 8] if i % 2 else [expected[8 * i]])
+    batches = app.app.state.batcher.batches
+    assert max(batches) > 8  # texts of different requests shared a batch
+
+
+def test_health_info_page_and_schema(folders, tmp_path) -> None:
+    folder = shutil.copytree(folders["rnn"], tmp_path / "rnn")
+    write_model_card(folder, dataset_name="dates", metrics={"bleu": 98.5, "chrf": 99.1, "split": "test"})
+    with serve_app(folder, max_beams=4) as server:
+        health = request(f"{server.url}/health")
+        _, info, _ = request(f"{server.url}/info")
+        page_status, page, page_headers = request(f"{server.url}/")
+        _, schema, _ = request(f"{server.url}/openapi.json")
+    assert health[:2] == (200, {"status": "ok"})
+    assert info["family"] == "rnn_seq2seq" and info["architecture"]["attention"] == "bahdanau"
+    assert info["parameters"] > 10_000 and info["alignments"] is True and info["engine"] == "torch"
+    assert any(m["metric"] == "bleu" and m["value"] == 98.5 for m in info["metrics"])
+    assert info["limits"]["max_beams"] == 4 and info["limits"]["max_source_tokens"] > 0
+    assert page_status == 200 and page_headers["content-type"].startswith("text/html")
+    assert 'id="heatmap"' in page and 'id="translate"' in page
+    assert "src=\"http" not in page and "href=\"http" not in page and "@import" not in page  # no external assets
+    request_schema = schema["components"]["schemas"]["TranslateRequest"]
+    assert set(request_schema["properties"]) == {"text", "num_beams", "max_new_tokens", "length_penalty", "n_best",
+                                                 "return_scores", "return_alignments"}
+    assert all(p.get("description") for p in request_schema["properties"].values())
+    assert request_schema["additionalProperties"] is False
+    beams = request_schema["properties"]["num_beams"]["anyOf"][0]
+    assert beams["maximum"] == 4 and beams["minimum"] == 1
+    answer_schema = schema["components"]["schemas"]["Translation"]
+    assert all(p.get("description") for p in answer_schema["properties"].values())
+
+
+BAD_INPUTS = {
+    "malformed JSON": (b'{"text": "x"', 400, "body", "malformed JSON"),
+    "not an object": ([SAMPLE], 422, "body", "JSON object"),
+    "wrong type": ({"text": 5}, 422, "text", "string or a list of strings"),
+    "wrong item type": ({"text": [SAMPLE, 5]}, 422, "text[1]", "valid string"),
+    "wrong option type": ({"text": SAMPLE, "num_beams": "3"}, 422, "num_beams", "valid integer"),
+    "unknown option": ({"text": SAMPLE, "beam": 3}, 422, "beam", "unknown option"),
+    "missing text": ({"num_beams": 2}, 422, "text", "Field required"),
+    "empty text": ({"text": "  "}, 422, "text", "empty"),
+    "empty item": ({"text": [SAMPLE, ""]}, 422, "text[1]", "empty"),
+    "no texts": ({"text": []}, 422, "text", "at least one"),
+    "too many texts": ({"text": [SAMPLE] * 9}, 422, "text", "limit of 8"),
+    "text over the source limit": ({"text": SAMPLE * 5}, 422, "text", "limit of 24"),
+    "num_beams beyond the limit": ({"text": SAMPLE, "num_beams": 7}, 422, "num_beams", "less than or equal to 6"),
+    "num_beams below 1": ({"text": SAMPLE, "num_beams": 0}, 422, "num_beams", "greater than or equal to 1"),
+    "n_best beyond the beams": ({"text": SAMPLE, "num_beams": 2, "n_best": 3}, 422, "n_best", "beam size (2)"),
+    "max_new_tokens beyond the positions": ({"text": SAMPLE, "max_new_tokens": 64}, 422, "max_new_tokens",
+                                            "less than or equal to 63"),
+    "oversized body": ({"text": [SAMPLE] * 300}, 413, "body", "limit of 4000"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_INPUTS))
+def test_bad_input_is_a_one_line_error_and_the_server_goes_on(case, transformer_server) -> None:
+    body, status, field, words = BAD_INPUTS[case]
+    raw = body if isinstance(body, bytes) else None
+    got, error, headers = request(f"{transformer_server.url}/translate", None if raw else body, method="POST",
+                                  raw=raw, headers={"Content-Type": "application/json"})
+    assert got == status, error
+    assert set(error) == {"error", "field", "request_id"}
+    assert error["field"] == field and words in error["error"] and "\n" not in error["error"]
+    assert headers["x-request-id"] == error["request_id"]
+    ok, answer, _ = request(f"{transformer_server.url}/translate", {"text": SAMPLE})
+    assert ok == 200 and answer["translations"][0]["text"]
+
+
+def test_wrong_content_type_chunked_oversize_and_unknown_routes(transformer_server) -> None:
+    status, error, _ = request(f"{transformer_server.url}/translate", raw=b'{"text": "a"}', method="POST",
+                               headers={"Content-Type": "text/plain"})
+    assert status == 415 and "application/json" in error["error"]
+    host, port = transformer_server.url.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=30)
+    connection.request("POST", "/translate", body=iter([b'{"text": "', b"x" * 5000, b'"}']),
+                       headers={"Content-Type": "application/json"}, encode_chunked=True)  # no Content-Length
+    response = connection.getresponse()
+    assert response.status == 413 and json.loads(response.read())["field"] == "body"
+    connection.close()
+    assert request(f"{transformer_server.url}/nowhere")[0] == 404
+    assert request(f"{transformer_server.url}/translate")[0] == 405
+    assert request(f"{transformer_server.url}/health")[0] == 200
+
+
+def test_internal_error_is_a_500_with_the_request_id_in_the_log(folders, caplog) -> None:
+    service = build_service(str(folders["transformer"]))
+    decode = service.decode
+    failing = {"on": True}
+
+    def sometimes_broken(jobs):
+        if failing["on"]:
+            raise RuntimeError("boom in the model")
+        return decode(jobs)
+
+    service.decode = sometimes_broken
+    with Server(create_app(service)) as server, caplog.at_level("ERROR", logger="encdec.serve"):
+        status, error, _ = request(f"{server.url}/translate", {"text": SAMPLE}, timeout=30)
+        failing["on"] = False
+        ok, answer, _ = request(f"{server.url}/translate", {"text": SAMPLE})
+    assert status == 500 and error["request_id"] and "boom" not in error["error"]
+    assert any(error["request_id"] in record.getMessage() for record in caplog.records)
+    assert any("boom in the model" in (record.exc_text or "") for record in caplog.records)
+    assert ok == 200 and answer["translations"][0]["text"]
+
+
+def test_api_key_guards_every_endpoint(folders) -> None:
+    key = "s3cret-key"
+    basic = base64.b64encode(f"user:{key}".encode()).decode()
+    with serve_app(folders["transformer"], api_key=key) as server:
+        for path in ("/", "/health", "/info", "/translate"):
+            status, error, headers = request(f"{server.url}{path}", {"text": SAMPLE} if path == "/translate" else None)
+            assert status == 401 and "API key" in error["error"] and headers["www-authenticate"].startswith("Basic")
+        assert request(f"{server.url}/info", headers={"Authorization": "Bearer wrong"})[0] == 401
+        for header in ({"Authorization": f"Bearer {key}"}, {"X-API-Key": key}, {"Authorization": f"Basic {basic}"}):
+            assert request(f"{server.url}/translate", {"text": SAMPLE}, headers=header)[0] == 200
+            assert request(f"{server.url}/", headers=header)[0] == 200
+
+
+def test_binding_beyond_loopback_needs_a_key(folders, capsys, monkeypatch) -> None:
+    check_bind("127.0.0.1", None)
+    check_bind("localhost", None)
+    check_bind("::1", None)
+    check_bind("0.0.0.0", "key")
+    for host in ("0.0.0.0", "192.168.1.5", "example.org"):
+        with pytest.raises(EncdecError, match="--api-key"):
+            check_bind(host, None)
+    monkeypatch.delenv("ENCDEC_API_KEY", raising=False)
+    assert main(["serve", "--model", str(folders["transformer"]), "--host", "0.0.0.0"]) == 2
+    assert "ENCDEC_API_KEY" in capsys.readouterr().err
+
+
+def test_limits_are_checked(folders) -> None:
+    engine, tokenizer = load_engine(folders["transformer"])
+    with pytest.raises(EncdecError, match="max_batch_size"):
+        ServeLimits(max_batch_size=0)
+    with pytest.raises(EncdecError, match="max_wait_ms"):
+        ServeLimits(max_wait_ms=-1)
+    with pytest.raises(EncdecError, match="max-source-tokens 100 exceeds"):
+        TranslationService(engine, tokenizer, ServeLimits(max_source_tokens=100))
+    with pytest.raises(EncdecError, match="max-new-tokens 64 exceeds"):
+        TranslationService(engine, tokenizer, ServeLimits(max_new_tokens=64))
+    service = TranslationService(engine, tokenizer)
+    assert service.limits.max_source_tokens == 64 and service.limits.max_new_tokens == 63
+
+
+def test_ctranslate2_engine_serves_scores_and_refuses_alignments(folders, sources, tmp_path) -> None:
+    pytest.importorskip("ctranslate2")
+    exported = export_ctranslate2(folders["transformer"], tmp_path / "ct2")
+    engine, tokenizer = load_engine(folders["transformer"])
+    expected = translate(engine, tokenizer, sources[:6], num_beams=2)
+    with Server(create_app(build_service(str(exported), engine="ctranslate2"))) as server:
+        status, body, _ = request(f"{server.url}/translate", {"text": sources[:6], "num_beams": 2,
+                                                               "return_scores": True})
+        refused, error, _ = request(f"{server.url}/translate", {"text": SAMPLE, "return_alignments": True})
+        _, info, _ = request(f"{server.url}/info")
+    assert status == 200 and [a["text"] for a in body["translations"]] == expected
+    for text, answer in zip(sources[:6], body["translations"], strict=True):
+        assert answer["score"] == pytest.approx(teacher_forced_log_prob(engine.model, tokenizer, text, 2), abs=1e-3)
+    assert refused == 422 and error["field"] == "return_alignments" and "ctranslate2" in error["error"]
+    assert info["engine"] == "ctranslate2" and info["alignments"] is False
+
+
+# -- the real command, in its own process ---------------------------------------------------------------------------
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class ServeProcess:
+    """``encdec serve`` as a subprocess on a free loopback port."""
+
+    def __init__(self, *args: str) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+        env.pop("ENCDEC_API_KEY", None)
+        self.process = subprocess.Popen([sys.executable, "-m", "encdec", "serve", "--port", str(self.port),
+                                         "--log-level", "warning", *args], env=env, stdout=subprocess.PIPE,
+                                        stderr=subprocess.STDOUT, text=True)
+
+    def __enter__(self) -> ServeProcess:
+        deadline = time.monotonic() + 120
+        while True:
+            assert self.process.poll() is None, self.process.communicate()[0]
+            try:
+                if request(f"{self.url}/health", timeout=2)[0] == 200:
+                    return self
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                pass
+            assert time.monotonic() < deadline, "encdec serve did not start"
+            time.sleep(0.2)
+
+    def __exit__(self, *exc) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.communicate(timeout=30)
+
+
+def test_load_32_clients_20_requests_each_equal_offline_translate(folders, sources, tmp_path) -> None:
+    """640 requests from 32 concurrent clients: every one answered, each equal to `encdec translate` of its text."""
+    rng = random.Random(0)
+    texts = [rng.choice(sources) for _ in range(32 * 20)]
+    source_file = tmp_path / "sources.txt"
+    source_file.write_text("\n".join(sorted(set(texts))) + "\n")
+    assert main(["translate", "--model", str(folders["transformer"]), "--input", str(source_file),
+                 "--output", str(tmp_path / "out.txt"), "--num-beams", "2"]) == 0
+    offline = dict(zip(source_file.read_text().splitlines(), (tmp_path / "out.txt").read_text().splitlines(),
+                       strict=True))
+    with ServeProcess("--model", str(folders["transformer"]), "--max-wait-ms", "5") as server:
+        def client(k: int) -> list[tuple[str, int, str]]:
+            got = []
+            for text in texts[20 * k:20 * k + 20]:
+                status, body, _ = request(f"{server.url}/translate", {"text": text, "num_beams": 2}, timeout=120)
+                got.append((text, status, body["translations"][0]["text"] if status == 200 else body))
+            return got
+
+        start = time.monotonic()
+        with ThreadPoolExecutor(32) as pool:
+            results = [item for chunk in pool.map(client, range(32)) for item in chunk]
+        assert time.monotonic() - start < 300  # bounded: a hang fails here rather than stalling the suite
+    assert len(results) == 640
+    assert all(status == 200 for _, status, _ in results)
+    assert all(answer == offline[text] for text, _, answer in results)
+
+
+def test_sigterm_finishes_requests_in_flight_and_takes_no_more(folders, sources) -> None:
+    engine, tokenizer = load_engine(folders["transformer"])
+    expected = translate(engine, tokenizer, sources[:12], num_beams=3)
+    with ServeProcess("--model", str(folders["transformer"]), "--max-wait-ms", "1500") as server:
+        with ThreadPoolExecutor(12) as pool:  # the batcher holds them for 1.5 s: all are in flight at the signal
+            futures = [pool.submit(request, f"{server.url}/translate", {"text": text, "num_beams": 3}, timeout=60)
+                       for text in sources[:12]]
+            time.sleep(0.7)
+            server.process.send_signal(signal.SIGTERM)
+            answers = [future.result() for future in futures]
+        # uvicorn re-raises the signal once shut down, so the exit status says "ended by SIGTERM", as it should
+        assert server.process.wait(timeout=60) in (0, -signal.SIGTERM)
+        output = server.process.communicate()[0]
+    assert [status for status, _, _ in answers] == [200] * 12, output
+    assert [body["translations"][0]["text"] for _, body, _ in answers] == expected
+    with pytest.raises((urllib.error.URLError, ConnectionError)):
+        request(f"{server.url}/health", timeout=5)
+
+
+# -- the page, in a real browser ------------------------------------------------------------------------------------
+
+def chromium_driver():
+    """Headless Chromium through Selenium (Debian's `chromium` and `chromium-driver`), or a skip."""
+    webdriver = pytest.importorskip("selenium.webdriver")
+    binary = shutil.which("chromium") or shutil.which("chromium-browser")
+    driver_path = shutil.which("chromedriver")
+    if not binary or not driver_path:
+        pytest.skip("Chromium is absent: apt-get install chromium chromium-driver (.ci/run installs them)")
+    options = webdriver.ChromeOptions()
+    options.binary_location = binary
+    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1100,1250"):
+        options.add_argument(flag)
+    return webdriver.Chrome(options=options, service=webdriver.ChromeService(executable_path=driver_path))
+
+
+@pytest.mark.parametrize("family", ["transformer", "rnn"])
+def test_page_translates_and_draws_the_heatmap_in_chromium(family, folders, tmp_path) -> None:
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    driver = chromium_driver()
+    try:
+        with serve_app(folders[family]) as server:
+            _, expected, _ = request(f"{server.url}/translate", {"text": SAMPLE, "return_alignments": True})
+            driver.get(f"{server.url}/")
+            wait = WebDriverWait(driver, 30)
+            wait.until(lambda d: family in d.find_element(By.ID, "model").text)
+            driver.find_element(By.ID, "source").send_keys(SAMPLE)
+            driver.find_element(By.ID, "translate").click()
+            wait.until(lambda d: d.find_element(By.ID, "translation").text.strip())
+            answer = expected["translations"][0]
+            assert driver.find_element(By.ID, "translation").text == answer["text"]
+            assert "log-probability" in driver.find_element(By.ID, "scores").text
+            cells = driver.find_elements(By.CSS_SELECTOR, "#heatmap td.cell")
+            weights = answer["alignment"]["weights"]
+            assert len(cells) == len(weights) * len(weights[0])
+            assert [float(c.get_attribute("data-weight")) for c in cells] == pytest.approx(
+                [w for row in weights for w in row], abs=1e-4)
+            ActionChains(driver).move_to_element(cells[0]).perform()
+            wait.until(lambda d: ":" in d.find_element(By.ID, "readout").text)
+            assert f"{weights[0][0]:.3f}" in driver.find_element(By.ID, "readout").text
+            assert driver.find_element(By.ID, "error").text == ""
+            shot = tmp_path / f"serve-{family}.png"
+            assert driver.save_screenshot(str(shot)) and shot.stat().st_size > 10_000
+            if os.environ.get("ENCDEC_SCREENSHOT_DIR"):  # how the README's screenshot is made
+                shutil.copy(shot, Path(os.environ["ENCDEC_SCREENSHOT_DIR"]) / shot.name)
+    finally:
+        driver.quit()
