@@ -25,6 +25,7 @@ from .common import FIRST_ORDINARY_ID, BenchmarkSettings, Section, count
 from .engines import engines
 from .multi30k_engines import multi30k_engines
 from .rnn import rnn_family
+from .serve import serve
 from .transformer import transformer_vs_marian
 
 logger = logging.getLogger(__name__)
@@ -36,6 +37,7 @@ SECTIONS: dict[str, Callable[[BenchmarkSettings], Section | None]] = {
     "rnn": rnn_family,
     "engines": engines,
     "multi30k_engines": multi30k_engines,  # skipped (its earlier table kept) without the data and trained models
+    "serve": serve,
 }
 
 

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import os
+import shlex
+import socket
 import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
 
 
@@ -17,3 +21,27 @@ def test_the_demo_runs_outside_the_repository(tmp_path: Path) -> None:
         assert f"\n{name}: exact match " in done.stdout
         assert (tmp_path / "runs" / f"demo-{name}" / "model.safetensors").is_file()
         assert (tmp_path / "runs" / f"attention-{name}.png").read_bytes().startswith(b"\x89PNG")
+    serve_line = done.stdout.strip().splitlines()[-1]
+    assert_serves(shlex.split(serve_line), cwd=tmp_path, env=env)
+
+
+def assert_serves(command: list[str], cwd: Path, env: dict) -> None:
+    """The printed serve command starts a server that answers (on a free loopback port, then stopped)."""
+    assert command[1:5] == ["-m", "encdec", "serve", "--model"]
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen([*command, "--port", str(port), "--log-level", "warning"], cwd=cwd, env=env)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert server.poll() is None and time.monotonic() < deadline, "the demo's serve command did not start"
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as response:
+                    assert response.status == 200
+                    break
+            except OSError:
+                time.sleep(0.2)
+    finally:
+        server.terminate()
+        server.wait(timeout=60)

@@ -11,6 +11,8 @@ Run: ``encdec demo [--max-steps N] [--runs-dir runs]``.
 
 from __future__ import annotations
 
+import shlex
+import sys
 import time
 from importlib import resources
 from pathlib import Path
@@ -70,4 +72,12 @@ def run_demo(runs_dir: Path, max_steps: int | None = None) -> None:
             mark = "ok" if output.strip() == target else f"expected {target}"
             print(f"  {source:<32} -> {output:<12} {mark}")
         print(f"  {EXAMPLE:<32} -> {r['example']}   (attention heatmap: {r['png']})")
+    print(f"\nServe the demo Transformer (a web page with its attention at http://127.0.0.1:8000/):\n"
+          f"  {serve_command(reports[0]['dir'])}")
+
+
+def serve_command(model_dir: Path) -> str:
+    """The one command that serves ``model_dir``: this Python's ``-m encdec serve`` (which works in a venv that is
+    not activated, as ``make demo`` uses it)."""
+    return shlex.join([sys.executable, "-m", "encdec", "serve", "--model", str(model_dir)])
 

@@ -2,10 +2,11 @@
 answers. ``encdec.server`` puts HTTP (FastAPI) in front of it; this module is plain Python and threads.
 
 Dynamic batching (as in NVIDIA Triton's dynamic batcher or TorchServe's batch aggregation): each text of each request
-becomes a ``Job``; one worker thread decodes jobs that share their decoding options together, as soon as
-``max_batch_size`` of them wait or the oldest has waited ``max_wait_ms``. The worker runs one batch at a time, so the
-model runs in a single thread of Python (its operators still use torch's threads), and requests that arrive while
-it works are batched for the next round.
+becomes a ``Job``; one worker thread decodes jobs that share their decoding options together, as soon as as many
+of them wait as the largest of the last few batches had (up to ``max_batch_size``), or the oldest has waited
+``max_wait_ms``. So a lone client's request runs at once, and a crowd's requests wait for each other. The worker
+runs one batch at a time, so the model runs in a single thread of Python (its operators still use torch's
+threads), and requests that arrive while it works are batched for the next round.
 
 A batch gives each text what translating it alone gives:
 
@@ -263,6 +264,7 @@ class TranslationService:
 
 
 _STOP = object()
+RECENT_BATCHES = 4  # the batches whose sizes say how many jobs to expect
 
 
 class DynamicBatcher:
@@ -279,6 +281,7 @@ class DynamicBatcher:
         self.batches: list[int] = []  # sizes of the batches run, for tests and logs
         self.lock = threading.Lock()
         self.closed = False
+        self.free_since = 0.0  # when the last batch ended
 
     def start(self) -> None:
         self.thread.start()
@@ -300,33 +303,48 @@ class DynamicBatcher:
                 self.queue.put(job)
         return [job.future for job in jobs]
 
+    @property
+    def expected(self) -> int:
+        """How many jobs a batch waits for: one while requests come one at a time (the last few batches had one
+        job each), so a lone client never waits; a full batch once they come together."""
+        return self.max_batch_size if max(self.batches[-RECENT_BATCHES:], default=1) > 1 else 1
+
     def loop(self) -> None:
         pending: dict[tuple, list[Job]] = {}
         stopping = False
         while pending or not stopping:
-            stopping = self.collect(pending, stopping)
-            ready = [key for key, jobs in pending.items() if stopping or len(jobs) >= self.max_batch_size
-                     or time.monotonic() >= jobs[0].arrival + self.max_wait]
-            if not ready:
+            stopping = self.collect(pending, stopping, timeout=0.0)  # whatever is queued
+            key = self.ready(pending, stopping)
+            if key is None:  # wait for another job, or until the oldest job's wait is over
+                oldest = min((self.deadline(jobs) for jobs in pending.values()), default=None)
+                timeout = None if oldest is None else max(0.0, oldest - time.monotonic())
+                stopping = self.collect(pending, stopping, timeout)
                 continue
-            key = min(ready, key=lambda k: pending[k][0].arrival)  # the oldest first
             batch, pending[key] = pending[key][:self.max_batch_size], pending[key][self.max_batch_size:]
             if not pending[key]:
                 del pending[key]
             self.run(batch)
 
-    def collect(self, pending: dict[tuple, list[Job]], stopping: bool) -> bool:
-        """Move queued jobs into ``pending``: wait for the first (up to the oldest pending job's deadline), then
-        take whatever else is queued. Returns whether ``stop()`` was asked."""
-        if pending:
-            oldest = min(jobs[0].arrival for jobs in pending.values())
-            timeout = max(0.0, oldest + self.max_wait - time.monotonic())
-        else:
-            timeout = None
-        block = not stopping
+    def ready(self, pending: dict[tuple, list[Job]], stopping: bool) -> tuple | None:
+        """The key of the batch to run now, the oldest first: one with the expected number of jobs, or whose first
+        job has waited ``max_wait_ms``; None to wait."""
+        now = time.monotonic()
+        ready = [key for key, jobs in pending.items()
+                 if stopping or len(jobs) >= self.expected or now >= self.deadline(jobs)]
+        return min(ready, key=lambda k: pending[k][0].arrival) if ready else None
+
+    def deadline(self, jobs: list[Job]) -> float:
+        """When a group stops waiting: ``max_wait_ms`` after its first job came, or after the worker became free
+        (jobs that queued while a batch ran wait for the clients that batch answers: they send again at once)."""
+        return max(jobs[0].arrival, self.free_since) + self.max_wait
+
+    def collect(self, pending: dict[tuple, list[Job]], stopping: bool, timeout: float | None) -> bool:
+        """Move queued jobs into ``pending``: wait up to ``timeout`` (None: for ever) for the first unless stopping,
+        then take whatever else is queued. Returns whether ``stop()`` was asked."""
+        block = not stopping and timeout != 0.0
         while True:
             try:
-                item = self.queue.get(block=block and timeout != 0.0, timeout=timeout)
+                item = self.queue.get(block=block, timeout=timeout if block else None)
             except queue.Empty:
                 return stopping
             block = False
@@ -343,6 +361,8 @@ class DynamicBatcher:
             for job in batch:
                 job.future.set_exception(error)
             return
+        finally:
+            self.free_since = time.monotonic()
         for job, answer in zip(batch, answers, strict=True):
             job.future.set_result(answer)
 
