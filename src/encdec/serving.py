@@ -210,17 +210,18 @@ class TranslationService:
     def answer(self, job: Job, outputs: list[list[int]]) -> dict[str, Any]:
         texts = [self.tokenizer.decode(ids, skip_special_tokens=True).strip() for ids in outputs]
         answer: dict[str, Any] = {"text": texts[0]}
-        scores = [self.score(job, ids, with_alignment=False)[0] for ids in outputs] if job.scores else None
-        if scores is not None:
-            answer["score"] = scores[0]
+        # one teacher-forced pass per hypothesis scored; the best one's also gives the alignment
+        scored = outputs if job.scores else outputs[:1] if job.alignments else []
+        passes = [self.score(job, ids, with_alignment=job.alignments and k == 0) for k, ids in enumerate(scored)]
+        if job.scores:
+            answer["score"] = passes[0][0]
         if job.n_best_list:
-            answer["n_best"] = [{"text": text, **({"score": s} if scores else {})}
-                                for text, s in zip(texts, scores or [None] * len(texts), strict=True)]
+            answer["n_best"] = [{"text": text, **({"score": passes[k][0]} if job.scores else {})}
+                                for k, text in enumerate(texts)]
         if job.alignments:
-            _, weights = self.score(job, outputs[0], with_alignment=True)
             answer["alignment"] = {"source_tokens": self.tokenizer.convert_ids_to_tokens(job.source_ids),
                                    "target_tokens": self.tokenizer.convert_ids_to_tokens(outputs[0]),
-                                   "weights": [[round(w, 6) for w in row] for row in weights.tolist()]}
+                                   "weights": [[round(w, 6) for w in row] for row in passes[0][1].tolist()]}
         return answer
 
     def score(self, job: Job, output: list[int], with_alignment: bool) -> tuple[float, torch.Tensor | None]:
