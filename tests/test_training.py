@@ -16,16 +16,19 @@ from safetensors.torch import load_file
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from encdec import RNNSeq2SeqConfig, TransformerSeq2SeqConfig
+from encdec.averaging import WeightSnapshots, average_state_dicts, snapshot_folders
 from encdec.data import make_date_splits
 from encdec.errors import EncdecError
 from encdec.folders import PIPELINE_TASK, check_model_folder
 from encdec.training import (
     CHECKPOINT_SUBDIR,
+    SNAPSHOT_SUBDIR,
     TOKENIZER_SUBDIR,
     EncdecTrainer,
     GenerationSettings,
     RunConfig,
     TrainingSettings,
+    check_averaging,
     latest_complete_checkpoint,
     load_run_config,
     post_ln_warmup_warning,
@@ -318,3 +321,85 @@ def test_resume_continues_from_the_latest_complete_checkpoint(tmp_path, spy) -> 
     assert evaluated == [3, 6, 9]  # the first run's history continues
     assert not (out / ".final-tmp").exists()
     check_model_folder(out)
+
+
+# --- training.average_last -------------------------------------------------------------------------------------------
+
+def snapshot_names(out: Path) -> list[str]:
+    return sorted((p.name for p in (out / CHECKPOINT_SUBDIR / SNAPSHOT_SUBDIR).iterdir()),
+                  key=lambda name: int(name.split("-")[-1]))
+
+
+@pytest.mark.parametrize("average_wins", [True, False])
+def test_average_last_keeps_whichever_scores_better_on_validation(tmp_path, monkeypatch, average_wins) -> None:
+    """Snapshots every 2 steps, the last 3 kept; the average replaces the best checkpoint exactly when its validation
+    score is higher (the scores are rigged per branch, the evaluations are real), and averaging.json says so."""
+    import encdec.training as training_module
+
+    real_score, calls = training_module._validation_score, []
+
+    def rigged(trainer, validation, metric):
+        scores = real_score(trainer, validation, metric)
+        calls.append(len(validation))
+        first_wins = not average_wins
+        return {**scores, metric: (20.0 if first_wins else 10.0) if len(calls) == 1 else (10.0 if first_wins else 20.0)}
+
+    monkeypatch.setattr(training_module, "_validation_score", rigged)
+    out = tmp_path / "model"
+    path = run_config(tmp_path, "transformer", out,
+                      training={"max_steps": 8, "eval_steps": 4, "average_last": 3, "average_every": 2})
+    results = train(load_run_config(path))
+    assert calls == [20, 20]  # the best checkpoint and the average, each on every validation pair
+    assert snapshot_names(out) == ["step-4", "step-6", "step-8"]  # step-2 rotated out
+
+    record = json.loads((out / "averaging.json").read_text())
+    assert record["steps"] == [4, 6, 8] and record["best_checkpoint_step"] == int(
+        Path(json.loads((out / CHECKPOINT_SUBDIR / "checkpoint-8" / "trainer_state.json").read_text())
+             ["best_model_checkpoint"]).name.split("-")[-1])
+    assert record["chosen"] == ("average" if average_wins else "best_checkpoint")
+    assert results["averaging"] == record and results["validation"] == record["validation"][record["chosen"]]
+    final = load_file(out / "model.safetensors")
+    if average_wins:
+        expected = average_state_dicts([out / CHECKPOINT_SUBDIR / SNAPSHOT_SUBDIR / name / "model.safetensors"
+                                        for name in snapshot_names(out)])
+        assert all(torch.equal(final[name], tensor) for name, tensor in expected.items())
+        assert not best_checkpoint_weights_equal_final(out)
+        assert "average of the steps 4, 6, 8" in ModelCard.load(out / "README.md").text
+    else:
+        assert best_checkpoint_weights_equal_final(out)  # restored exactly after scoring the average
+        assert "checkpoint of step" in ModelCard.load(out / "README.md").text
+    check_model_folder(out)
+
+
+def test_average_last_settings_are_checked() -> None:
+    check_averaging(TrainingSettings(), has_eval=False)  # off by default
+    for settings, has_eval, words in (
+            (TrainingSettings(average_last=1, average_every=10), True, "training.average_last`=1"),
+            (TrainingSettings(average_last=3), True, "training.average_every`=None"),
+            (TrainingSettings(average_last=3, average_every=0), True, "training.average_every`=0"),
+            (TrainingSettings(average_last=3, average_every=10), False, "validation split")):
+        with pytest.raises(EncdecError, match=words.replace(".", r"\.").replace("`", "`")):
+            check_averaging(settings, has_eval)
+
+
+def test_snapshots_of_an_interrupted_attempt_are_dropped_on_resume(tmp_path) -> None:
+    """A resumed run re-trains the steps after its checkpoint: the old attempt's later snapshots must not be averaged
+    with the new ones."""
+    model = AutoModelForSeq2SeqLM.from_config(TransformerSeq2SeqConfig(**{
+        k: v for k, v in TINY_MODELS["transformer"].items() if k != "model_type"}))
+    folder = tmp_path / "snapshots"
+    callback = WeightSnapshots(folder, every=5, keep=2)
+    for step in (5, 10, 15):
+        callback.on_step_end(None, SimpleNamespace(global_step=step, max_steps=20, is_world_process_zero=True), None,
+                             model=model)
+    assert [p.name for p in snapshot_folders(folder)] == ["step-10", "step-15"]
+    callback.on_step_end(None, SimpleNamespace(global_step=7, max_steps=20, is_world_process_zero=True), None,
+                         model=model)  # not a snapshot step: nothing changes
+    assert [p.name for p in snapshot_folders(folder)] == ["step-10", "step-15"]
+    callback.on_step_end(None, SimpleNamespace(global_step=10, max_steps=20, is_world_process_zero=True), None,
+                         model=model)  # resumed from step 5: step 15 belongs to the interrupted attempt
+    assert [p.name for p in snapshot_folders(folder)] == ["step-10"]
+    assert not list(folder.glob(".*"))  # no staging folder left behind
+    callback.on_step_end(None, SimpleNamespace(global_step=13, max_steps=13, is_world_process_zero=True), None,
+                         model=model)  # the last step is always a snapshot
+    assert [p.name for p in snapshot_folders(folder)] == ["step-10", "step-13"]

@@ -8,6 +8,12 @@ averages saved model folders, hence this short module.
 
     encdec average runs/X/checkpoints/checkpoint-7500 runs/X/checkpoints/checkpoint-9000 --output runs/X-avg
 
+The same averaging can end a training run: with ``training.average_last: N`` and ``training.average_every: K`` in
+the recipe, ``WeightSnapshots`` keeps the weights of every K-th step (and of the last step) of the run, the last N
+of them, under ``<output_dir>/checkpoints/snapshots``. After training, ``encdec train`` scores their average and the
+best checkpoint on the validation split with the recipe's metric and keeps whichever is better; the final folder's
+``averaging.json`` names the snapshots that went in and both validation scores.
+
 The checkpoints must come from one model configuration (the same ``config.json`` up to bookkeeping keys and the same
 tensor names, shapes and dtypes); anything else is refused with the file and the field that differ. Floating-point
 weights are summed in float64 and cast back; integer buffers must be equal in every checkpoint. The output is a
@@ -27,7 +33,7 @@ from pathlib import Path
 
 import torch
 from safetensors.torch import load_file
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, PreTrainedModel, TrainerCallback
 
 from .errors import EncdecError, InputFileError, OverwriteError
 from .folders import WEIGHTS_NAME, read_json, read_safetensors_shapes, require_dir, save_for_pipeline
@@ -102,19 +108,24 @@ def average_checkpoints(checkpoints: Sequence[str | os.PathLike], output_dir: st
                              "tokenizer; pass --tokenizer with the run's tokenizer folder (e.g. runs/X/tokenizer).")
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_source, trust_remote_code=False)
     model = AutoModelForSeq2SeqLM.from_pretrained(folders[-1])  # encdec's registered classes, no remote code
-    state = model.state_dict()
-    unknown = sorted(set(averaged) - set(state))
-    if unknown:
-        raise EncdecError(f"{folders[-1] / WEIGHTS_NAME} holds tensors the model does not have ({unknown[:5]}); "
-                          "re-save the checkpoint with this version of encdec.")
-    with torch.no_grad():
-        for name, tensor in averaged.items():
-            state[name].copy_(tensor)  # state_dict() tensors share storage with the parameters and buffers
+    load_weights(model, averaged, folders[-1] / WEIGHTS_NAME)
 
     record = {"checkpoints": [str(folder) for folder in folders],
               "steps": [_checkpoint_step(folder) for folder in folders], "tokenizer": str(tokenizer_source)}
     _write_folder(model.eval(), tokenizer, record, output_dir)
     return output_dir
+
+
+def load_weights(model: PreTrainedModel, weights: dict[str, torch.Tensor], source: Path) -> None:
+    """Copy ``weights`` (a saved state dict, tied aliases left out) into ``model`` in place."""
+    state = model.state_dict()
+    unknown = sorted(set(weights) - set(state))
+    if unknown:
+        raise EncdecError(f"{source} holds tensors the model does not have ({unknown[:5]}); re-save the checkpoint "
+                          "with this version of encdec.")
+    with torch.no_grad():
+        for name, tensor in weights.items():
+            state[name].copy_(tensor)  # state_dict() tensors share storage with the parameters and buffers
 
 
 def _check_request(folders: list[Path], output_dir: Path, overwrite: bool) -> None:
@@ -158,3 +169,49 @@ def _checkpoint_step(folder: Path) -> int | None:
         return json.loads(state.read_text(encoding="utf-8")).get("global_step")
     except (OSError, json.JSONDecodeError):
         return None
+
+
+SNAPSHOT_PREFIX = "step-"
+
+
+def snapshot_folders(folder: Path) -> list[Path]:
+    """The complete snapshots ``step-N`` in ``folder`` (``model.safetensors`` present), oldest first."""
+    found = [path for path in folder.glob(f"{SNAPSHOT_PREFIX}*") if (path / WEIGHTS_NAME).is_file()
+             and path.name.removeprefix(SNAPSHOT_PREFIX).isdigit()]
+    return sorted(found, key=snapshot_step)
+
+
+def snapshot_step(folder: Path) -> int:
+    return int(folder.name.removeprefix(SNAPSHOT_PREFIX))
+
+
+class WeightSnapshots(TrainerCallback):
+    """Saves the model (``save_pretrained``: weights, config, generation config) every ``every`` optimiser steps and
+    at the last step into ``folder/step-N``, keeping the newest ``keep``: the inputs of ``training.average_last``.
+
+    Unlike Trainer checkpoints these hold no optimiser state (a third of the size) and are independent of
+    ``eval_steps`` and ``save_total_limit``. Each snapshot is written to a temporary sibling and renamed into place,
+    so an interrupted save never leaves a half-written one. A resumed run drops the snapshots of steps after the one
+    it saves, which belonged to the interrupted attempt. Only the main process writes."""
+
+    def __init__(self, folder: Path, every: int, keep: int) -> None:
+        self.folder, self.every, self.keep = Path(folder), every, keep
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        step = state.global_step
+        if not state.is_world_process_zero or (step % self.every and step != state.max_steps):
+            return
+        self.folder.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(dir=self.folder, prefix=".step-", suffix=".tmp"))
+        try:
+            model.save_pretrained(staging)
+            target = self.folder / f"{SNAPSHOT_PREFIX}{step}"
+            if target.exists():
+                shutil.rmtree(target)
+            os.replace(staging, target)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        snapshots = snapshot_folders(self.folder)
+        stale = [path for path in snapshots if snapshot_step(path) > step]
+        for path in stale + [path for path in snapshots if path not in stale][:-self.keep]:
+            shutil.rmtree(path)

@@ -111,8 +111,12 @@ def _slug(name: str) -> str:
 
 def training_summary(train_metrics: Mapping[str, Any]) -> dict[str, Any]:
     """The model card's training rows, from Trainer's final training metrics."""
-    return {"optimiser steps": train_metrics.get("global_step"), "epochs": train_metrics.get("epoch"),
-            "wall time (s)": train_metrics.get("train_runtime"), "mean training loss": train_metrics.get("train_loss")}
+    summary = {"optimiser steps": train_metrics.get("global_step"), "epochs": train_metrics.get("epoch"),
+               "wall time (s)": train_metrics.get("train_runtime"),
+               "mean training loss": train_metrics.get("train_loss")}
+    if train_metrics.get("final_weights"):  # training.average_last
+        summary["final weights (chosen on validation)"] = train_metrics["final_weights"]
+    return summary
 
 
 def write_model_card(model_dir: str | os.PathLike, *, overwrite: bool = False, **card_kwargs: Any) -> Path:

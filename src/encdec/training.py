@@ -30,11 +30,12 @@ from transformers import (
     set_seed,
 )
 
+from .averaging import WeightSnapshots, average_state_dicts, load_weights, snapshot_folders, snapshot_step
 from .cards import training_summary, write_model_card
 from .config_io import apply_overrides, from_dict, load_yaml
 from .data import DataSpec, format_report, load_data, tokenize_dataset
 from .errors import EncdecError, OverwriteError
-from .folders import save_for_pipeline
+from .folders import WEIGHTS_NAME, save_for_pipeline
 from .io_utils import atomic_write_json, require_file
 from .metrics import build_compute_metrics
 from .parallel import cpu_processes, process_state, unsharded_copy
@@ -44,6 +45,7 @@ logger = logging.getLogger(__name__)
 
 TOKENIZER_SUBDIR = "tokenizer"
 CHECKPOINT_SUBDIR = "checkpoints"
+SNAPSHOT_SUBDIR = "snapshots"  # under CHECKPOINT_SUBDIR: the weight snapshots of training.average_last
 
 
 @dataclass
@@ -91,6 +93,8 @@ class TrainingSettings:
     bf16: bool = False  # bfloat16 autocast (CPU and recent GPUs)
     dataloader_num_workers: int = 0  # worker processes for batching
     group_by_length: bool = False  # batch pairs of similar length together: less padding, faster steps
+    average_last: int = 0  # >= 2: average the last N weight snapshots, kept over the best checkpoint if val prefers it
+    average_every: int | None = None  # steps between those snapshots (the last step is always one)
 
 
 @dataclass
@@ -319,6 +323,66 @@ def training_arguments(config: RunConfig, output_dir: Path, d_model: int, has_ev
     )
 
 
+def check_averaging(settings: TrainingSettings, has_eval: bool) -> None:
+    """``average_last`` needs a snapshot interval and a validation split to choose on."""
+    n = settings.average_last
+    if n == 0:
+        return
+    if n < 2:
+        raise EncdecError(f"`training.average_last`={n}: use 0 (no averaging) or the number of snapshots to average "
+                          "(2 or more, e.g. 3).")
+    if settings.average_every is None or settings.average_every < 1:
+        raise EncdecError(f"`training.average_every`={settings.average_every}: `training.average_last` needs the "
+                          "number of steps between weight snapshots, e.g. 300.")
+    if not has_eval:
+        raise EncdecError("`training.average_last` keeps the average only when it scores better on the validation "
+                          "split, and this run has none: add a validation split to `data.splits`, or set "
+                          "`training.average_last` to 0.")
+
+
+def _validation_score(trainer: Seq2SeqTrainer, validation, metric: str) -> dict[str, float]:
+    metrics = trainer.evaluate(validation, metric_key_prefix="validation")
+    scores = {k.removeprefix("validation_"): v for k, v in metrics.items()}
+    if metric not in scores:
+        raise EncdecError(f"The validation metrics {sorted(scores)} lack `training.metric_for_best_model`={metric}.")
+    return scores
+
+
+def average_or_best(trainer: Seq2SeqTrainer, validation, settings: TrainingSettings,
+                    snapshot_dir: Path) -> tuple[dict[str, float], dict[str, Any]]:
+    """``training.average_last``: score the model Trainer ended with (the best checkpoint) and the average of the last
+    snapshots on the validation split; leave the better one in ``trainer.model``. Returns its validation metrics and
+    the record for ``averaging.json``. Averaging follows Vaswani et al. (2017, Sec. 6.1); the choice is made on
+    validation data only, so the test split never picks the weights."""
+    process_state().wait_for_everyone()  # the main process has written the last snapshot
+    metric, model = settings.metric_for_best_model, trainer.model
+    snapshots = snapshot_folders(snapshot_dir)[-settings.average_last:]
+    best_step = trainer.state.best_model_checkpoint or f"checkpoint-{trainer.state.global_step}"
+    record: dict[str, Any] = {"average_last": settings.average_last, "average_every": settings.average_every,
+                              "metric": metric, "snapshots": [str(path) for path in snapshots],
+                              "steps": [snapshot_step(path) for path in snapshots],
+                              "best_checkpoint_step": int(Path(best_step).name.split("-")[-1])}
+    best = _validation_score(trainer, validation, metric)
+    if len(snapshots) < 2:
+        logger.warning("training.average_last: only %d snapshot(s) in %s, so nothing was averaged; the run was "
+                       "shorter than average_every=%s steps.", len(snapshots), snapshot_dir, settings.average_every)
+        return best, {**record, "validation": {"best_checkpoint": best}, "chosen": "best_checkpoint"}
+    if len(snapshots) < settings.average_last:
+        logger.warning("training.average_last=%d, but the run left %d snapshots; averaging those.",
+                       settings.average_last, len(snapshots))
+    kept = {name: tensor.detach().clone() for name, tensor in model.state_dict().items()}
+    load_weights(model, average_state_dicts([path / WEIGHTS_NAME for path in snapshots]), snapshots[-1])
+    averaged = _validation_score(trainer, validation, metric)
+    better = averaged[metric] < best[metric] if metric == "loss" else averaged[metric] > best[metric]
+    chosen = "average" if better else "best_checkpoint"
+    if not better:
+        load_weights(model, kept, Path(best_step))
+    logger.info("validation %s: best checkpoint %.4g, average of steps %s %.4g: keeping the %s", metric, best[metric],
+                record["steps"], averaged[metric], chosen.replace("_", " "))
+    record.update(validation={"best_checkpoint": best, "average": averaged}, chosen=chosen)
+    return (averaged if better else best), record
+
+
 def dataset_name(spec: DataSpec) -> str:
     """A human-readable name of the training data for the model card."""
     if spec.format == "builtin_dates":
@@ -341,6 +405,8 @@ def save_final_folder(trainer: Seq2SeqTrainer, tokenizer, output_dir: Path, resu
         model = unsharded_copy(trainer.accelerator.unwrap_model(model), state_dict)
     save_for_pipeline(model, tokenizer, staging)  # model, tokenizer, generation config, code, custom_pipelines
     atomic_write_json(staging / "eval_results.json", results)
+    if "averaging" in results:
+        atomic_write_json(staging / "averaging.json", results["averaging"])
     split = "test" if "test" in results else "validation"
     metrics = {"split": split, **results[split]} if split in results else None
     write_model_card(staging, metrics=metrics, dataset_name=dataset_name(config.data),
@@ -390,6 +456,26 @@ def checkpoint_to_resume(settings: TrainingSettings, output_dir: Path) -> str | 
     return str(resume) if resume else None
 
 
+def final_results(trainer: Seq2SeqTrainer, tokenized: DatasetDict, config: RunConfig, counts: dict, train_output,
+                  snapshot_dir: Path) -> dict[str, Any]:
+    """After training: the final weights (the best checkpoint, or with ``average_last`` the average of the last
+    snapshots when validation prefers it) and their validation and test scores."""
+    results: dict[str, Any] = {"train": {**train_output.metrics, "global_step": train_output.global_step},
+                               "data": counts, "config": dataclasses.asdict(config)}
+    if config.training.average_last:
+        results["validation"], results["averaging"] = average_or_best(trainer, tokenized["validation"],
+                                                                      config.training, snapshot_dir)
+        chosen = results["averaging"]
+        results["train"]["final_weights"] = (f"average of the steps {', '.join(map(str, chosen['steps']))}"
+                                             if chosen["chosen"] == "average" else
+                                             f"checkpoint of step {chosen['best_checkpoint_step']}")
+    for split in ("validation", "test"):
+        if split in tokenized and split not in results:
+            metrics = trainer.evaluate(tokenized[split], metric_key_prefix=split)
+            results[split] = {k.removeprefix(f"{split}_"): v for k, v in metrics.items()}
+    return results
+
+
 def train(config: RunConfig) -> dict:
     """Run one training job and return the evaluation results (also written to ``eval_results.json``)."""
     set_seed(config.training.seed)
@@ -411,24 +497,26 @@ def train(config: RunConfig) -> dict:
         eval_set = eval_set.select(range(min(config.training.eval_max_samples, len(eval_set))))
     d_model = getattr(model_config, "d_model", model_config.hidden_size)
     args = training_arguments(config, output_dir, d_model, has_eval=eval_set is not None)
-    callbacks = []
+    callbacks: list[Any] = []
     if config.training.early_stopping_patience and eval_set is not None:
         callbacks.append(EarlyStoppingCallback(early_stopping_patience=config.training.early_stopping_patience))
+    check_averaging(config.training, "validation" in tokenized)
+    snapshot_dir = output_dir / CHECKPOINT_SUBDIR / SNAPSHOT_SUBDIR
+    if config.training.average_last:
+        callbacks.append(WeightSnapshots(snapshot_dir, config.training.average_every, config.training.average_last))
     trainer = EncdecTrainer(
         model=model, args=args, train_dataset=tokenized["train"], eval_dataset=eval_set,
         data_collator=DataCollatorForSeq2Seq(tokenizer, model=model), processing_class=tokenizer,
         compute_metrics=build_compute_metrics(tokenizer), callbacks=callbacks,
     )
+    if config.training.average_last and trainer.is_fsdp_enabled:
+        raise EncdecError("`training.average_last` does not support FSDP runs (each process holds a shard); set it "
+                          "to 0 and average checkpoints afterwards with `encdec average`.")
     resume = checkpoint_to_resume(config.training, output_dir)
     if not config.tokenizer.path and not (output_dir / TOKENIZER_SUBDIR).is_dir() and trainer.is_world_process_zero():
         tokenizer.save_pretrained(output_dir / TOKENIZER_SUBDIR)  # only now: a setup error leaves output_dir empty
     train_output = trainer.train(resume_from_checkpoint=resume)
-    results: dict[str, Any] = {"train": {**train_output.metrics, "global_step": train_output.global_step},
-                               "data": counts, "config": dataclasses.asdict(config)}
-    for split in ("validation", "test"):
-        if split in tokenized:
-            metrics = trainer.evaluate(tokenized[split], metric_key_prefix=split)
-            results[split] = {k.removeprefix(f"{split}_"): v for k, v in metrics.items()}
+    results = final_results(trainer, tokenized, config, counts, train_output, snapshot_dir)
     # FSDP (GPUs only): every process takes part in gathering the sharded weights, the main one saves them
     full_state = trainer.accelerator.get_state_dict(trainer.model) if trainer.is_fsdp_enabled else None
     if trainer.is_world_process_zero():
