@@ -8,6 +8,7 @@ the code files for ``trust_remote_code`` loading. It also registers the ``seq2se
 from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
 from transformers.pipelines import PIPELINE_REGISTRY
 
+from .ensemble import EnsembleForSeq2SeqLM
 from .models import (
     RNNSeq2SeqConfig,
     RNNSeq2SeqForConditionalGeneration,
@@ -44,6 +45,7 @@ PIPELINE_REGISTRY.register_pipeline("seq2seq-generation", pipeline_class=Seq2Seq
                                     pt_model=AutoModelForSeq2SeqLM, type="text")
 
 __all__ = [
+    "EnsembleForSeq2SeqLM",
     "RNNSeq2SeqConfig",
     "RNNSeq2SeqForConditionalGeneration",
     "RNNSeq2SeqModel",

@@ -40,7 +40,11 @@ def cmd_train(args: argparse.Namespace) -> None:
 def cmd_evaluate(args: argparse.Namespace) -> None:
     from .evaluation import evaluate_model
 
-    results = evaluate_model(args.model, args.source_file, args.reference_file, num_beams=args.num_beams,
+    if args.card_dataset and len(args.model) > 1:  # refused before any work
+        raise EncdecError("--card-dataset writes one model's card; an ensemble has none. Drop --card-dataset or "
+                          "evaluate one --model.")
+    model = args.model[0] if len(args.model) == 1 else args.model
+    results = evaluate_model(model, args.source_file, args.reference_file, num_beams=args.num_beams,
                              batch_size=args.batch_size, max_new_tokens=args.max_new_tokens,
                              output_file=args.output, overwrite=args.overwrite, length_penalty=args.length_penalty,
                              engine=args.engine, quantize=args.quantize, dtype=args.dtype)
@@ -48,12 +52,11 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
         from .cards import record_scores_in_card
 
         split = args.card_split or Path(args.source_file).name.split(".")[0]
-        record_scores_in_card(args.model, results, args.card_dataset, split, dataset_id=args.card_dataset_id)
+        record_scores_in_card(model, results, args.card_dataset, split, dataset_id=args.card_dataset_id)
     print(json.dumps(results, indent=2))
 
 
 def cmd_translate(args: argparse.Namespace) -> None:
-    from .inference import translate_lines
     from .io_utils import atomic_write_text, require_file
 
     if args.output and Path(args.output).exists() and not args.overwrite:  # refuse before any work
@@ -68,10 +71,65 @@ def cmd_translate(args: argparse.Namespace) -> None:
         kwargs["max_new_tokens"] = args.max_new_tokens
     if args.length_penalty is not None and args.num_beams > 1:  # greedy search ignores it (and would warn)
         kwargs["length_penalty"] = args.length_penalty
-    outputs = translate_lines(args.model, lines, batch_size=args.batch_size, engine=args.engine,
-                              quantize=args.quantize, dtype=args.dtype, **kwargs)
-    text = "".join(line + "\n" for line in outputs)
+    text = "".join(line + "\n" for line in translated_lines(args, lines, kwargs))
     if args.output:
+        atomic_write_text(args.output, text)
+    else:
+        sys.stdout.write(text)
+
+
+def layer_argument(value: str | None) -> int | str | None:
+    """``--alignment-layer``/``--layer``: an integer, ``mean``, or None."""
+    if value is None or value == "mean":
+        return value
+    try:
+        return int(value)
+    except ValueError:
+        raise EncdecError(f"--alignment-layer {value!r}: give a decoder layer number (0-based) or `mean`.") from None
+
+
+def translated_lines(args: argparse.Namespace, lines: list[str], kwargs: dict) -> list[str]:
+    """The output lines of ``encdec translate``: plain translations, or with --n-best/--scores/--alignments the
+    fields ``[ID |||] HYPOTHESIS [||| SCORE] [||| ALIGNMENT]`` (README, "Translating")."""
+    from .inference import translate_lines, translate_lines_detailed
+
+    model = args.model[0] if len(args.model) == 1 else args.model
+    options = {"batch_size": args.batch_size, "engine": args.engine, "quantize": args.quantize, "dtype": args.dtype}
+    if args.n_best is None and not args.scores and not args.alignments:
+        return translate_lines(model, lines, **options, **kwargs)
+    results = translate_lines_detailed(model, lines, n_best=args.n_best or 1, scores=args.scores,
+                                       alignments=args.alignments,
+                                       alignment_layer=layer_argument(args.alignment_layer), **options, **kwargs)
+    out = []
+    for index, hypotheses in enumerate(results):
+        for hypothesis in hypotheses:
+            fields = [str(index)] if args.n_best is not None else []
+            fields.append(hypothesis.text)
+            if args.scores:
+                fields.append("" if hypothesis.score is None else f"{hypothesis.score:.4f}")
+            if args.alignments:
+                fields.append(hypothesis.alignment or "")
+            out.append(" ||| ".join(fields))
+    return out
+
+
+def cmd_align(args: argparse.Namespace) -> None:
+    from .evaluation import align_file, choose_layer_on_files
+
+    if args.gold_file:
+        report = choose_layer_on_files(args.model, args.source_file, args.target_file, args.gold_file,
+                                       record=args.record)
+        print(json.dumps(report, indent=2))
+        return
+    if args.record:
+        raise EncdecError("--record needs --gold-file: the layer is chosen by its error rate on gold alignments.")
+    if args.output and Path(args.output).exists() and not args.overwrite:
+        raise EncdecError(f"The output file {args.output} already exists; pass --overwrite to replace it or choose "
+                          "another path.")
+    text = align_file(args.model, args.source_file, args.target_file, layer_argument(args.layer))
+    if args.output:
+        from .io_utils import atomic_write_text
+
         atomic_write_text(args.output, text)
     else:
         sys.stdout.write(text)
@@ -156,8 +214,10 @@ LENGTH_PENALTY_HELP = ("beam search's length normalisation exponent: scores are 
 
 
 def add_decoding_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", required=True,
-                   help="model folder (for --engine ctranslate2: a folder written by `encdec export`)")
+    p.add_argument("--model", required=True, action="append",
+                   help="model folder (for --engine ctranslate2: a folder written by `encdec export`); give it "
+                        "several times for an ensemble, which averages the models' log-probabilities at each step "
+                        "(the models must share one tokenizer; torch engine)")
     p.add_argument("--engine", choices=["torch", "ctranslate2"], default="torch",
                    help="torch: the model's generate(); ctranslate2: CTranslate2 (pip install 'encdec[ct2]')")
     p.add_argument("--quantize", choices=["int8"], default=None,
@@ -211,7 +271,32 @@ def add_inference_commands(commands: argparse._SubParsersAction) -> None:
     add_decoding_options(p)
     p.add_argument("--input", default=None, help="input file (default: stdin)")
     p.add_argument("--output", default=None, help="output file (default: stdout)")
+    p.add_argument("--n-best", type=int, default=None,
+                   help="K hypotheses per input, best first, as lines `ID ||| HYPOTHESIS` (ID: the 0-based input line; "
+                        "Moses n-best format); K <= --num-beams")
+    p.add_argument("--scores", action="store_true",
+                   help="add ` ||| SCORE` to each line: log P(hypothesis | input), natural log, </s> included")
+    p.add_argument("--alignments", action="store_true",
+                   help="add ` ||| i-j ...` to each line: word alignments in Pharaoh format (source word i, output "
+                        "word j, 0-based) from the attention (torch engine)")
+    p.add_argument("--alignment-layer", default=None,
+                   help="Transformer decoder layer for --alignments (0-based, or `mean`); default: the layer "
+                        "`encdec align --gold-file ... --record` chose, else the penultimate")
     p.set_defaults(func=cmd_translate)
+    p = commands.add_parser("align", help="word alignments of given sentence pairs from a model's attention; with "
+                                          "gold alignments, the alignment error rate of every decoder layer")
+    p.add_argument("--model", required=True, help="model folder")
+    p.add_argument("--source-file", required=True, help="one source sentence per line")
+    p.add_argument("--target-file", required=True, help="one target sentence per line (e.g. translations)")
+    p.add_argument("--gold-file", default=None,
+                   help="gold alignments in Pharaoh format, one line per pair: report the AER of each layer and the "
+                        "best one")
+    p.add_argument("--record", action="store_true",
+                   help="with --gold-file: record the best layer in MODEL/alignment.json for `translate --alignments`")
+    p.add_argument("--layer", default=None, help="decoder layer (0-based or `mean`); default as for translate")
+    p.add_argument("--output", default=None, help="Pharaoh alignments file (default: stdout, without --gold-file)")
+    p.add_argument("--overwrite", action="store_true")
+    p.set_defaults(func=cmd_align)
     p = commands.add_parser("export", help="export a Transformer model folder to a CTranslate2 model folder")
     p.add_argument("--model", required=True, help="encdec Transformer model folder")
     p.add_argument("--format", choices=["ctranslate2"], required=True)

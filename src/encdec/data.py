@@ -64,6 +64,7 @@ DATE_FORMATS = [
 
 _FIRST = dt.date(1950, 1, 1).toordinal()
 _LAST = dt.date(2049, 12, 31).toordinal()
+DATE_RANGE = (_FIRST, _LAST)  # the ordinals of the first and last date drawn
 
 
 def make_date_pairs(n: int, seed: int = 0) -> list[tuple[str, str]]:

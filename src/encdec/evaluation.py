@@ -9,12 +9,14 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .errors import OverwriteError
-from .inference import effective_length_penalty, load_engine, max_source_length, translate
-from .io_utils import atomic_write_json, read_aligned_lines
+from .alignment import align_pair, choose_layer, default_layer, encode_pairs, parse_pharaoh, record_layer, to_pharaoh
+from .errors import InputFileError, OverwriteError
+from .inference import effective_length_penalty, load_engine, load_model_and_tokenizer, max_source_length, translate
+from .io_utils import atomic_write_json, read_aligned_lines, read_lines
 from .metrics import load_metric
 
 logger = logging.getLogger(__name__)
@@ -66,7 +68,8 @@ def check_output_file(output_file: str | os.PathLike | None, overwrite: bool) ->
 
 
 def evaluate_model(
-    model_dir: str | os.PathLike, source_file: str | os.PathLike, reference_file: str | os.PathLike,
+    model_dir: str | os.PathLike | Sequence[str | os.PathLike], source_file: str | os.PathLike,
+    reference_file: str | os.PathLike,
     num_beams: int = 5, batch_size: int = 32, max_new_tokens: int | None = None,
     output_file: str | os.PathLike | None = None, overwrite: bool = False, device: str = "cpu",
     length_penalty: float | None = None, show_progress: bool = True,
@@ -83,7 +86,7 @@ def evaluate_model(
         source of each batch + 10 (recorded as null)
     :param length_penalty: ``None`` keeps the model's ``generation_config.length_penalty`` (recorded)
     :param engine, quantize, dtype: those of ``inference.load_engine`` (recorded); ``model_dir`` is an exported
-        folder for ``engine="ctranslate2"``
+        folder for ``engine="ctranslate2"``, or several model folders for an ensemble (``encdec.ensemble``)
     """
     output_file = check_output_file(output_file, overwrite)
     sources, references = read_parallel(source_file, reference_file)
@@ -104,12 +107,46 @@ def evaluate_model(
         "sentences_per_second": round(len(sources) / seconds, 2) if seconds > 0 else None,
         "translation_seconds": round(seconds, 3),
         "device": device, "engine": engine, "precision": quantize or dtype or "float32",
-        **{name: str(Path(path).resolve()) for name, path in
-           (("model_dir", model_dir), ("source_file", source_file), ("reference_file", reference_file))},
+        "model_dir": (str(Path(model_dir).resolve()) if isinstance(model_dir, str | os.PathLike)
+                      else [str(Path(path).resolve()) for path in model_dir]),
+        **{name: str(Path(path).resolve()) for name, path in (("source_file", source_file),
+                                                              ("reference_file", reference_file))},
     }
     if output_file is not None:
         atomic_write_json(output_file, results)
     return results
 
 
-__all__ = ["evaluate_model", "read_parallel", "score_translations"]
+def align_file(model_dir: str | os.PathLike, source_file: str | os.PathLike, target_file: str | os.PathLike,
+               layer: int | str | None = None) -> str:
+    """``encdec align``: the Pharaoh word alignment of each (source, target) line pair, one line per pair, from the
+    model's teacher-forced attention on decoder layer ``layer`` (default: ``alignment.default_layer``)."""
+    sources, targets = read_aligned_lines(source_file, target_file)
+    model, tokenizer = load_model_and_tokenizer(model_dir)
+    layer = default_layer(model) if layer is None else layer
+    lines = [to_pharaoh(align_pair(model, tokenizer, source_ids, target_ids, layer)) if source.strip() else ""
+             for (source_ids, target_ids), source in zip(encode_pairs(tokenizer, sources, targets), sources,
+                                                         strict=True)]
+    return "".join(line + "\n" for line in lines)
+
+
+def choose_layer_on_files(model_dir: str | os.PathLike, source_file: str | os.PathLike,
+                          target_file: str | os.PathLike, gold_file: str | os.PathLike,
+                          record: bool = False) -> dict[str, Any]:
+    """``encdec align --gold-file``: the alignment error rate of every decoder layer (and their mean) against gold
+    Pharaoh alignments, the best layer, and with ``record`` that layer written to ``MODEL/alignment.json``."""
+    sources, targets = read_aligned_lines(source_file, target_file)
+    gold_lines = read_lines(gold_file, "gold alignment file")
+    if len(gold_lines) != len(sources):
+        raise InputFileError(f"The gold alignment file {gold_file} has {len(gold_lines)} lines but the source file "
+                             f"{source_file} has {len(sources)}; give one alignment line per sentence pair.")
+    gold = [parse_pharaoh(line, f"{gold_file}, line {i + 1}") for i, line in enumerate(gold_lines)]
+    model, tokenizer = load_model_and_tokenizer(model_dir)
+    best, rates = choose_layer(model, tokenizer, sources, targets, gold)
+    report: dict[str, Any] = {"layer": best, "aer": rates, "pairs": len(sources)}
+    if record:
+        report["recorded"] = str(record_layer(model_dir, best, rates, f"{source_file}, {target_file}, {gold_file}"))
+    return report
+
+
+__all__ = ["align_file", "choose_layer_on_files", "evaluate_model", "read_parallel", "score_translations"]

@@ -9,14 +9,17 @@ only spares the question transformers would otherwise ask about those files.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from tqdm.auto import tqdm
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, Pipeline, PreTrainedModel, PreTrainedTokenizerBase
 
+from .alignment import align_pair, default_layer, to_pharaoh
 from .engines import ENGINES, CTranslate2Engine, TorchEngine
+from .ensemble import EnsembleForSeq2SeqLM, check_same_tokenizer
 from .errors import EncdecError, InputFileError
 from .folders import PIPELINE_TASK, WEIGHTS_NAME, read_json, read_safetensors_shapes, require_dir
 from .models.pipeline_seq2seq import Seq2SeqGenerationPipeline
@@ -41,19 +44,40 @@ def load_model_and_tokenizer(model_dir: str | os.PathLike, device: str | torch.d
     return model.to(device).eval(), tokenizer
 
 
+def load_ensemble(model_dirs: list[str | os.PathLike], device: str | torch.device = "cpu"
+                  ) -> tuple[EnsembleForSeq2SeqLM, PreTrainedTokenizerBase]:
+    """The ensemble (``encdec.ensemble``) of the model folders ``model_dirs``, each loaded and checked as by
+    ``load_model_and_tokenizer``, and their shared tokenizer; a one-line error names a member whose tokenizer
+    differs."""
+    loaded = [load_model_and_tokenizer(model_dir, device) for model_dir in model_dirs]
+    check_same_tokenizer([tokenizer for _, tokenizer in loaded], [str(model_dir) for model_dir in model_dirs])
+    return EnsembleForSeq2SeqLM([model for model, _ in loaded]).eval(), loaded[0][1]
+
+
 Engine = TorchEngine | CTranslate2Engine
 
 
-def load_engine(model_dir: str | os.PathLike, engine: str = "torch", quantize: str | None = None,
-                dtype: str | None = None, device: str = "cpu") -> tuple[Engine, PreTrainedTokenizerBase]:
+def load_engine(model_dir: str | os.PathLike | Sequence[str | os.PathLike], engine: str = "torch",
+                quantize: str | None = None, dtype: str | None = None, device: str = "cpu"
+                ) -> tuple[Engine, PreTrainedTokenizerBase]:
     """An engine over ``model_dir`` and its tokenizer: a model folder for ``torch`` (in float32, ``dtype="bfloat16"``
-    or ``quantize="int8"``), a folder from ``encdec export --format ctranslate2`` for ``ctranslate2``."""
+    or ``quantize="int8"``), a folder from ``encdec export --format ctranslate2`` for ``ctranslate2``. Several model
+    folders make an ensemble (``load_ensemble``), decoded by the torch engine."""
+    model_dirs = [model_dir] if isinstance(model_dir, str | os.PathLike) else list(model_dir)
     if engine not in ENGINES:
         raise EncdecError(f"`engine` must be one of {list(ENGINES)}, got {engine!r}.")
+    if not model_dirs:
+        raise EncdecError("No model folder given; pass at least one --model.")
+    if len(model_dirs) > 1:
+        if engine != "torch":
+            raise EncdecError(f"An ensemble ({len(model_dirs)} --model folders) decodes with --engine torch only; "
+                              f"--engine {engine} takes one model.")
+        ensemble, tokenizer = load_ensemble(model_dirs, device)
+        return TorchEngine(ensemble, quantize=quantize, dtype=dtype), tokenizer
     if engine == "ctranslate2":
-        translator = CTranslate2Engine(model_dir, quantize=quantize, dtype=dtype, device=device)
+        translator = CTranslate2Engine(model_dirs[0], quantize=quantize, dtype=dtype, device=device)
         return translator, translator.tokenizer
-    model, tokenizer = load_model_and_tokenizer(model_dir, device)
+    model, tokenizer = load_model_and_tokenizer(model_dirs[0], device)
     return TorchEngine(model, quantize=quantize, dtype=dtype), tokenizer
 
 
@@ -135,6 +159,25 @@ def translate_n_best(model: PreTrainedModel | Engine, tokenizer: PreTrainedToken
                      show_progress: bool = False, **generate_kwargs: Any) -> list[list[str]]:
     """The ``n_best`` best translations of each source, best first (``num_return_sequences`` of ``generate()``,
     ``num_hypotheses`` of CTranslate2); beam search needs ``num_beams >= n_best``. Options as ``translate``'s."""
+    _, outputs = translate_n_best_ids(model, tokenizer, sources, n_best, num_beams=num_beams, batch_size=batch_size,
+                                      max_new_tokens=max_new_tokens, length_penalty=length_penalty,
+                                      truncate=truncate, show_progress=show_progress, **generate_kwargs)
+    return [[tokenizer.decode(ids, skip_special_tokens=True).strip() for ids in hypotheses] for hypotheses in outputs]
+
+
+def output_ids(generated: list[int], eos_token_id: int | None, pad_token_id: int | None) -> list[int]:
+    """The tokens of one ``generate()`` output after the start token, to the first ``</s>`` (kept), padding dropped."""
+    ids = generated[1:]
+    return ids[:ids.index(eos_token_id) + 1] if eos_token_id in ids else [i for i in ids if i != pad_token_id]
+
+
+def translate_n_best_ids(model: PreTrainedModel | Engine, tokenizer: PreTrainedTokenizerBase, sources: list[str],
+                         n_best: int, num_beams: int | None = None, batch_size: int = 32,
+                         max_new_tokens: int | None = None, length_penalty: float | None = None,
+                         truncate: bool = False, show_progress: bool = False, **generate_kwargs: Any
+                         ) -> tuple[list[list[int]], list[list[list[int]]]]:
+    """``translate_n_best`` in token ids: each source's ids (as the model read them) and the ids of its ``n_best``
+    outputs (``output_ids``: no start token, ``</s>`` kept)."""
     if batch_size < 1:
         raise EncdecError(f"`batch_size` must be >= 1, got {batch_size}.")
     engine = model if isinstance(model, (TorchEngine, CTranslate2Engine)) else TorchEngine(model)
@@ -146,11 +189,12 @@ def translate_n_best(model: PreTrainedModel | Engine, tokenizer: PreTrainedToken
     if n_best > 1:
         settings["num_return_sequences"] = n_best
     if not sources:
-        return []
+        return [], []
     encoding = {"truncation": True, "max_length": max_source_length(tokenizer, engine.config)} if truncate else {}
-    lengths = [len(ids) for ids in tokenizer(sources, verbose=False, **encoding)["input_ids"]]
-    order = sorted(range(len(sources)), key=lambda i: -lengths[i])
-    outputs: list[list[str]] = [[] for _ in sources]
+    source_ids = tokenizer(sources, verbose=False, **encoding)["input_ids"]
+    order = sorted(range(len(sources)), key=lambda i: -len(source_ids[i]))
+    outputs: list[list[list[int]]] = [[] for _ in sources]
+    eos, pad = engine.config.eos_token_id, engine.config.pad_token_id
     with tqdm(total=len(sources), desc="Translating", unit="sent", disable=not show_progress) as progress:
         for start in range(0, len(order), batch_size):
             indices = order[start:start + batch_size]
@@ -158,37 +202,90 @@ def translate_n_best(model: PreTrainedModel | Engine, tokenizer: PreTrainedToken
             budget = (max_new_tokens or engine.generation_config.max_new_tokens
                       or auto_max_new_tokens(batch["input_ids"].size(1), engine.config))
             generated = engine.generate(batch["input_ids"], batch["attention_mask"], budget, settings)
-            texts = [text.strip() for text in tokenizer.batch_decode(generated, skip_special_tokens=True)]
             for k, i in enumerate(indices):  # generate() returns the n_best of a source one after the other
-                outputs[i] = texts[k * n_best:(k + 1) * n_best]
+                outputs[i] = [output_ids(ids, eos, pad) for ids in generated[k * n_best:(k + 1) * n_best]]
             progress.update(len(indices))
-    return outputs
+    return source_ids, outputs
 
 
-def translate_lines(model_dir_or_pipeline: str | os.PathLike | Pipeline, lines: Iterable[str],
-                    batch_size: int = 32, engine: str = "torch", quantize: str | None = None,
+@dataclass
+class Hypothesis:
+    """One translation with what ``translate_detailed`` was asked for."""
+
+    text: str
+    score: float | None = None  # log P(text | source), natural log, the </s> included
+    alignment: str | None = None  # Pharaoh word links "i-j ..." (source word i, output word j), see encdec.alignment
+
+
+def translate_detailed(model: PreTrainedModel | Engine, tokenizer: PreTrainedTokenizerBase, sources: list[str],
+                       n_best: int = 1, scores: bool = False, alignments: bool = False,
+                       alignment_layer: int | str | None = None, **options: Any) -> list[list[Hypothesis]]:
+    """The ``n_best`` translations of each source, best first, each with its score (``scores``: one teacher-forced
+    pass over that pair alone, the same log-probability ``encdec serve`` answers) and its word alignment
+    (``alignments``: ``encdec.alignment`` on decoder layer ``alignment_layer``, by default the one the model
+    folder's ``alignment.json`` records, else the penultimate). ``options`` are ``translate``'s."""
+    engine = model if isinstance(model, (TorchEngine, CTranslate2Engine)) else TorchEngine(model)
+    if alignments and not isinstance(engine, TorchEngine):
+        raise EncdecError("Alignments come from the model's attention, which the ctranslate2 engine does not return; "
+                          "use --engine torch with --alignments.")
+    source_ids, outputs = translate_n_best_ids(engine, tokenizer, sources, n_best, **options)
+    layer = alignment_layer if alignment_layer is not None else default_layer(engine.model) if alignments else None
+    results = []
+    for ids, hypotheses in zip(source_ids, outputs, strict=True):
+        results.append([Hypothesis(
+            text=tokenizer.decode(hypothesis, skip_special_tokens=True).strip(),
+            score=float(sum(engine.teacher_forced(ids, hypothesis)[0])) if scores else None,
+            alignment=to_pharaoh(align_pair(engine.model, tokenizer, ids, hypothesis, layer)) if alignments else None,
+        ) for hypothesis in hypotheses])
+    return results
+
+
+def translate_lines(model_dir_or_pipeline: str | os.PathLike | Sequence[str | os.PathLike] | Pipeline,
+                    lines: Iterable[str], batch_size: int = 32, engine: str = "torch", quantize: str | None = None,
                     dtype: str | None = None, **options: Any) -> list[str]:
     """Translate each line of a text file (``encdec translate``); returns one string per line, in order.
 
     A blank line gives an empty output without running the model, so the output file stays aligned with the input.
-    ``model_dir_or_pipeline``: a model folder (an exported folder for ``engine="ctranslate2"``), or a loaded pipeline
-    (this package's, or the copy that ``pipeline(model=..., trust_remote_code=True)`` loads), whose model and
-    tokenizer are used. ``engine``, ``quantize`` and ``dtype`` are those of ``load_engine``; ``options`` those of
-    ``translate``.
+    ``model_dir_or_pipeline``: a model folder (an exported folder for ``engine="ctranslate2"``), several model
+    folders (an ensemble), or a loaded pipeline (this package's, or the copy that ``pipeline(model=...,
+    trust_remote_code=True)`` loads), whose model and tokenizer are used. ``engine``, ``quantize`` and ``dtype`` are
+    those of ``load_engine``; ``options`` those of ``translate``.
     """
+    model, tokenizer = _open(model_dir_or_pipeline, engine, quantize, dtype)
+    return _skip_blank(lines, lambda todo: translate(model, tokenizer, todo, batch_size=batch_size, **options), "")
+
+
+def translate_lines_detailed(model_dir_or_pipeline: str | os.PathLike | Sequence[str | os.PathLike] | Pipeline,
+                             lines: Iterable[str], n_best: int = 1, scores: bool = False, alignments: bool = False,
+                             alignment_layer: int | str | None = None, batch_size: int = 32, engine: str = "torch",
+                             quantize: str | None = None, dtype: str | None = None,
+                             **options: Any) -> list[list[Hypothesis]]:
+    """``translate_lines`` with ``translate_detailed``'s n-best lists, scores and alignments: one list of
+    hypotheses per line (a blank line: one empty hypothesis, without score or alignment)."""
+    model, tokenizer = _open(model_dir_or_pipeline, engine, quantize, dtype)
+    return _skip_blank(lines, lambda todo: translate_detailed(
+        model, tokenizer, todo, n_best=n_best, scores=scores, alignments=alignments,
+        alignment_layer=alignment_layer, batch_size=batch_size, **options), [Hypothesis("")])
+
+
+def _open(model_dir_or_pipeline, engine: str, quantize: str | None, dtype: str | None
+          ) -> tuple[Engine, PreTrainedTokenizerBase]:
     if isinstance(model_dir_or_pipeline, Pipeline):
-        model, tokenizer = TorchEngine(model_dir_or_pipeline.model, quantize=quantize, dtype=dtype), \
-            model_dir_or_pipeline.tokenizer
-    else:
-        model, tokenizer = load_engine(model_dir_or_pipeline, engine, quantize=quantize, dtype=dtype)
+        return (TorchEngine(model_dir_or_pipeline.model, quantize=quantize, dtype=dtype),
+                model_dir_or_pipeline.tokenizer)
+    return load_engine(model_dir_or_pipeline, engine, quantize=quantize, dtype=dtype)
+
+
+def _skip_blank(lines: Iterable[str], run, blank: Any) -> list[Any]:
+    """``run`` on the non-blank lines (line ends stripped); each blank line gets ``blank``, in place."""
     lines = [line.rstrip("\r\n") for line in lines]
     todo = [i for i, line in enumerate(lines) if line.strip()]
-    outputs = [""] * len(lines)
-    translated = translate(model, tokenizer, [lines[i] for i in todo], batch_size=batch_size, **options)
-    for i, text in zip(todo, translated, strict=True):
-        outputs[i] = text
+    outputs = [blank] * len(lines)
+    for i, result in zip(todo, run([lines[i] for i in todo]), strict=True):
+        outputs[i] = result
     return outputs
 
 
-__all__ = ["Engine", "auto_max_new_tokens", "effective_length_penalty", "load_engine", "load_model_and_tokenizer",
-           "load_pipeline", "max_source_length", "translate", "translate_lines", "translate_n_best"]
+__all__ = ["Engine", "Hypothesis", "auto_max_new_tokens", "effective_length_penalty", "load_engine", "load_ensemble",
+           "load_model_and_tokenizer", "load_pipeline", "max_source_length", "translate", "translate_detailed",
+           "translate_lines", "translate_lines_detailed", "translate_n_best", "translate_n_best_ids"]
