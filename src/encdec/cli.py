@@ -283,6 +283,9 @@ def add_inference_commands(commands: argparse._SubParsersAction) -> None:
                    help="Transformer decoder layer for --alignments (0-based, or `mean`); default: the layer "
                         "`encdec align --gold-file ... --record` chose, else the penultimate")
     p.set_defaults(func=cmd_translate)
+
+
+def add_alignment_command(commands: argparse._SubParsersAction) -> None:
     p = commands.add_parser("align", help="word alignments of given sentence pairs from a model's attention; with "
                                           "gold alignments, the alignment error rate of every decoder layer")
     p.add_argument("--model", required=True, help="model folder")
@@ -297,6 +300,9 @@ def add_inference_commands(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--output", default=None, help="Pharaoh alignments file (default: stdout, without --gold-file)")
     p.add_argument("--overwrite", action="store_true")
     p.set_defaults(func=cmd_align)
+
+
+def add_export_commands(commands: argparse._SubParsersAction) -> None:
     p = commands.add_parser("export", help="export a Transformer model folder to a CTranslate2 model folder")
     p.add_argument("--model", required=True, help="encdec Transformer model folder")
     p.add_argument("--format", choices=["ctranslate2"], required=True)
@@ -321,6 +327,8 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     add_training_commands(commands)
     add_inference_commands(commands)
+    add_alignment_command(commands)
+    add_export_commands(commands)
     add_serve_command(commands)
     p = commands.add_parser("push", help="push a model folder (model, tokenizer, card) to the Hugging Face Hub")
     p.add_argument("--model", required=True)
