@@ -13,6 +13,7 @@ diagonal on the test triples. The table goes between the ``alignment`` markers o
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -61,9 +62,10 @@ def main() -> None:
     rows = []
     for name, (label, recipe) in RECIPES.items():
         out = work / name
-        overrides = ["--data", "{format: text, data_dir: %s, source_lang: src, target_lang: tgt, splits: {train: train, "
-                     "validation: val, test: test}}" % data, "--training.output_dir", str(out),
-                     "--training.overwrite", "true", "--training.report_to", "none"]
+        spec = {"format": "text", "data_dir": str(data), "source_lang": "src", "target_lang": "tgt",
+                "splits": {"train": "train", "validation": "val", "test": "test"}}
+        overrides = ["--data", json.dumps(spec), "--training.output_dir", str(out), "--training.overwrite", "true",
+                     "--training.report_to", "none"]
         if args.max_steps:
             overrides += ["--training.max_steps", str(args.max_steps)]
         results = train(load_run_config(REPO_ROOT / recipe, overrides))
@@ -72,10 +74,10 @@ def main() -> None:
         test = splits["test"]
         _, rates = choose_layer(model, tokenizer, [t[0] for t in test], [t[1] for t in test], [t[2] for t in test])
         others = ", ".join(f"{layer}: {rate:.3f}" for layer, rate in rates.items())
-        rows.append(f"| {label} | {results['test']['bleu']:.2f} | {chosen['layer']} | "
+        rows.append(f"| {label} | {results['test']['chrf']:.2f} | {chosen['layer']} | "
                     f"**{rates[str(chosen['layer'])]:.3f}** | {others} | {diagonal(test):.3f} |")
         print(rows[-1], flush=True)
-    table = ("| model | test BLEU | layer chosen on val (500 pairs) | test AER, chosen layer | test AER by decoder "
+    table = ("| model | test chrF | layer chosen on val (500 pairs) | test AER, chosen layer | test AER by decoder "
              "layer (0-based; mean = all layers) | test AER, monotone diagonal |\n|---|---:|---:|---:|---|---:|\n"
              + "\n".join(rows) + "\n")
     results_md = REPO_ROOT / "docs" / "results.md"

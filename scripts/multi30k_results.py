@@ -144,6 +144,34 @@ def summary_table(runs: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
+def read_ensembles(folder: Path) -> dict[str, dict]:
+    """name -> {"beam", "greedy"} for each ensemble scored by scripts/multi30k_ensemble.sh under ``folder``."""
+    found = {}
+    for run in sorted(folder.glob("*/")):
+        files = [run / "test2016-beam5.json", run / "test2016-beam1.json"]
+        if all(file.is_file() for file in files):
+            found[run.name] = {name: json.loads(file.read_text()) for name, file in zip(("beam", "greedy"), files,
+                                                                                        strict=True)}
+    return found
+
+
+def member_bleu(model_dir: str) -> str:
+    """A member's own test2016 BLEU with beam 5, from its folder (``-`` when it was not scored)."""
+    scored = Path(model_dir) / "test2016-beam5.json"
+    return f"{json.loads(scored.read_text())['bleu']:.2f}" if scored.is_file() else "-"
+
+
+def ensembles_table(ensembles: dict[str, dict]) -> str:
+    lines = ["| ensemble | members (their own BLEU beam 5) | BLEU beam 5 | BLEU greedy | chrF beam 5 | beam 5 sent/s |",
+             "|---|---|---:|---:|---:|---:|"]
+    for name, scores in ensembles.items():
+        beam, greedy = scores["beam"], scores["greedy"]
+        members = ", ".join(f"`{Path(m).name}` ({member_bleu(m)})" for m in beam["model_dir"])
+        lines.append(f"| {name} | {members} | **{beam['bleu']:.2f}** | {greedy['bleu']:.2f} | {beam['chrf']:.2f} | "
+                     f"{beam['sentences_per_second']:.1f} |")
+    return "\n".join(lines)
+
+
 def _first_cell(line: str) -> str:
     return line.split("|")[1].strip()
 
@@ -192,6 +220,9 @@ def main() -> None:
     for name, body in (("results", results_table(runs)), ("published", published_table(runs)),
                        ("commands", commands_table(runs)), ("curves", curves_table(runs))):
         text = replace_section(text, name, body)
+    ensembles = read_ensembles(args.runs / "multi30k-ensembles")
+    if ensembles:
+        text = replace_section(text, "ensembles", ensembles_table(ensembles))
     atomic_write_text(args.output, text)
     args.cards.mkdir(parents=True, exist_ok=True)
     for recipe in runs:  # the trained models' cards (model-index with the test2016 scores), kept in the repository

@@ -78,3 +78,20 @@ def test_a_single_rerun_rewrites_its_rows_only(tmp_path, monkeypatch):
     assert "**50.25** (49.25)" in readme.read_text()
     assert (cards / "lstm-luong-general.md").read_text() == "---\nmodel-index: []\n---\n# a card\n"
     assert sorted(path.name for path in cards.iterdir()) == ["lstm-luong-general.md"]
+
+
+def test_ensembles_are_tabulated_with_their_members_own_scores(tmp_path):
+    member_a, member_b = tmp_path / "multi30k-a", tmp_path / "multi30k-b"
+    member_a.mkdir()
+    member_b.mkdir()
+    fake_run(member_a, 39.5)  # member_b was never scored alone
+    ensemble = tmp_path / "multi30k-ensembles" / "a+b"
+    ensemble.mkdir(parents=True)
+    scores = {"bleu": 41.25, "chrf": 61.0, "sentences_per_second": 20.0, "model_dir": [str(member_a), str(member_b)]}
+    (ensemble / "test2016-beam5.json").write_text(json.dumps(scores))
+    (ensemble / "test2016-beam1.json").write_text(json.dumps({**scores, "bleu": 40.0}))
+    (tmp_path / "multi30k-ensembles" / "unfinished").mkdir()  # no scores yet: left out
+    found = results.read_ensembles(tmp_path / "multi30k-ensembles")
+    assert list(found) == ["a+b"]
+    rows = results.ensembles_table(found).splitlines()
+    assert rows[2] == "| a+b | `multi30k-a` (39.50), `multi30k-b` (-) | **41.25** | 40.00 | 61.00 | 20.0 |"

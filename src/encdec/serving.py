@@ -37,7 +37,7 @@ from transformers import PreTrainedTokenizerBase
 from . import __version__
 from .engines import CTranslate2Engine, TorchEngine
 from .errors import EncdecError
-from .inference import Engine, auto_max_new_tokens, generation_settings, max_source_length
+from .inference import Engine, auto_max_new_tokens, generation_settings, max_source_length, output_ids
 
 logger = logging.getLogger("encdec.serve")
 
@@ -198,14 +198,10 @@ class TranslationService:
             settings["num_return_sequences"] = options.n_best
         generated = self.engine.generate(input_ids, attention_mask, max(job.budget for job in jobs), settings)
         n = options.n_best  # the n_best outputs of a source come one after the other
-        return [self.answer(job, [self.output_ids(ids, job.budget) for ids in generated[k * n:(k + 1) * n]])
+        eos, pad = self.config.eos_token_id, self.tokenizer.pad_token_id
+        # each job's own budget: greedy jobs of a batch run to the largest one, and greedy search is prefix-consistent
+        return [self.answer(job, [output_ids(ids[:1 + job.budget], eos, pad) for ids in generated[k * n:(k + 1) * n]])
                 for k, job in enumerate(jobs)]
-
-    def output_ids(self, generated: list[int], budget: int) -> list[int]:
-        """The generated tokens after the start token, to the first ``</s>`` (kept) or the job's own budget."""
-        ids = generated[1:1 + budget]
-        eos = self.config.eos_token_id
-        return ids[:ids.index(eos) + 1] if eos in ids else [i for i in ids if i != self.tokenizer.pad_token_id]
 
     def answer(self, job: Job, outputs: list[list[int]]) -> dict[str, Any]:
         texts = [self.tokenizer.decode(ids, skip_special_tokens=True).strip() for ids in outputs]
