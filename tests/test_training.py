@@ -338,18 +338,20 @@ def test_average_last_keeps_whichever_scores_better_on_validation(tmp_path, monk
 
     real_score, calls = training_module._validation_score, []
 
-    def rigged(trainer, validation, metric):
-        scores = real_score(trainer, validation, metric)
-        calls.append(len(validation))
+    def rigged(trainer, validation, metric, num_beams):
+        scores = real_score(trainer, validation, metric, num_beams)
+        calls.append((len(validation), num_beams))
         first_wins = not average_wins
         return {**scores, metric: (20.0 if first_wins else 10.0) if len(calls) == 1 else (10.0 if first_wins else 20.0)}
 
     monkeypatch.setattr(training_module, "_validation_score", rigged)
     out = tmp_path / "model"
     path = run_config(tmp_path, "transformer", out,
-                      training={"max_steps": 8, "eval_steps": 4, "average_last": 3, "average_every": 2})
+                      training={"max_steps": 8, "eval_steps": 4, "average_last": 3, "average_every": 2},
+                      generation={"num_beams": 2})
     results = train(load_run_config(path))
-    assert calls == [20, 20]  # the best checkpoint and the average, each on every validation pair
+    # the best checkpoint and the average, each on every validation pair with the generation beam size
+    assert calls == [(20, 2), (20, 2)]
     assert snapshot_names(out) == ["step-4", "step-6", "step-8"]  # step-2 rotated out
 
     record = json.loads((out / "averaging.json").read_text())
@@ -357,7 +359,8 @@ def test_average_last_keeps_whichever_scores_better_on_validation(tmp_path, monk
         Path(json.loads((out / CHECKPOINT_SUBDIR / "checkpoint-8" / "trainer_state.json").read_text())
              ["best_model_checkpoint"]).name.split("-")[-1])
     assert record["chosen"] == ("average" if average_wins else "best_checkpoint")
-    assert results["averaging"] == record and results["validation"] == record["validation"][record["chosen"]]
+    assert results["averaging"] == record and record["num_beams"] == 2
+    assert set(results) == {"train", "data", "config", "averaging", "validation", "test"}
     final = load_file(out / "model.safetensors")
     if average_wins:
         expected = average_state_dicts([out / CHECKPOINT_SUBDIR / SNAPSHOT_SUBDIR / name / "model.safetensors"

@@ -340,20 +340,21 @@ def check_averaging(settings: TrainingSettings, has_eval: bool) -> None:
                           "`training.average_last` to 0.")
 
 
-def _validation_score(trainer: Seq2SeqTrainer, validation, metric: str) -> dict[str, float]:
-    metrics = trainer.evaluate(validation, metric_key_prefix="validation")
+def _validation_score(trainer: Seq2SeqTrainer, validation, metric: str, num_beams: int) -> dict[str, float]:
+    metrics = trainer.evaluate(validation, metric_key_prefix="validation", num_beams=num_beams)
     scores = {k.removeprefix("validation_"): v for k, v in metrics.items()}
     if metric not in scores:
         raise EncdecError(f"The validation metrics {sorted(scores)} lack `training.metric_for_best_model`={metric}.")
     return scores
 
 
-def average_or_best(trainer: Seq2SeqTrainer, validation, settings: TrainingSettings,
-                    snapshot_dir: Path) -> tuple[dict[str, float], dict[str, Any]]:
+def average_or_best(trainer: Seq2SeqTrainer, validation, settings: TrainingSettings, snapshot_dir: Path,
+                    num_beams: int) -> dict[str, Any]:
     """``training.average_last``: score the model Trainer ended with (the best checkpoint) and the average of the last
-    snapshots on the validation split; leave the better one in ``trainer.model``. Returns its validation metrics and
-    the record for ``averaging.json``. Averaging follows Vaswani et al. (2017, Sec. 6.1); the choice is made on
-    validation data only, so the test split never picks the weights."""
+    snapshots on the validation split, decoding with ``num_beams`` (the run's ``generation.num_beams``: the decoding
+    the model ships with, which may prefer other weights than the greedy validation during training); leave the
+    better one in ``trainer.model`` and return the record for ``averaging.json``. Averaging follows Vaswani et al.
+    (2017, Sec. 6.1); the choice is made on validation data only, so the test split never picks the weights."""
     process_state().wait_for_everyone()  # the main process has written the last snapshot
     metric, model = settings.metric_for_best_model, trainer.model
     snapshots = snapshot_folders(snapshot_dir)[-settings.average_last:]
@@ -361,18 +362,19 @@ def average_or_best(trainer: Seq2SeqTrainer, validation, settings: TrainingSetti
     record: dict[str, Any] = {"average_last": settings.average_last, "average_every": settings.average_every,
                               "metric": metric, "snapshots": [str(path) for path in snapshots],
                               "steps": [snapshot_step(path) for path in snapshots],
-                              "best_checkpoint_step": int(Path(best_step).name.split("-")[-1])}
-    best = _validation_score(trainer, validation, metric)
+                              "best_checkpoint_step": int(Path(best_step).name.split("-")[-1]),
+                              "num_beams": num_beams}
+    best = _validation_score(trainer, validation, metric, num_beams)
     if len(snapshots) < 2:
         logger.warning("training.average_last: only %d snapshot(s) in %s, so nothing was averaged; the run was "
                        "shorter than average_every=%s steps.", len(snapshots), snapshot_dir, settings.average_every)
-        return best, {**record, "validation": {"best_checkpoint": best}, "chosen": "best_checkpoint"}
+        return {**record, "validation": {"best_checkpoint": best}, "chosen": "best_checkpoint"}
     if len(snapshots) < settings.average_last:
         logger.warning("training.average_last=%d, but the run left %d snapshots; averaging those.",
                        settings.average_last, len(snapshots))
     kept = {name: tensor.detach().clone() for name, tensor in model.state_dict().items()}
     load_weights(model, average_state_dicts([path / WEIGHTS_NAME for path in snapshots]), snapshots[-1])
-    averaged = _validation_score(trainer, validation, metric)
+    averaged = _validation_score(trainer, validation, metric, num_beams)
     better = averaged[metric] < best[metric] if metric == "loss" else averaged[metric] > best[metric]
     chosen = "average" if better else "best_checkpoint"
     if not better:
@@ -380,7 +382,7 @@ def average_or_best(trainer: Seq2SeqTrainer, validation, settings: TrainingSetti
     logger.info("validation %s: best checkpoint %.4g, average of steps %s %.4g: keeping the %s", metric, best[metric],
                 record["steps"], averaged[metric], chosen.replace("_", " "))
     record.update(validation={"best_checkpoint": best, "average": averaged}, chosen=chosen)
-    return (averaged if better else best), record
+    return record
 
 
 def dataset_name(spec: DataSpec) -> str:
@@ -463,8 +465,8 @@ def final_results(trainer: Seq2SeqTrainer, tokenized: DatasetDict, config: RunCo
     results: dict[str, Any] = {"train": {**train_output.metrics, "global_step": train_output.global_step},
                                "data": counts, "config": dataclasses.asdict(config)}
     if config.training.average_last:
-        results["validation"], results["averaging"] = average_or_best(trainer, tokenized["validation"],
-                                                                      config.training, snapshot_dir)
+        results["averaging"] = average_or_best(trainer, tokenized["validation"], config.training, snapshot_dir,
+                                               config.generation.num_beams)
         chosen = results["averaging"]
         results["train"]["final_weights"] = (f"average of the steps {', '.join(map(str, chosen['steps']))}"
                                              if chosen["chosen"] == "average" else
