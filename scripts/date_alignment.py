@@ -79,7 +79,7 @@ def main() -> None:
         print(rows[-1], flush=True)
     table = ("| model | test chrF | layer chosen on val (500 pairs) | test AER, chosen layer | test AER by decoder "
              "layer (0-based; mean = all layers) | test AER, monotone diagonal |\n|---|---:|---:|---:|---|---:|\n"
-             + "\n".join(rows) + "\n")
+             + "\n".join(rows))
     results_md = REPO_ROOT / "docs" / "results.md"
     atomic_write_text(results_md, replace_section(results_md.read_text(encoding="utf-8"), "alignment", table))
     print(table)
