@@ -21,7 +21,14 @@ from encdec.errors import EncdecError, OverwriteError
 from encdec.evaluation import evaluate_model
 from encdec.export import EncdecTransformerConverter, export_ctranslate2, vocabulary_tokens
 from encdec.folders import save_for_pipeline
-from encdec.inference import load_engine, load_model_and_tokenizer, translate, translate_lines, translate_n_best
+from encdec.inference import (
+    load_engine,
+    load_model_and_tokenizer,
+    translate,
+    translate_detailed,
+    translate_lines,
+    translate_n_best,
+)
 from tiny_model_folders import DATE_RNN as RNN
 from tiny_model_folders import DATE_TRANSFORMER as TRANSFORMER
 from tiny_model_folders import date_data, train_on_dates
@@ -295,3 +302,23 @@ def test_n_best_lists_match_across_engines(folders, exports, dates) -> None:
         translate_n_best(ct2_engine, tokenizer, sources, 3, num_beams=2)
     with pytest.raises(EncdecError, match="call `translate_n_best`"):
         translate(torch_engine, tokenizer, sources, num_return_sequences=2)
+
+
+def test_n_best_scores_agree_across_engines_and_ctranslate2_refuses_alignments(folders, exports, dates) -> None:
+    """``translate_detailed``: each hypothesis's score is log P(hypothesis | source) on either engine (CTranslate2
+    through ``score_batch``); alignments need the attention, which only the torch engine returns."""
+    sources = [source for source, _ in dates[2][:20]]
+    torch_engine, tokenizer = load_engine(folders["paper"])
+    ct2_engine, _ = load_engine(exports["paper"], "ctranslate2")
+    expected = translate_detailed(torch_engine, tokenizer, sources, n_best=2, scores=True, num_beams=4,
+                                  max_new_tokens=16)
+    got = translate_detailed(ct2_engine, tokenizer, sources, n_best=2, scores=True, num_beams=4, max_new_tokens=16)
+    compared = 0
+    for mine, theirs in zip(expected, got, strict=True):
+        for a, b in zip(mine, theirs, strict=True):
+            if a.text == b.text:  # the same hypothesis: the same log-probability
+                assert a.score == pytest.approx(b.score, abs=1e-3)
+                compared += 1
+    assert compared >= 30
+    with pytest.raises(EncdecError, match="use --engine torch with --alignments"):
+        translate_detailed(ct2_engine, tokenizer, sources[:1], alignments=True)
