@@ -107,6 +107,12 @@ def attention_by_layer(model, source_ids: Sequence[int], target_ids: Sequence[in
 
     :param target_ids: the output tokens without the decoder start token (the model prepends it), ``</s>`` included
     """
+    return teacher_forced_attention(model, source_ids, target_ids)[1]
+
+
+def teacher_forced_attention(model, source_ids: Sequence[int], target_ids: Sequence[int]
+                             ) -> tuple[torch.Tensor, torch.Tensor]:
+    """One teacher-forced pass: each target token's log-probability (T,) and ``attention_by_layer`` (L, S, T)."""
     device = model.device
     with torch.inference_mode():
         out = model(input_ids=torch.tensor([list(source_ids)], device=device),
@@ -114,7 +120,9 @@ def attention_by_layer(model, source_ids: Sequence[int], target_ids: Sequence[in
     if not out.cross_attentions or out.cross_attentions[0] is None:
         raise EncdecError("This model has no attention to align with (an RNN with `attention: none`); word "
                           "alignments need a Transformer or an RNN with Bahdanau or Luong attention.")
-    return torch.stack([layer[0].float().mean(dim=0) for layer in out.cross_attentions]).transpose(1, 2)
+    log_probs = out.logits[0].float().log_softmax(-1)  # (T, V)
+    chosen = log_probs.gather(-1, torch.tensor(list(target_ids), device=device)[:, None])[:, 0]
+    return chosen, torch.stack([layer[0].float().mean(dim=0) for layer in out.cross_attentions]).transpose(1, 2)
 
 
 def layer_weights(by_layer: torch.Tensor, layer: int | str) -> torch.Tensor:
@@ -152,8 +160,14 @@ def recorded_layer(model_dir: str | os.PathLike) -> int | str | None:
 def align_pair(model, tokenizer, source_ids: Sequence[int], target_ids: Sequence[int],
                layer: int | str) -> Links:
     """The word links of one (source ids, output ids) pair, from decoder layer ``layer``."""
-    weights = layer_weights(attention_by_layer(model, source_ids, target_ids), layer)
-    return hard_links(weights, word_of_tokens(tokenizer, source_ids), word_of_tokens(tokenizer, target_ids))
+    return word_links(attention_by_layer(model, source_ids, target_ids), tokenizer, source_ids, target_ids, layer)
+
+
+def word_links(by_layer: torch.Tensor, tokenizer, source_ids: Sequence[int], target_ids: Sequence[int],
+               layer: int | str) -> Links:
+    """The word links of a pair from its ``attention_by_layer`` weights, on decoder layer ``layer``."""
+    return hard_links(layer_weights(by_layer, layer), word_of_tokens(tokenizer, source_ids),
+                      word_of_tokens(tokenizer, target_ids))
 
 
 def encode_pairs(tokenizer, sources: Sequence[str], targets: Sequence[str]) -> list[tuple[list[int], list[int]]]:
@@ -227,4 +241,4 @@ def date_alignment_pairs(n: int, seed: int = 0) -> list[tuple[str, str, Links]]:
 
 __all__ = ["ALIGNMENT_FILE", "MEAN", "align_pair", "alignment_error_rate", "attention_by_layer", "choose_layer",
            "date_alignment_pairs", "default_layer", "encode_pairs", "hard_links", "layer_weights", "parse_pharaoh",
-           "record_layer", "recorded_layer", "to_pharaoh", "word_of_tokens"]
+           "record_layer", "recorded_layer", "teacher_forced_attention", "to_pharaoh", "word_links", "word_of_tokens"]

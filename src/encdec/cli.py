@@ -59,9 +59,7 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
 def cmd_translate(args: argparse.Namespace) -> None:
     from .io_utils import atomic_write_text, require_file
 
-    if args.output and Path(args.output).exists() and not args.overwrite:  # refuse before any work
-        raise EncdecError(f"The output file {args.output} already exists; pass --overwrite to replace it or choose "
-                          "another path.")
+    refuse_existing_output(args)
     source = require_file(args.input, "input file").read_text(encoding="utf-8") if args.input else sys.stdin.read()
     lines = source.split("\n")  # only \n (or \r\n) ends a line: a U+2028 inside one keeps the output aligned
     if lines[-1] == "":
@@ -76,6 +74,13 @@ def cmd_translate(args: argparse.Namespace) -> None:
         atomic_write_text(args.output, text)
     else:
         sys.stdout.write(text)
+
+
+def refuse_existing_output(args: argparse.Namespace) -> None:
+    """``--output`` may replace a file only with ``--overwrite``; checked before any work."""
+    if args.output and Path(args.output).exists() and not args.overwrite:
+        raise EncdecError(f"The output file {args.output} already exists; pass --overwrite to replace it or choose "
+                          "another path.")
 
 
 def layer_argument(value: str | None) -> int | str | None:
@@ -123,9 +128,7 @@ def cmd_align(args: argparse.Namespace) -> None:
         return
     if args.record:
         raise EncdecError("--record needs --gold-file: the layer is chosen by its error rate on gold alignments.")
-    if args.output and Path(args.output).exists() and not args.overwrite:
-        raise EncdecError(f"The output file {args.output} already exists; pass --overwrite to replace it or choose "
-                          "another path.")
+    refuse_existing_output(args)
     text = align_file(args.model, args.source_file, args.target_file, layer_argument(args.layer))
     if args.output:
         from .io_utils import atomic_write_text

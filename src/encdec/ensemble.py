@@ -124,7 +124,6 @@ class EnsembleForSeq2SeqLM(PreTrainedModel, GenerationMixin):
     config_class = EnsembleConfig
     base_model_prefix = "ensemble"
     main_input_name = "input_ids"
-    _supports_cache_class = False
 
     def __init__(self, members: Sequence[PreTrainedModel]) -> None:
         members = list(members)

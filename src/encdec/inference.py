@@ -17,7 +17,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, Pipeline, PreTrainedModel, PreTrainedTokenizerBase
 
-from .alignment import align_pair, default_layer, to_pharaoh
+from .alignment import default_layer, teacher_forced_attention, to_pharaoh, word_links
 from .engines import ENGINES, CTranslate2Engine, TorchEngine
 from .ensemble import EnsembleForSeq2SeqLM, check_same_tokenizer
 from .errors import EncdecError, InputFileError
@@ -230,14 +230,19 @@ def translate_detailed(model: PreTrainedModel | Engine, tokenizer: PreTrainedTok
                           "use --engine torch with --alignments.")
     source_ids, outputs = translate_n_best_ids(engine, tokenizer, sources, n_best, **options)
     layer = alignment_layer if alignment_layer is not None else default_layer(engine.model) if alignments else None
-    results = []
-    for ids, hypotheses in zip(source_ids, outputs, strict=True):
-        results.append([Hypothesis(
-            text=tokenizer.decode(hypothesis, skip_special_tokens=True).strip(),
-            score=float(sum(engine.teacher_forced(ids, hypothesis)[0])) if scores else None,
-            alignment=to_pharaoh(align_pair(engine.model, tokenizer, ids, hypothesis, layer)) if alignments else None,
-        ) for hypothesis in hypotheses])
-    return results
+    return [[_hypothesis(engine, tokenizer, ids, hypothesis, scores, alignments, layer) for hypothesis in hypotheses]
+            for ids, hypotheses in zip(source_ids, outputs, strict=True)]
+
+
+def _hypothesis(engine: Engine, tokenizer: PreTrainedTokenizerBase, source_ids: list[int], output: list[int],
+                scores: bool, alignments: bool, layer: int | str | None) -> Hypothesis:
+    """One output with its score and alignment; when both are asked, one teacher-forced pass gives both."""
+    text = tokenizer.decode(output, skip_special_tokens=True).strip()
+    if not alignments:
+        return Hypothesis(text, float(sum(engine.teacher_forced(source_ids, output)[0])) if scores else None)
+    log_probs, by_layer = teacher_forced_attention(engine.model, source_ids, output)
+    return Hypothesis(text, float(log_probs.sum()) if scores else None,
+                      to_pharaoh(word_links(by_layer, tokenizer, source_ids, output, layer)))
 
 
 def translate_lines(model_dir_or_pipeline: str | os.PathLike | Sequence[str | os.PathLike] | Pipeline,
