@@ -17,6 +17,8 @@ def test_the_demo_runs_outside_the_repository(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "encdec", "demo", "--max-steps", "2", "--runs-dir", "runs"],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
+    deprecations = [line for line in done.stderr.splitlines() if "deprecat" in line.lower() or "FutureWarning" in line]
+    assert not deprecations, deprecations  # e.g. transformers 5.24's `past_key_values` renamed `cache`
     for name in ("transformer", "lstm-bahdanau"):
         assert f"\n{name}: exact match " in done.stdout
         assert (tmp_path / "runs" / f"demo-{name}" / "model.safetensors").is_file()

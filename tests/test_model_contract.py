@@ -9,10 +9,11 @@ from unittest import mock
 
 import pytest
 import torch
-from transformers.cache_utils import Cache, CacheLayerMixin, DynamicCache, EncoderDecoderCache
+from transformers.cache_utils import Cache, CacheLayerMixin, DynamicCache, EncoderDecoderCache, LinearAttentionLayer
 from transformers.utils import ModelOutput
 
 from encdec import RNNSeq2SeqConfig
+from encdec.models.compat import cache_field, cache_of
 from encdec.models.rnn_cache import RNNSeq2SeqCache, RNNStateLayer
 from toy import (
     BOS,
@@ -93,11 +94,11 @@ def test_config_flags_equal_keyword_flags(name: str) -> None:
                 setattr(model.config, flag, False)
             assert_same(by_config, by_keyword, f"{where} {flag}")
             assert_same(overridden, module(**kwargs), f"{where} {flag}=False")
-    assert model(**batch).past_key_values is not None
+    assert cache_of(model(**batch)) is not None
     model.config.use_cache = False
     try:
-        assert model(**batch).past_key_values is None and model.model(**batch).past_key_values is None
-        assert model(**batch, use_cache=True).past_key_values is not None
+        assert cache_of(model(**batch)) is None and cache_of(model.model(**batch)) is None
+        assert cache_of(model(**batch, use_cache=True)) is not None
     finally:
         model.config.use_cache = True
     for where, (module, kwargs) in calls.items():
@@ -132,21 +133,31 @@ def test_tuple_output_equals_to_tuple(name: str) -> None:
     torch.testing.assert_close(from_tuple.logits, model(**batch).logits, atol=0, rtol=0)
 
 
+@pytest.mark.parametrize("tied", [True, False], ids=["tied", "untied"])
 @pytest.mark.parametrize("name", MODELS)
 @torch.no_grad()
-def test_inputs_embeds_equal_input_ids(name: str) -> None:
-    model = build(name)
+def test_inputs_embeds_equal_input_ids(name: str, tied: bool) -> None:
+    """Embeddings in place of ids give the same outputs, exactly. With tied embeddings this is transformers' own
+    common check, which embeds both sides with ``model.get_input_embeddings()``; untied (the RNN papers' default),
+    the decoder has its own table, ``model.get_decoder().get_input_embeddings()``, and the target is embedded with
+    it."""
+    model = build(name, tie_word_embeddings=tied)
     batch = inputs()
     by_ids = model(**batch, output_hidden_states=True)
+    decoder_table = model.get_input_embeddings() if tied else model.get_decoder().get_input_embeddings()
+    assert (model.get_input_embeddings().weight is model.get_decoder().get_input_embeddings().weight) == tied
     by_embeds = model(inputs_embeds=model.get_input_embeddings()(batch["input_ids"]),
                       attention_mask=batch["attention_mask"],
-                      decoder_inputs_embeds=model.get_decoder().get_input_embeddings()(batch["decoder_input_ids"]),
-                      output_hidden_states=True)
-    torch.testing.assert_close(by_embeds.logits, by_ids.logits, atol=1e-6, rtol=0)
-    torch.testing.assert_close(by_embeds.encoder_hidden_states, by_ids.encoder_hidden_states, atol=1e-6, rtol=0)
-    generate = dict(attention_mask=batch["attention_mask"], max_new_tokens=5, num_beams=2)
-    assert torch.equal(model.generate(inputs_embeds=model.get_input_embeddings()(batch["input_ids"]), **generate),
-                       model.generate(input_ids=batch["input_ids"], **generate))
+                      decoder_inputs_embeds=decoder_table(batch["decoder_input_ids"]), output_hidden_states=True)
+    torch.testing.assert_close(by_embeds.logits, by_ids.logits, atol=0, rtol=0)
+    torch.testing.assert_close(by_embeds.encoder_hidden_states, by_ids.encoder_hidden_states, atol=0, rtol=0)
+    torch.testing.assert_close(by_embeds.decoder_hidden_states, by_ids.decoder_hidden_states, atol=0, rtol=0)
+    generate = dict(attention_mask=batch["attention_mask"], max_new_tokens=5, num_beams=2, output_scores=True,
+                    return_dict_in_generate=True)
+    from_embeds = model.generate(inputs_embeds=model.get_input_embeddings()(batch["input_ids"]), **generate)
+    from_ids = model.generate(input_ids=batch["input_ids"], **generate)
+    assert torch.equal(from_embeds.sequences, from_ids.sequences)
+    torch.testing.assert_close(from_embeds.sequences_scores, from_ids.sequences_scores, atol=0, rtol=0)
 
 
 def test_rnn_config_maps_num_attention_heads_to_the_one_alignment() -> None:
@@ -290,7 +301,7 @@ def test_generate_fills_every_documented_field(name: str, mode: str, use_cache: 
         assert [s.shape for s in out[field]] == [(rows, VOCAB)] * STEPS, field
     if "num_beams" in kwargs:
         assert out.sequences_scores.shape == out.beam_indices.shape[:1] == out.sequences.shape[:1]
-    assert isinstance(out.past_key_values, RNNSeq2SeqCache if is_rnn(model) else EncoderDecoderCache) or not use_cache
+    assert isinstance(cache_of(out), RNNSeq2SeqCache if is_rnn(model) else EncoderDecoderCache) or not use_cache
     if is_rnn(model):
         widths = [config.embedding_dim] + [config.encoder_output_size] * config.encoder_layers
         heads, cross_layers = 1, (1 if config.attention != "none" else 0)
@@ -354,6 +365,8 @@ def test_config_flags_do_not_change_generate() -> None:
 
 @torch.no_grad()
 def test_rnn_cache_is_a_transformers_cache() -> None:
+    """The RNN's cache is transformers' kind: a recurrent-state layer (the one its Mamba-style models use) that shows
+    the current state batch first, and a key/value layer with the attention's keys and values."""
     model = build("luong_general-lstm")
     batch = inputs()
     calls = []
@@ -365,15 +378,23 @@ def test_rnn_cache_is_a_transformers_cache() -> None:
                              min_new_tokens=5, num_beams=2, return_dict_in_generate=True)
     finally:
         del attention.project_keys
-    cache = out.past_key_values
-    assert isinstance(cache, Cache) and all(isinstance(layer, CacheLayerMixin) for layer in cache.layers)
+    cache = cache_of(out)
+    state, keys = cache.layers
+    assert isinstance(cache, Cache) and cache.is_linear == [True, False]
+    assert isinstance(state, LinearAttentionLayer) and isinstance(keys, CacheLayerMixin)
     assert cache.get_seq_length() == 5 and cache.is_croppable and not cache.is_compileable
     config = model.config
     assert cache.hidden.shape == cache.cell.shape == (config.decoder_layers, 3 * 2, config.hidden_size)
     assert cache.feed.shape == (3 * 2, 1, config.hidden_size)
+    # transformers' fields: s_t, c_t and h~_t, batch first, the very tensors the decoder goes on from
+    assert state.number_of_states == 3 and all(state.has_previous_state.values())
+    for index, tensor in enumerate((cache.hidden.transpose(0, 1), cache.cell.transpose(0, 1), cache.feed)):
+        assert torch.equal(state.recurrent_states[index], tensor) and tensor.size(0) == 3 * 2
     assert calls == [(3 * 2, 7, config.encoder_output_size)]  # the keys were projected once, at the first step
     encoded = model.get_encoder()(*(batch[key].repeat_interleave(2, 0) for key in ("input_ids", "attention_mask")))
-    torch.testing.assert_close(cache.keys, attention.project_keys(encoded.last_hidden_state), atol=1e-6, rtol=0)
+    torch.testing.assert_close(keys.keys, attention.project_keys(encoded.last_hidden_state), atol=1e-6, rtol=0)
+    torch.testing.assert_close(keys.values, encoded.last_hidden_state, atol=1e-6, rtol=0)
+    assert cache.keys is keys.keys and keys.get_seq_length() == 7  # the source positions, as a cross-attention's
     # beam search kept only the current state: earlier states belong to other hypotheses
     with pytest.raises(ValueError, match="beam search's reordering drops them"):
         cache.crop(-1)
@@ -381,6 +402,25 @@ def test_rnn_cache_is_a_transformers_cache() -> None:
         cache.crop(3)
     cache.crop(0)
     assert cache.get_seq_length() == 5
+
+
+@torch.no_grad()
+def test_rnn_cache_counts_the_states_a_cell_has() -> None:
+    """A GRU without input feeding has one state per layer, s_t; an LSTM with input feeding three."""
+    batch = inputs()
+    for name, count in (("bahdanau-gru", 1), ("luong_general-nofeed-gru", 1), ("none-lstm", 2), ("luong_dot-lstm", 3)):
+        model = build(name)
+        cache = cache_of(model(**batch, use_cache=True))
+        assert cache.state.number_of_states == count == len(cache.state.recurrent_states), name
+        assert torch.equal(cache.state.recurrent_states[0], cache.hidden.transpose(0, 1)), name
+        assert (cache.keys is None) == (model.config.attention == "none"), name
+        beams = torch.tensor([2, 0, 1])
+        before = [tensor.clone() for tensor in cache.state.recurrent_states.values()]
+        cache.reorder_cache(beams)
+        for tensor, old in zip(cache.state.recurrent_states.values(), before, strict=True):
+            assert torch.equal(tensor, old[beams]), name
+        cache.reset()
+        assert cache.get_seq_length() == 0 and cache.state.number_of_states == 0 and cache.keys is None
 
 
 @pytest.mark.parametrize("name", ["transformer-pre-ln", *RNN_VARIANTS])
@@ -394,7 +434,7 @@ def test_cropping_then_continuing_equals_not_cropping(name: str) -> None:
 
     def run(ids, cache):
         return model(encoder_outputs=encoder_outputs, attention_mask=batch["attention_mask"], decoder_input_ids=ids,
-                     past_key_values=cache, use_cache=True, **flags)
+                     cache=cache, use_cache=True, **flags)
 
     def recording_cache() -> Cache:
         if not is_rnn(model):
@@ -413,7 +453,7 @@ def test_cropping_then_continuing_equals_not_cropping(name: str) -> None:
             torch.testing.assert_close(got, expected[:, :, start:], atol=1e-5, rtol=0)
 
     # into the middle of a call of several tokens (assisted decoding's verification), then twice in a row
-    cache = run(target[:, :6], recording_cache()).past_key_values
+    cache = cache_of(run(target[:, :6], recording_cache()))
     cache.crop(-2)
     assert cache.get_seq_length() == 4
     check(run(target[:, 4:], cache), 4)
@@ -422,7 +462,7 @@ def test_cropping_then_continuing_equals_not_cropping(name: str) -> None:
     assert cache.get_seq_length() == 2
     check(run(target[:, 2:], cache), 2)
     # back to a token boundary of single-token calls (generate)
-    cache = run(target[:, :1], recording_cache()).past_key_values
+    cache = cache_of(run(target[:, :1], recording_cache()))
     for t in range(1, 7):
         run(target[:, t : t + 1], cache)
     cache.crop(-4)
@@ -438,7 +478,7 @@ def test_rnn_cache_keeps_only_the_latest_state_unless_recording() -> None:
     batch = inputs()
     out = model.generate(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], max_new_tokens=6,
                          min_new_tokens=6, return_dict_in_generate=True)
-    cache = out.past_key_values
+    cache = cache_of(out)
     assert cache.get_seq_length() == 6 and len(cache.state.checkpoints) == 1 and not cache.state.inputs
     cache.crop(0)  # transformers calls this to mean "nothing to remove"
     with pytest.raises(ValueError, match="activate_past_recording"):
@@ -446,7 +486,7 @@ def test_rnn_cache_keeps_only_the_latest_state_unless_recording() -> None:
     recording = RNNSeq2SeqCache()
     recording.activate_past_recording()
     model.generate(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], max_new_tokens=6,
-                   min_new_tokens=6, past_key_values=recording)
+                   min_new_tokens=6, **cache_field(recording))
     assert [length for length, _ in recording.state.checkpoints] == list(range(7))  # the start, then every token
 
 
@@ -466,10 +506,10 @@ def test_continued_generation_equals_one_call(name: str, do_sample: bool) -> Non
     torch.manual_seed(0)
     first = model.generate(**kwargs, max_new_tokens=4, min_new_tokens=4)
     second = model.generate(**kwargs, max_new_tokens=2, min_new_tokens=2, decoder_input_ids=first.sequences,
-                            past_key_values=first.past_key_values)
+                            **cache_field(cache_of(first)))
     assert torch.equal(second.sequences, once.sequences)
     torch.testing.assert_close(first.scores + second.scores, once.scores, atol=1e-5, rtol=0)
-    assert second.past_key_values.get_seq_length() == once.past_key_values.get_seq_length()
+    assert cache_of(second).get_seq_length() == cache_of(once).get_seq_length()
 
 
 @pytest.mark.parametrize("with_mask", [False, True], ids=["no-mask", "full-mask"])
@@ -486,11 +526,11 @@ def test_continuing_with_forced_tokens(name: str, with_mask: bool) -> None:
     first = model.generate(**{**kwargs, "max_new_tokens": 2, "min_new_tokens": 2})  # the cache consumed 2 tokens
     prefix = torch.cat([first.sequences, target_batch(3, 4, seed=9)], dim=1)  # (B, 3 + 4): 5 tokens not consumed
     mask = dict(decoder_attention_mask=torch.ones_like(prefix)) if with_mask else {}
-    continued = model.generate(**kwargs, decoder_input_ids=prefix, past_key_values=first.past_key_values, **mask)
+    continued = model.generate(**kwargs, decoder_input_ids=prefix, **cache_field(cache_of(first)), **mask)
     fresh = model.generate(**kwargs, decoder_input_ids=prefix)
     assert torch.equal(continued.sequences, fresh.sequences)
     torch.testing.assert_close(continued.scores, fresh.scores, atol=1e-5, rtol=0)
-    assert continued.past_key_values.get_seq_length() == fresh.past_key_values.get_seq_length() == 9
+    assert cache_of(continued).get_seq_length() == cache_of(fresh).get_seq_length() == 9
 
 
 @pytest.fixture
@@ -526,7 +566,7 @@ def test_rnn_assisted_and_prompt_lookup_decoding_equal_greedy(variant: str, rnn_
         assisted = model.generate(**kwargs, assistant_model=draft, return_dict_in_generate=True)
         assert torch.equal(assisted.sequences, greedy), f"{family} draft"
         # a draft token was rejected inside a verification call: the main model's cache was cropped into it
-        assert id(assisted.past_key_values.state) in rnn_crops["replayed"], f"{family} draft: no crop tested"
+        assert id(cache_of(assisted).state) in rnn_crops["replayed"], f"{family} draft: no crop tested"
     assert torch.equal(model.generate(**kwargs, prompt_lookup_num_tokens=3), greedy), "prompt lookup"
 
 

@@ -17,6 +17,7 @@ import torch  # noqa: E402
 from transformers import AutoModel, AutoModelForSeq2SeqLM  # noqa: E402
 
 from encdec import RNNSeq2SeqForConditionalGeneration, RNNSeq2SeqModel  # noqa: E402
+from encdec.models.compat import cache_of  # noqa: E402
 from encdec.models.modeling_rnn_seq2seq import RNNSeq2SeqCache  # noqa: E402
 from toy import (  # noqa: E402
     BOS,
@@ -44,8 +45,8 @@ def test_cached_steps_equal_full_forward(variant: str) -> None:
     cache, steps = None, []
     for t in range(decoder_input_ids.size(1)):
         out = model(encoder_outputs=encoder_outputs, attention_mask=attention_mask,
-                    decoder_input_ids=decoder_input_ids[:, t : t + 1], past_key_values=cache, use_cache=True)
-        cache = out.past_key_values
+                    decoder_input_ids=decoder_input_ids[:, t : t + 1], cache=cache, use_cache=True)
+        cache = cache_of(out)
         steps.append(out.logits)
     assert isinstance(cache, RNNSeq2SeqCache) and cache.get_seq_length() == decoder_input_ids.size(1)
     torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=0)
@@ -53,7 +54,7 @@ def test_cached_steps_equal_full_forward(variant: str) -> None:
     half = model(encoder_outputs=encoder_outputs, attention_mask=attention_mask,
                  decoder_input_ids=decoder_input_ids[:, :2], use_cache=True)
     rest = model(encoder_outputs=encoder_outputs, attention_mask=attention_mask,
-                 decoder_input_ids=decoder_input_ids[:, 2:], past_key_values=half.past_key_values)
+                 decoder_input_ids=decoder_input_ids[:, 2:], cache=cache_of(half))
     torch.testing.assert_close(torch.cat([half.logits, rest.logits], dim=1), full, atol=1e-5, rtol=0)
 
 

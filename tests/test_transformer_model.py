@@ -11,6 +11,7 @@ from torch import nn
 from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
 from encdec import TransformerSeq2SeqForConditionalGeneration
+from encdec.models.compat import cache_of
 
 ATOL = 1e-5
 
@@ -62,8 +63,8 @@ def test_incremental_decoding_matches_teacher_forcing(make_transformer, normaliz
         steps = []
         for t in range(decoder_input_ids.size(1)):
             out = model(encoder_outputs=encoder_outputs, attention_mask=attention_mask,
-                        decoder_input_ids=decoder_input_ids[:, t:t + 1], past_key_values=cache, use_cache=True)
-            assert out.past_key_values is cache
+                        decoder_input_ids=decoder_input_ids[:, t:t + 1], cache=cache, use_cache=True)
+            assert cache_of(out) is cache
             assert cache.get_seq_length() == t + 1
             steps.append(out.logits)
     torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=ATOL, rtol=0)
@@ -80,8 +81,8 @@ def test_cached_decoding_in_chunks_matches_teacher_forcing(make_transformer, att
         cache, chunks = None, []
         for start, end in ((0, 2), (2, 5), (5, 6)):
             out = model(input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids[:, start:end],
-                        past_key_values=cache, use_cache=True)
-            cache = out.past_key_values
+                        cache=cache, use_cache=True)
+            cache = cache_of(out)
             chunks.append(out.logits)
     assert isinstance(cache, EncoderDecoderCache)
     torch.testing.assert_close(torch.cat(chunks, dim=1), full, atol=ATOL, rtol=0)
@@ -295,7 +296,7 @@ def test_labels_alone_equal_explicit_shifted_decoder_inputs(make_transformer) ->
         explicit = model(input_ids, attention_mask=attention_mask,
                          decoder_input_ids=torch.cat([torch.ones(3, 1, dtype=torch.long), labels[:, :-1]], 1))
     torch.testing.assert_close(implicit.logits, explicit.logits, atol=0, rtol=0)
-    assert implicit.past_key_values is None  # training forward keeps no cache
+    assert cache_of(implicit) is None  # training forward keeps no cache
 
 
 # ------------------------------------------------------------------------------------------------------ embeddings

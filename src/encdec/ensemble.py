@@ -38,6 +38,7 @@ from transformers.modeling_outputs import Seq2SeqLMOutput
 from transformers.utils import ModelOutput
 
 from .errors import EncdecError
+from .models.compat import cache_argument, cache_field, cache_of
 
 # config keys every member must agree on: the ids generate() uses and the vocabulary the log-probabilities range over
 SHARED_KEYS = ("vocab_size", "pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id")
@@ -69,8 +70,14 @@ class EnsembleEncoderOutput(ModelOutput):
 
 
 class EnsembleCache:
-    """Every member's cache, in member order. A member's entry is whatever that member returns as
-    ``past_key_values`` (``EncoderDecoderCache`` for the Transformer, ``RNNSeq2SeqCache`` for the RNN)."""
+    """Every member's cache, in member order. A member's entry is whatever that member returns as its cache
+    (``EncoderDecoderCache`` for the Transformer, ``RNNSeq2SeqCache`` for the RNN).
+
+    It is not a ``transformers.Cache`` (it has no layers of its own), so it answers the questions ``generate`` asks
+    of a cache for its members: the length, whether it compiles (never) or can be cropped (when every member's
+    can), and the cache operations, which each member's cache does its own way."""
+
+    is_compileable = False
 
     def __init__(self, members: Sequence[Any]) -> None:
         self.members = list(members)
@@ -78,6 +85,23 @@ class EnsembleCache:
     def get_seq_length(self, layer_idx: int = 0) -> int:
         """The number of target tokens the caches hold (the same for every member)."""
         return self.members[0].get_seq_length() if self.members and self.members[0] is not None else 0
+
+    @property
+    def is_croppable(self) -> bool:
+        return all(member is not None and member.is_croppable for member in self.members)
+
+    @property
+    def is_linear(self) -> list[bool]:
+        """No layer of its own is a recurrent-state layer (``generate`` then asks for the length, as it should)."""
+        return [False]
+
+    def activate_past_recording(self) -> None:
+        for member in self.members:
+            member.activate_past_recording()
+
+    def crop(self, tokens_to_remove: int) -> None:
+        for member in self.members:
+            member.crop(tokens_to_remove)
 
 
 class EnsembleEncoder(nn.Module):
@@ -149,27 +173,30 @@ class EnsembleForSeq2SeqLM(PreTrainedModel, GenerationMixin):
         attention_mask: torch.Tensor | None = None,
         decoder_input_ids: torch.LongTensor | None = None,
         encoder_outputs: EnsembleEncoderOutput | None = None,
-        past_key_values: EnsembleCache | None = None,
+        cache: EnsembleCache | None = None,
         labels: torch.LongTensor | None = None,
         use_cache: bool | None = None,
         return_dict: bool | None = None,
+        past_key_values: EnsembleCache | None = None,
         **kwargs: Any,
     ) -> Seq2SeqLMOutput:
         """:param decoder_input_ids: (B, T) (only the new tokens when the caches hold the earlier ones);
         :param labels: (B, T) teacher forcing, as for a member; the loss is the cross-entropy of the renormalised
             ensemble distribution
-        :return: ``logits`` (B, T, V): the members' mean log-probabilities; ``past_key_values``: an
-            ``EnsembleCache``; with ``output_attentions``, the first member's ``cross_attentions``"""
+        :param cache: an ``EnsembleCache`` (``past_key_values``: its name before transformers 5.24; either works)
+        :return: ``logits`` (B, T, V): the members' mean log-probabilities; the cache: an ``EnsembleCache``; with
+            ``output_attentions``, the first member's ``cross_attentions``"""
+        cache = cache_argument(cache, past_key_values)
         if encoder_outputs is None:
             encoder_outputs = self.encoder(input_ids=input_ids, attention_mask=attention_mask)
-        caches = past_key_values.members if past_key_values is not None else [None] * len(self.members)
+        caches = cache.members if cache is not None else [None] * len(self.members)
         kwargs.pop("cache_position", None)  # the members keep their own positions
         log_probs, new_caches, first = [], [], None
-        for member, encoded, cache in zip(self.members, encoder_outputs.members, caches, strict=True):
+        for member, encoded, member_cache in zip(self.members, encoder_outputs.members, caches, strict=True):
             out = member(attention_mask=attention_mask, decoder_input_ids=decoder_input_ids, encoder_outputs=encoded,
-                         past_key_values=cache, labels=labels, use_cache=use_cache, return_dict=True, **kwargs)
+                         cache=member_cache, labels=labels, use_cache=use_cache, return_dict=True, **kwargs)
             log_probs.append(out.logits.float().log_softmax(dim=-1))
-            new_caches.append(out.past_key_values)
+            new_caches.append(cache_of(out))
             first = out if first is None else first
         logits = torch.stack(log_probs).mean(dim=0)
         loss = None
@@ -178,7 +205,7 @@ class EnsembleForSeq2SeqLM(PreTrainedModel, GenerationMixin):
                                                ignore_index=-100)
         return Seq2SeqLMOutput(
             loss=loss, logits=logits,
-            past_key_values=EnsembleCache(new_caches) if use_cache is not False and labels is None else None,
+            **cache_field(EnsembleCache(new_caches) if use_cache is not False and labels is None else None),
             cross_attentions=first.cross_attentions, encoder_last_hidden_state=encoder_outputs.last_hidden_state)
 
     def _expand_inputs_for_generation(self, expand_size: int = 1, is_encoder_decoder: bool = False,
@@ -195,10 +222,10 @@ class EnsembleForSeq2SeqLM(PreTrainedModel, GenerationMixin):
                 for member in outputs.members)
         return input_ids, model_kwargs
 
-    def _reorder_cache(self, past_key_values: EnsembleCache, beam_idx: torch.LongTensor) -> EnsembleCache:
+    def _reorder_cache(self, cache: EnsembleCache, beam_idx: torch.LongTensor) -> EnsembleCache:
         """Beam search: each member keeps the states of the surviving beams, reordered its own way."""
-        return EnsembleCache([member._reorder_cache(cache, beam_idx)
-                              for member, cache in zip(self.members, past_key_values.members, strict=True)])
+        return EnsembleCache([member._reorder_cache(member_cache, beam_idx)
+                              for member, member_cache in zip(self.members, cache.members, strict=True)])
 
     def save_pretrained(self, *args: Any, **kwargs: Any) -> None:
         raise EncdecError("An ensemble is not saved as one model: it is its members' folders. Save or push each "

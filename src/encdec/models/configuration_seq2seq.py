@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from transformers import PretrainedConfig
 
+from .compat import CACHE_OUTPUT_NAMES
 from .validation import check_special_tokens
 
 
@@ -18,7 +19,7 @@ class Seq2SeqConfig(PretrainedConfig):
     and the fix), then the special-token ids against the vocabulary.
     """
 
-    keys_to_ignore_at_inference = ["past_key_values"]
+    keys_to_ignore_at_inference = CACHE_OUTPUT_NAMES  # Trainer's predictions leave the cache out, under either name
 
     def __init__(self, pad_token_id: int = 0, bos_token_id: int = 1, eos_token_id: int = 2,
                  decoder_start_token_id: int = 1, use_cache: bool = True, **kwargs) -> None:

@@ -35,6 +35,7 @@ from transformers.modeling_outputs import (
 )
 from transformers.utils import ModelOutput, logging
 
+from .compat import CACHE_NAME, cache_argument, cache_field
 from .configuration_rnn_seq2seq import RNNSeq2SeqConfig
 from .rnn_cache import DecoderState, RNNSeq2SeqCache
 from .rnn_steps import (
@@ -231,13 +232,13 @@ class RNNSeq2SeqDecoder(nn.Module):
         input_ids: torch.LongTensor | None,
         encoder_outputs: RNNSeq2SeqEncoderOutput,
         encoder_attention_mask: torch.Tensor | None = None,
-        past_key_values: RNNSeq2SeqCache | None = None,
+        cache: RNNSeq2SeqCache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         output_attentions: bool = False,
         output_hidden_states: bool = False,
     ) -> BaseModelOutputWithPastAndCrossAttentions:
         """:param input_ids: (B, T) previous tokens y_{t-1} (only the new ones when the cache holds a state)
-        :param encoder_attention_mask: (B, S) :param past_key_values: read, then updated in place
+        :param encoder_attention_mask: (B, S) :param cache: read, then updated in place
         :return: ``last_hidden_state``, the vector the softmax reads (B, T, O); the cache; as asked,
             ``hidden_states`` (the embedding output (B, T, E), then each layer's s_t (B, T, H)) and
             ``cross_attentions``, ((B, 1, T, S),): alpha_t as one layer with one head"""
@@ -245,19 +246,19 @@ class RNNSeq2SeqDecoder(nn.Module):
             raise ValueError("Pass exactly one of `decoder_input_ids` / `decoder_inputs_embeds` (or `labels`).")
         if inputs_embeds is None:
             inputs_embeds = self.embed_tokens(input_ids)  # (B, T, E)
-        state, replay = self.resume(encoder_outputs, past_key_values)
+        state, replay = self.resume(encoder_outputs, cache)
         replayed = replay.size(1) if replay is not None else 0
         if replayed:  # the cache was cropped into a call: run those tokens again first
             inputs_embeds = torch.cat([replay, inputs_embeds], dim=1)  # (B, r + T, E)
         embeds = nn.functional.dropout(inputs_embeds, p=self.dropout, training=self.training)
-        memory = self.memory(encoder_outputs, encoder_attention_mask, past_key_values)
+        memory = self.memory(encoder_outputs, encoder_attention_mask, cache)
         record = None
         if output_hidden_states or output_attentions:
             record = DecoderRecord(embeds.size(1), self.num_layers, output_hidden_states,
                                    output_attentions and self.has_attention)
         readout, state = self.unroll(embeds, state, memory, record)
-        if past_key_values is not None:
-            past_key_values.write(state, inputs_embeds)
+        if cache is not None:
+            cache.write(state, inputs_embeds)
         readout = nn.functional.dropout(readout, p=self.dropout, training=self.training)
         if self.output_projection is not None:
             readout = self.output_projection(readout)  # (B, T, E)
@@ -268,30 +269,30 @@ class RNNSeq2SeqDecoder(nn.Module):
             hidden_states = tuple(h[:, replayed:] for h in hidden_states) if hidden_states else None
             alignments = alignments[:, :, replayed:] if alignments is not None else None
         return BaseModelOutputWithPastAndCrossAttentions(
-            last_hidden_state=readout, past_key_values=past_key_values, hidden_states=hidden_states,
+            last_hidden_state=readout, hidden_states=hidden_states, **cache_field(cache),
             cross_attentions=(alignments,) if alignments is not None else None)  # one "layer"
 
-    def resume(self, encoder_outputs: RNNSeq2SeqEncoderOutput, past_key_values: RNNSeq2SeqCache | None
+    def resume(self, encoder_outputs: RNNSeq2SeqEncoderOutput, cache: RNNSeq2SeqCache | None
                ) -> tuple[DecoderState, torch.Tensor | None]:
         """The state to go on from, and the embedded tokens (B, r, E) to run again first (after a crop into a call;
         else None): the cache's, or for a new source the bridge's initial state, which the cache records."""
-        if past_key_values is not None and not past_key_values.is_empty:
-            return past_key_values.state.read()
+        if cache is not None and not cache.is_empty:
+            return cache.state.read()
         state = self.initial_state(encoder_outputs)
-        if past_key_values is not None:
-            past_key_values.state.start(state)
+        if cache is not None:
+            cache.state.start(state)
         return state, None
 
     def memory(self, encoder_outputs: RNNSeq2SeqEncoderOutput, encoder_attention_mask: torch.Tensor | None,
-               past_key_values: RNNSeq2SeqCache | None) -> EncoderMemory:
+               cache: RNNSeq2SeqCache | None) -> EncoderMemory:
         """What the steps read from the source: h_j, the keys of the attention score (projected here, once per
         source, before the first step; kept in the cache between steps), the padding mask, the final states."""
         values = encoder_outputs.last_hidden_state  # (B, S, De)
-        keys = past_key_values.keys if past_key_values is not None else None
+        keys = cache.keys if cache is not None else None
         if keys is None:
             keys = self.step.project_keys(values)  # (B, S, A), or None without attention
-            if keys is not None and past_key_values is not None:
-                past_key_values.store_keys(keys)
+            if keys is not None and cache is not None:
+                cache.store_keys(keys, values)
         mask = encoder_attention_mask.bool() if encoder_attention_mask is not None else None
         return EncoderMemory(values, keys, mask, encoder_outputs.final_hidden_state)
 
@@ -360,24 +361,28 @@ class RNNSeq2SeqModel(Seq2SeqModelMixin, RNNSeq2SeqPreTrainedModel):
         decoder_input_ids: torch.LongTensor | None = None,
         decoder_attention_mask: torch.Tensor | None = None,
         encoder_outputs: RNNSeq2SeqEncoderOutput | tuple | None = None,
-        past_key_values: RNNSeq2SeqCache | None = None,
+        cache: RNNSeq2SeqCache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         decoder_inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
+        past_key_values: RNNSeq2SeqCache | None = None,
     ) -> Seq2SeqModelOutput | tuple:
         """:param input_ids: (B, S) source ids; :param attention_mask: (B, S) 1 = token, 0 = pad (right-padded);
         :param decoder_input_ids: (B, T) (only the new tokens when the cache holds a state);
         :param decoder_attention_mask: accepted for API compatibility and unused: the decoder is causal, so
             right-padding of the target cannot change earlier positions.
+        :param cache: an ``RNNSeq2SeqCache``, read then updated in place (``past_key_values``: its name before
+            transformers 5.24; either works).
         The output flags and ``use_cache`` left at None take the config's values.
         :return: ``Seq2SeqModelOutput`` (its ``to_tuple()`` when ``return_dict`` is False) with
             ``last_hidden_state`` (B, T, O) and the cache; with ``output_attentions`` the alignments as
             ``cross_attentions``, one entry (B, 1, T, S) (None without attention; an RNN has no self-attention, so
             ``encoder_attentions`` and ``decoder_attentions`` are None); with ``output_hidden_states`` the embedding
             output and every layer's states, for the encoder (Le + 1) and the decoder (Ld + 1)"""
+        cache = cache_argument(cache, past_key_values)
         flags = OutputFlags.resolve(self.config, output_attentions, output_hidden_states, use_cache, return_dict)
         if flags.attentions:
             warn_no_self_attention()
@@ -385,16 +390,13 @@ class RNNSeq2SeqModel(Seq2SeqModelMixin, RNNSeq2SeqPreTrainedModel):
             encoder_outputs = self.encoder(input_ids, attention_mask, inputs_embeds,
                                            output_hidden_states=flags.hidden_states, return_dict=True)
         encoder_outputs = as_encoder_output(encoder_outputs)
-        if flags.use_cache and past_key_values is None:
-            past_key_values = RNNSeq2SeqCache()
-        elif not flags.use_cache:
-            past_key_values = None
-        decoded = self.decoder(decoder_input_ids, encoder_outputs, attention_mask, past_key_values,
+        cache = (cache if cache is not None else RNNSeq2SeqCache()) if flags.use_cache else None
+        decoded = self.decoder(decoder_input_ids, encoder_outputs, attention_mask, cache,
                                decoder_inputs_embeds, output_attentions=flags.attentions,
                                output_hidden_states=flags.hidden_states)
         output = Seq2SeqModelOutput(
             last_hidden_state=decoded.last_hidden_state,
-            past_key_values=past_key_values,
+            **cache_field(cache),
             decoder_hidden_states=decoded.hidden_states,
             cross_attentions=decoded.cross_attentions,
             encoder_last_hidden_state=encoder_outputs.last_hidden_state,
@@ -430,16 +432,17 @@ class RNNSeq2SeqForConditionalGeneration(Seq2SeqLMMixin, RNNSeq2SeqPreTrainedMod
     def _prepare_cache_for_generation(self, generation_config, model_kwargs: dict, *args, **kwargs) -> None:
         """``generate`` starts with an empty ``RNNSeq2SeqCache`` (assisted decoding needs a cache before the first
         step), unless the caller passed one or ``use_cache=False``. It grows as it goes, as the "dynamic" cache does;
-        a static, offloaded or quantized key/value cache has no meaning for a recurrent state."""
-        if model_kwargs.get("past_key_values") is None and generation_config.use_cache is not False:
+        a static, offloaded or quantized key/value cache has no meaning for a recurrent state. ``generate`` keeps the
+        cache in ``model_kwargs`` under the running release's name (``compat.CACHE_NAME``)."""
+        if model_kwargs.get(CACHE_NAME) is None and generation_config.use_cache is not False:
             if generation_config.cache_implementation not in (None, "dynamic"):
                 raise ValueError(
                     f"`cache_implementation`={generation_config.cache_implementation!r} does not apply to an RNN: its "
                     "cache is the recurrent state (RNNSeq2SeqCache). Leave `cache_implementation` unset."
                 )
-            model_kwargs["past_key_values"] = RNNSeq2SeqCache()
+            model_kwargs[CACHE_NAME] = RNNSeq2SeqCache()
             if getattr(generation_config, "is_assistant", False):  # a draft model's cache is cropped every round
-                model_kwargs["past_key_values"].activate_past_recording()
+                model_kwargs[CACHE_NAME].activate_past_recording()
             return
         super()._prepare_cache_for_generation(generation_config, model_kwargs, *args, **kwargs)
 
@@ -453,10 +456,10 @@ class RNNSeq2SeqForConditionalGeneration(Seq2SeqLMMixin, RNNSeq2SeqPreTrainedMod
         return output
 
     @staticmethod
-    def _reorder_cache(past_key_values: RNNSeq2SeqCache, beam_idx: torch.LongTensor) -> RNNSeq2SeqCache:
+    def _reorder_cache(cache: RNNSeq2SeqCache, beam_idx: torch.LongTensor) -> RNNSeq2SeqCache:
         """Beam search: keep the states of the surviving beams (the keys are the same for all beams of a sentence)."""
-        past_key_values.reorder_beams(beam_idx)
-        return past_key_values
+        cache.reorder_beams(beam_idx)
+        return cache
 
 
 __all__ = [

@@ -26,6 +26,7 @@ from transformers.modeling_outputs import BaseModelOutput, BaseModelOutputWithPa
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from .attention import eager_attention_forward
+from .compat import cache_argument, cache_field
 from .configuration_transformer_seq2seq import TransformerSeq2SeqConfig
 from .seq2seq_utils import (
     LegacyKeysMixin,
@@ -126,26 +127,25 @@ class TransformerSeq2SeqAttention(nn.Module):
         return x.view(*x.shape[:-1], self.num_heads, self.head_dim).transpose(1, 2)
 
     def project(self, hidden_states: torch.Tensor, key_value_states: torch.Tensor | None,
-                past_key_values: Cache | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                cache: Cache | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Return Q, K, V, each (B, H, L, Dh), reading and updating the cache."""
         if not self.is_cross_attention:
             query, key, value = self.qkv_proj(hidden_states).chunk(3, dim=-1)  # 3 x (B, T, D)
             query, key, value = self.split_heads(query), self.split_heads(key), self.split_heads(value)
-            if past_key_values is not None:  # append this step's K/V to the self-attention cache
-                cache = past_key_values.self_attention_cache if isinstance(past_key_values, EncoderDecoderCache) \
-                    else past_key_values
-                key, value = cache.update(key, value, self.layer_idx)  # (B, H, T_past + T, Dh)
+            if cache is not None:  # append this step's K/V to the self-attention cache
+                self_cache = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
+                key, value = self_cache.update(key, value, self.layer_idx)  # (B, H, T_past + T, Dh)
             return query, key, value
         query = self.split_heads(self.q_proj(hidden_states))  # (B, H, T, Dh)
-        if past_key_values is not None and past_key_values.is_updated.get(self.layer_idx):
-            layer = past_key_values.cross_attention_cache.layers[self.layer_idx]
+        if cache is not None and cache.is_updated.get(self.layer_idx):
+            layer = cache.cross_attention_cache.layers[self.layer_idx]
             return query, layer.keys, layer.values  # encoder K/V computed at the first step
         key, value = self.kv_proj(key_value_states).chunk(2, dim=-1)  # 2 x (B, S, D)
         # contiguous: these are read at every generation step, and strided slices make each read slower
         key, value = self.split_heads(key).contiguous(), self.split_heads(value).contiguous()  # (B, H, S, Dh)
-        if past_key_values is not None:
-            key, value = past_key_values.cross_attention_cache.update(key, value, self.layer_idx)
-            past_key_values.is_updated[self.layer_idx] = True
+        if cache is not None:
+            key, value = cache.cross_attention_cache.update(key, value, self.layer_idx)
+            cache.is_updated[self.layer_idx] = True
         return query, key, value
 
     def forward(
@@ -153,12 +153,12 @@ class TransformerSeq2SeqAttention(nn.Module):
         hidden_states: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
         key_value_states: torch.Tensor | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         output_attentions: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """:param hidden_states: (B, T, D) queries; :param key_value_states: (B, S, D) encoder output for
         cross-attention. :return: (B, T, D) and the weights (B, H, T, S) when ``output_attentions``."""
-        query, key, value = self.project(hidden_states, key_value_states, past_key_values)
+        query, key, value = self.project(hidden_states, key_value_states, cache)
         implementation = self.config._attn_implementation
         attention_fn: Callable = eager_attention_forward
         if implementation != "eager" and not (output_attentions and implementation == "sdpa"):
@@ -251,17 +251,17 @@ class TransformerSeq2SeqDecoderLayer(ResidualLayer):
         encoder_hidden_states: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
         encoder_attention_mask: torch.Tensor | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         output_attentions: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
         """:param x: (B, T, D); :param encoder_hidden_states: (B, S, D)
         :return: (B, T, D), self-attention weights (B, H, T, T_total), cross-attention weights (B, H, T, S)"""
         attended, self_weights = self.self_attn(self.sublayer_input(x, self.self_attn_layer_norm), attention_mask,
-                                                past_key_values=past_key_values, output_attentions=output_attentions)
+                                                cache=cache, output_attentions=output_attentions)
         x = self.add_and_norm(x, attended, self.self_attn_layer_norm)
         attended, cross_weights = self.cross_attn(
             self.sublayer_input(x, self.cross_attn_layer_norm), encoder_attention_mask,
-            key_value_states=encoder_hidden_states, past_key_values=past_key_values,
+            key_value_states=encoder_hidden_states, cache=cache,
             output_attentions=output_attentions,
         )
         x = self.add_and_norm(x, attended, self.cross_attn_layer_norm)
@@ -403,7 +403,7 @@ class TransformerSeq2SeqDecoder(TransformerSeq2SeqStack):
         encoder_hidden_states: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
         encoder_attention_mask: torch.Tensor | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         output_attentions: bool = False,
         output_hidden_states: bool = False,
@@ -411,14 +411,13 @@ class TransformerSeq2SeqDecoder(TransformerSeq2SeqStack):
         """:param input_ids: (B, T) (only the new tokens when a cache is given); :param attention_mask:
         (B, T_past + T); :return: ``last_hidden_state`` (B, T, D), the cache, the hidden states (the embedding output
         and every layer's output, the last one after pre-LN's final LayerNorm), self- and cross-attention weights"""
-        past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
+        past_length = cache.get_seq_length() if cache is not None else 0
         hidden_states = self.embeddings(input_ids, inputs_embeds, past_length)  # (B, T, D)
-        self_cache = past_key_values.self_attention_cache if isinstance(past_key_values, EncoderDecoderCache) \
-            else past_key_values
+        self_cache = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
         causal_mask = None  # one new token without padding sees every cached position: nothing to mask
         if attention_mask is not None or hidden_states.size(1) > 1:
-            causal_mask = create_causal_mask(config=self.config, inputs_embeds=hidden_states,
-                                             attention_mask=attention_mask, past_key_values=self_cache)
+            # the cache is create_causal_mask's 4th argument on every release; only its keyword changed (compat)
+            causal_mask = create_causal_mask(self.config, hidden_states, attention_mask, self_cache)
         cross_mask = create_bidirectional_mask(config=self.config, inputs_embeds=hidden_states,
                                                attention_mask=encoder_attention_mask,
                                                encoder_hidden_states=encoder_hidden_states)
@@ -430,7 +429,7 @@ class TransformerSeq2SeqDecoder(TransformerSeq2SeqStack):
                 all_hidden += (hidden_states,)
             hidden_states, self_weights, cross_weights = layer(
                 hidden_states, encoder_hidden_states, attention_mask=causal_mask,
-                encoder_attention_mask=cross_mask, past_key_values=past_key_values,
+                encoder_attention_mask=cross_mask, cache=cache,
                 output_attentions=output_attentions,
             )
             if output_attentions:
@@ -441,8 +440,8 @@ class TransformerSeq2SeqDecoder(TransformerSeq2SeqStack):
         if output_hidden_states:
             all_hidden += (hidden_states,)
         return BaseModelOutputWithPastAndCrossAttentions(
-            last_hidden_state=hidden_states, past_key_values=past_key_values, hidden_states=all_hidden,
-            attentions=self_attentions, cross_attentions=cross_attentions,
+            last_hidden_state=hidden_states, hidden_states=all_hidden, attentions=self_attentions,
+            cross_attentions=cross_attentions, **cache_field(cache),
         )
 
 
@@ -466,19 +465,21 @@ class TransformerSeq2SeqModel(Seq2SeqModelMixin, TransformerSeq2SeqPreTrainedMod
         decoder_input_ids: torch.LongTensor | None = None,
         decoder_attention_mask: torch.Tensor | None = None,
         encoder_outputs: BaseModelOutput | tuple | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         decoder_inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
+        past_key_values: Cache | None = None,
     ) -> Seq2SeqModelOutput | tuple:
         """:param input_ids: (B, S) source ids; :param attention_mask: (B, S) 1 = token, 0 = pad;
         :param decoder_input_ids: (B, T) (only new tokens with a cache); :param decoder_attention_mask: (B, T);
-        the output flags and ``use_cache`` left at None take the config's values.
-        :return: ``Seq2SeqModelOutput`` with ``last_hidden_state`` (B, T, D) (its ``to_tuple()`` when
-        ``return_dict`` is False)"""
+        :param cache: an ``EncoderDecoderCache``, read then updated in place (``past_key_values``: its name before
+        transformers 5.24; either works); the output flags and ``use_cache`` left at None take the config's values.
+        :return: ``Seq2SeqModelOutput`` with ``last_hidden_state`` (B, T, D) (``to_tuple()`` if not ``return_dict``)"""
+        cache = cache_argument(cache, past_key_values)
         flags = OutputFlags.resolve(self.config, output_attentions, output_hidden_states, use_cache, return_dict)
         if encoder_outputs is None:
             encoder_outputs = self.encoder(input_ids, attention_mask, inputs_embeds,
@@ -486,19 +487,19 @@ class TransformerSeq2SeqModel(Seq2SeqModelMixin, TransformerSeq2SeqPreTrainedMod
                                            output_hidden_states=flags.hidden_states, return_dict=True)
         elif not isinstance(encoder_outputs, BaseModelOutput):
             encoder_outputs = BaseModelOutput(*encoder_outputs)
-        if flags.use_cache and past_key_values is None:
-            past_key_values = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
-        elif not flags.use_cache:
-            past_key_values = None
+        if not flags.use_cache:
+            cache = None
+        elif cache is None:
+            cache = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
         decoded = self.decoder(
             decoder_input_ids, encoder_outputs.last_hidden_state, attention_mask=decoder_attention_mask,
-            encoder_attention_mask=attention_mask, past_key_values=past_key_values,
+            encoder_attention_mask=attention_mask, cache=cache,
             inputs_embeds=decoder_inputs_embeds, output_attentions=flags.attentions,
             output_hidden_states=flags.hidden_states,
         )
         output = Seq2SeqModelOutput(
             last_hidden_state=decoded.last_hidden_state,
-            past_key_values=past_key_values,
+            **cache_field(cache),
             decoder_hidden_states=decoded.hidden_states,
             decoder_attentions=decoded.attentions,
             cross_attentions=decoded.cross_attentions,
@@ -527,12 +528,12 @@ class TransformerSeq2SeqForConditionalGeneration(Seq2SeqLMMixin, TransformerSeq2
             self.generation_config.max_new_tokens = config.max_position_embeddings - 1  # + the start token
 
     @staticmethod
-    def _reorder_cache(past_key_values: EncoderDecoderCache, beam_idx: torch.LongTensor) -> EncoderDecoderCache:
+    def _reorder_cache(cache: EncoderDecoderCache, beam_idx: torch.LongTensor) -> EncoderDecoderCache:
         """Beam search: keep the self-attention K/V of the surviving beams. ``beam_idx`` only moves beams within
         their own sentence, and the cross-attention K/V are the same for every beam of a sentence (they depend on
         the source alone), so they stay as they are instead of being copied at every step."""
-        past_key_values.self_attention_cache.reorder_cache(beam_idx)
-        return past_key_values
+        cache.self_attention_cache.reorder_cache(beam_idx)
+        return cache
 
 
 __all__ = [

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
-from transformers.cache_utils import Cache, CacheLayerMixin
+from transformers.cache_utils import Cache, CacheLayerMixin, LinearAttentionCacheLayerMixin, LinearAttentionLayer
 
 
 class DecoderState(NamedTuple):
@@ -26,10 +26,20 @@ class DecoderState(NamedTuple):
         return DecoderState(fn(self.hidden, 1), None if self.cell is None else fn(self.cell, 1),
                             None if self.feed is None else fn(self.feed, 0))
 
+    def batch_first(self) -> list[torch.Tensor]:
+        """The tensors there are, batch first: s_t (B, Ld, H), c_t (B, Ld, H), h̃_t (B, 1, H) (views)."""
+        tensors = [self.hidden.transpose(0, 1), None if self.cell is None else self.cell.transpose(0, 1), self.feed]
+        return [tensor for tensor in tensors if tensor is not None]
 
-class RNNStateLayer(CacheLayerMixin):
-    """The decoder's recurrent state as a transformers cache layer: s_t (and the LSTM's c_t) of every decoder layer,
-    and Luong's h̃_t with input feeding.
+
+class RNNStateLayer(LinearAttentionLayer):
+    """The decoder's recurrent state as one of transformers' recurrent-state cache layers (the kind its Mamba-style
+    models use): s_t (and the LSTM's c_t) of every decoder layer, and Luong's h̃_t with input feeding.
+
+    transformers' fields show the current state, batch first, as generic cache code expects:
+    ``recurrent_states[0]`` is s_t (B, Ld, H), then c_t (B, Ld, H) for an LSTM, then h̃_t (B, 1, H) with input
+    feeding (``number_of_states`` says how many); there are no convolution states. The decoder reads and writes the
+    state layer-first, as torch's RNNs take it (``read`` and ``write``).
 
     A decoder call reads the latest state and writes the state after its tokens; a step's cost does not depend on
     how many tokens came before, and by default only the latest state is kept. ``crop`` needs the earlier ones:
@@ -41,16 +51,16 @@ class RNNStateLayer(CacheLayerMixin):
     search's reordering keeps only the current state: the earlier ones belong to other hypotheses.
     """
 
-    is_compileable = False
-    is_croppable = True  # once recording
+    is_compileable = False  # the state is replaced, not copied into fixed buffers, and a crop changes its history
+    is_croppable = True  # every length consumed since `activate_past_recording()` can be restored
     supports_early_init = False
 
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__(number_of_states=0)  # the states are counted when the first one arrives (`start`)
         self.checkpoints: list[tuple[int, DecoderState]] = []  # (tokens consumed, the state after them)
         self.inputs: list[torch.Tensor] = []  # inputs[i]: (B, n, E), read between checkpoints i and i + 1
         self.replay: torch.Tensor | None = None  # (B, r, E): tokens cropped into, run again before the next ones
-        self.record_past = False
+        self.is_initialized = False
 
     def activate_past_recording(self) -> None:
         """Keep every state from now on, so that ``crop`` can go back to it."""
@@ -58,8 +68,22 @@ class RNNStateLayer(CacheLayerMixin):
 
     def start(self, state: DecoderState) -> None:
         """A new source: the decoder's initial state, before any target token."""
+        self.count_states(len(state.batch_first()))
         self.checkpoints, self.inputs, self.replay = [(0, state)], [], None
-        self.device, self.is_initialized = state.hidden.device, True
+        self.device, self.dtype, self.is_initialized = state.hidden.device, state.hidden.dtype, True
+        self.show(state)
+
+    def count_states(self, number_of_states: int) -> None:
+        """transformers' per-state fields, empty, for ``number_of_states`` states (recording stays as it was)."""
+        record_past = self.record_past
+        LinearAttentionCacheLayerMixin.__init__(self, number_of_states=number_of_states)
+        self.record_past = record_past
+
+    def show(self, state: DecoderState) -> None:
+        """transformers' view of the current state: ``recurrent_states``, batch first (views, no copies)."""
+        self.recurrent_states = dict(enumerate(state.batch_first()))
+        for index in self.recurrent_states:
+            self.is_recurrent_states_initialized[index] = self.has_previous_state[index] = True
 
     def read(self) -> tuple[DecoderState, torch.Tensor | None]:
         """:return: the latest state and the embedded tokens to replay from it (None, unless cropped into a call)"""
@@ -74,8 +98,10 @@ class RNNStateLayer(CacheLayerMixin):
         else:
             self.checkpoints, self.inputs = [checkpoint], []
         self.replay = None
+        self.show(state)
 
     def get_seq_length(self) -> int:
+        """The target tokens consumed (transformers' recurrent-state layers have no such count; this one does)."""
         if not self.checkpoints:
             return 0
         return self.checkpoints[-1][0] + (self.replay.size(1) if self.replay is not None else 0)
@@ -107,12 +133,15 @@ class RNNStateLayer(CacheLayerMixin):
         start = self.checkpoints[-1][0]
         if start < target:
             self.replay = inputs[:, : target - start]
+        self.show(self.checkpoints[-1][1])
 
     def map_batch(self, fn: Callable[[torch.Tensor, int], torch.Tensor]) -> None:
         """``fn(tensor, batch_dim)`` on every state and input kept."""
         self.checkpoints = [(length, state.map_batch(fn)) for length, state in self.checkpoints]
         self.inputs = [fn(inputs, 0) for inputs in self.inputs]
         self.replay = fn(self.replay, 0) if self.replay is not None else None
+        if self.checkpoints:
+            self.show(self.checkpoints[-1][1])
 
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
         """Beam search: the state of each surviving beam; the history is dropped (see the class docstring)."""
@@ -135,6 +164,7 @@ class RNNStateLayer(CacheLayerMixin):
 
     def reset(self) -> None:
         self.checkpoints, self.inputs, self.replay = [], [], None
+        self.count_states(0)
         self.is_initialized = False
 
     def get_max_length(self) -> int:
@@ -143,17 +173,22 @@ class RNNStateLayer(CacheLayerMixin):
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
         return self.get_seq_length() + query_length, 0
 
-    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-        raise NotImplementedError("RNNStateLayer holds a recurrent state, set with `start` and `write`.")
+    def lazy_initialization(self, *args, **kwargs) -> None:
+        raise NotImplementedError("RNNStateLayer holds the decoder's state, set with `start` and `write`.")
 
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
-        raise NotImplementedError("RNNStateLayer holds a recurrent state, not key/value states: use `write`.")
+    def update_conv_state(self, *args, **kwargs) -> torch.Tensor:
+        raise NotImplementedError("RNNStateLayer holds a recurrent state and no convolution state.")
+
+    def update_recurrent_state(self, *args, **kwargs) -> torch.Tensor:
+        raise NotImplementedError("RNNStateLayer holds the decoder's state, written by the decoder with `write` (which "
+                                  "keeps what `crop` needs).")
 
 
 class AttentionKeysLayer(CacheLayerMixin):
-    """The encoder states as the attention score projects them (``keys``: U_a h_j for Bahdanau and concat, W_a h_j
-    for Luong's general, h_j itself for dot), projected once per source, before the first decoder step. They depend
-    on the source alone, so cropping keeps them."""
+    """What the attention reads from the source, as a key/value cache layer: ``keys`` are the encoder states as the
+    attention score projects them (U_a h_j for Bahdanau and concat, W_a h_j for Luong's general, h_j itself for
+    dot), projected once per source, before the first decoder step; ``values`` are the encoder states h_j the
+    context averages. Both depend on the source alone, so cropping keeps them. Empty without attention."""
 
     is_compileable = False
     is_croppable = True
@@ -163,14 +198,13 @@ class AttentionKeysLayer(CacheLayerMixin):
         self.dtype, self.device = key_states.dtype, key_states.device
         self.is_initialized = True
 
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor | None = None, *args, **kwargs
-               ) -> tuple[torch.Tensor, None]:
-        """:param key_states: (B, S, A) :return: the keys, and None (attention reads the values h_i from the
-        encoder output)"""
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+        """:param key_states: (B, S, A) :param value_states: (B, S, De) :return: both, as kept"""
         if not self.is_initialized:
-            self.lazy_initialization(key_states)
-        self.keys = key_states
-        return self.keys, None
+            self.lazy_initialization(key_states, value_states)
+        self.keys, self.values = key_states, value_states
+        return self.keys, self.values
 
     def get_seq_length(self) -> int:
         return self.keys.size(1) if self.keys is not None else 0  # source positions
@@ -180,26 +214,26 @@ class AttentionKeysLayer(CacheLayerMixin):
 
     def apply(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> None:
         if self.keys is not None:
-            self.keys = fn(self.keys)
+            self.keys, self.values = fn(self.keys), fn(self.values)
 
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
-        self.apply(lambda keys: keys.index_select(0, beam_idx.to(keys.device)))
+        self.apply(lambda states: states.index_select(0, beam_idx.to(states.device)))
 
     def batch_repeat_interleave(self, repeats: int) -> None:
-        self.apply(lambda keys: keys.repeat_interleave(repeats, dim=0))
+        self.apply(lambda states: states.repeat_interleave(repeats, dim=0))
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
-        self.apply(lambda keys: keys[indices.to(keys.device)])  # a mask or positions
+        self.apply(lambda states: states[indices.to(states.device)])  # a mask or positions
 
     def offload(self) -> None:
-        self.apply(lambda keys: keys.to("cpu", non_blocking=True))
+        self.apply(lambda states: states.to("cpu", non_blocking=True))
 
     def prefetch(self) -> None:
         if self.is_initialized:
-            self.apply(lambda keys: keys.to(self.device, non_blocking=True))
+            self.apply(lambda states: states.to(self.device, non_blocking=True))
 
     def reset(self) -> None:
-        self.keys, self.is_initialized = None, False
+        self.keys, self.values, self.is_initialized = None, None, False
 
     def get_max_length(self) -> int:
         return -1
@@ -209,15 +243,25 @@ class AttentionKeysLayer(CacheLayerMixin):
 
 
 class RNNSeq2SeqCache(Cache):
-    """The decoder's state between two ``generate`` steps, passed around as ``past_key_values``: a
-    ``transformers.Cache`` of two layers, the recurrent state (``RNNStateLayer``) and the attention keys
-    (``AttentionKeysLayer``). ``get_seq_length`` counts the target tokens consumed; ``reorder_cache`` and the batch
+    """The decoder's state between two ``generate`` steps, passed around as ``cache`` (``past_key_values`` before
+    transformers 5.24): a ``transformers.Cache`` of two layers, the recurrent state (``RNNStateLayer``, one of
+    transformers' recurrent-state layers) and what the attention reads from the source (``AttentionKeysLayer``, a
+    key/value layer). ``get_seq_length`` counts the target tokens consumed; ``reorder_cache`` and the batch
     operations act on both; ``crop`` goes back to any length consumed since ``activate_past_recording()``.
     ``hidden`` (Ld, B, H), ``cell`` and ``feed`` (B, 1, H) show the current state.
     """
 
     def __init__(self) -> None:
         super().__init__(layers=[RNNStateLayer(), AttentionKeysLayer()])
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        """The target tokens consumed. (transformers' ``Cache`` would ask its first key/value layer, which holds the
+        source here.)"""
+        return self.layers[layer_idx].get_seq_length()
+
+    def get_mask_sizes(self, query_length: int, layer_idx: int = 0) -> tuple[int, int]:
+        return self.layers[layer_idx].get_mask_sizes(query_length)
+
 
     @property
     def state(self) -> RNNStateLayer:
@@ -248,9 +292,10 @@ class RNNSeq2SeqCache(Cache):
         """After a decoder call: the state after ``inputs`` (B, n, E)."""
         self.state.write(state, inputs)
 
-    def store_keys(self, keys: torch.Tensor) -> None:
-        """:param keys: (B, S, A) the encoder states as the attention score projects them"""
-        self.layers[1].update(keys)
+    def store_keys(self, keys: torch.Tensor, values: torch.Tensor) -> None:
+        """:param keys: (B, S, A) the encoder states as the attention score projects them :param values: (B, S, De)
+        the encoder states"""
+        self.layers[1].update(keys, values)
 
     def reorder_beams(self, beam_idx: torch.LongTensor) -> None:
         """Beam search's reordering: the recurrent state only. ``beam_idx`` moves beams within their own sentence, and

@@ -10,8 +10,11 @@ from typing import NamedTuple
 
 import torch
 from torch import nn
+from transformers.cache_utils import Cache
 from transformers.modeling_outputs import Seq2SeqLMOutput, Seq2SeqModelOutput
 from transformers.utils import ModelOutput
+
+from .compat import CACHE_NAME, cache_argument, cache_field, cache_of
 
 
 def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
@@ -138,7 +141,7 @@ class Seq2SeqLMMixin:
         decoder_input_ids: torch.LongTensor | None = None,
         decoder_attention_mask: torch.Tensor | None = None,
         encoder_outputs: ModelOutput | tuple | None = None,
-        past_key_values=None,
+        cache: Cache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         decoder_inputs_embeds: torch.Tensor | None = None,
         labels: torch.LongTensor | None = None,
@@ -147,6 +150,7 @@ class Seq2SeqLMMixin:
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
         num_items_in_batch: int | torch.Tensor | None = None,
+        past_key_values: Cache | None = None,
     ) -> Seq2SeqLMOutput | tuple:
         """The base model, then the pre-softmax projection: ``logits`` (B, T, V), and the loss with ``labels``.
 
@@ -154,9 +158,12 @@ class Seq2SeqLMMixin:
             forcing) when those are not given, and the cache is not used
         :param num_items_in_batch: the token count of the whole (accumulated) batch, which Trainer passes: the
             summed loss is divided by it
+        :param cache: the decoder's cache, read then updated in place; ``past_key_values`` is its name before
+            transformers 5.24 (either works on every release, see ``compat``)
         The other arguments are those of the base model's ``forward``; its outputs come along. ``return_dict=False``
         gives ``to_tuple()``.
         """
+        cache = cache_argument(cache, past_key_values)
         if labels is not None:
             use_cache = False
             if decoder_input_ids is None and decoder_inputs_embeds is None:
@@ -164,7 +171,7 @@ class Seq2SeqLMMixin:
         outputs = self.model(
             input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids,
             decoder_attention_mask=decoder_attention_mask, encoder_outputs=encoder_outputs,
-            past_key_values=past_key_values, inputs_embeds=inputs_embeds,
+            cache=cache, inputs_embeds=inputs_embeds,
             decoder_inputs_embeds=decoder_inputs_embeds, use_cache=use_cache,
             output_attentions=output_attentions, output_hidden_states=output_hidden_states, return_dict=True,
         )
@@ -189,18 +196,20 @@ class Seq2SeqLMMixin:
         self.lm_head = new_embeddings
 
     def prepare_inputs_for_generation(self, input_ids: torch.LongTensor, next_sequence_length: int | None = None,
-                                      past_key_values=None, **kwargs) -> dict:
-        """Continued generation: ``generate(decoder_input_ids=out.sequences, past_key_values=out.past_key_values)``
-        feeds the decoder only the tokens the cache has not consumed. transformers slices them only when a
-        ``decoder_attention_mask`` of the full length is passed; without one it would feed the whole prefix again
-        on top of the cache. (With a mask, the ids may be only the new ones: transformers decides, as usual.)"""
+                                      **kwargs) -> dict:
+        """Continued generation: ``generate(decoder_input_ids=out.sequences, cache=out.cache)`` (before
+        transformers 5.24: ``past_key_values``) feeds the decoder only the tokens the cache has not consumed.
+        transformers slices them only when a ``decoder_attention_mask`` of the full length is passed; without one it
+        would feed the whole prefix again on top of the cache. (With a mask, the ids may be only the new ones:
+        transformers decides, as usual.) The cache arrives under the running release's name (``compat.CACHE_NAME``)
+        and is passed on under it."""
+        cache = kwargs.get(CACHE_NAME)
         unsliced = next_sequence_length is None and kwargs.get("decoder_attention_mask") is None
-        if unsliced and past_key_values is not None:
-            consumed = past_key_values.get_seq_length()
+        if unsliced and cache is not None:
+            consumed = cache.get_seq_length()
             if 0 < consumed < input_ids.shape[1]:
                 next_sequence_length = input_ids.shape[1] - consumed
-        return super().prepare_inputs_for_generation(input_ids, next_sequence_length=next_sequence_length,
-                                                     past_key_values=past_key_values, **kwargs)
+        return super().prepare_inputs_for_generation(input_ids, next_sequence_length=next_sequence_length, **kwargs)
 
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         """Used by ``DataCollatorForSeq2Seq(model=...)``: (B, T) labels -> (B, T) decoder inputs."""
@@ -225,7 +234,7 @@ class Seq2SeqLMMixin:
         output = Seq2SeqLMOutput(
             loss=loss,
             logits=logits,
-            past_key_values=outputs.past_key_values,
+            **cache_field(cache_of(outputs)),
             decoder_hidden_states=outputs.decoder_hidden_states,
             decoder_attentions=outputs.decoder_attentions,
             cross_attentions=outputs.cross_attentions,
