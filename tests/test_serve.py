@@ -1,6 +1,8 @@
 """``encdec serve``: a real server on a free loopback port answers as offline translation does, batches without
 changing any answer, refuses each bad input with a one-line JSON error and goes on serving, guards itself with an
-API key, stops gracefully on SIGTERM, survives a bounded load test, and its page works in headless Chromium.
+API key, stops gracefully on SIGTERM, survives a bounded load test, and its page and its API page (/docs) work in
+headless Chromium that can reach no other host. Every error status is in the OpenAPI schema, as ``ErrorResponse``
+(tests/test_serve_fuzz.py fuzzes the request schema).
 
 The models are trained here on the built-in date task (a few seconds each): trained models end their outputs with
 EOS at varied steps and their beams compete, so batching mistakes would show.
@@ -13,6 +15,7 @@ import http.client
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import socket
@@ -35,8 +38,8 @@ from encdec.errors import EncdecError
 from encdec.export import export_ctranslate2
 from encdec.folders import save_for_pipeline
 from encdec.inference import load_engine, translate, translate_n_best
-from encdec.server import build_service, check_bind, create_app
-from encdec.serving import DynamicBatcher, ServeLimits, TranslationService
+from encdec.server import ErrorResponse, build_service, check_bind, create_app
+from encdec.serving import DynamicBatcher, RequestError, ServeLimits, TranslationService
 from tiny_model_folders import DATE_RNN as RNN
 from tiny_model_folders import DATE_TRANSFORMER as TRANSFORMER
 from tiny_model_folders import date_data, train_on_dates
@@ -102,6 +105,15 @@ def request(url: str, body: object = None, method: str | None = None, headers: d
     text = payload.decode()
     is_json = got.get("content-type", "").startswith("application/json")
     return status, json.loads(text) if is_json else text, got
+
+
+def status_of(url: str) -> int:
+    """The status of a GET of ``url`` (whatever its body)."""
+    try:
+        with urllib.request.urlopen(url, timeout=30) as response:
+            return response.status
+    except urllib.error.HTTPError as error:
+        return error.code
 
 
 def serve_app(folder: Path, api_key: str | None = None, **limits) -> Server:
@@ -214,6 +226,10 @@ def test_health_info_page_and_schema(folders, tmp_path) -> None:
         _, info, _ = request(f"{server.url}/info")
         page_status, page, page_headers = request(f"{server.url}/")
         _, schema, _ = request(f"{server.url}/openapi.json")
+        icon_status, icon, icon_headers = request(f"{server.url}/favicon.ico")
+        api_pages = {path: request(f"{server.url}{path}") for path in ("/docs",)}
+        assets = [status_of(f"{server.url}{src}") for _, html, _ in api_pages.values()
+                  for src in re.findall(r'(?:src|href)="(/[^"]+)"', html)]
     assert health[:2] == (200, {"status": "ok"})
     assert info["family"] == "rnn_seq2seq" and info["architecture"]["attention"] == "bahdanau"
     assert info["parameters"] > 10_000 and info["alignments"] is True and info["engine"] == "torch"
@@ -231,6 +247,38 @@ def test_health_info_page_and_schema(folders, tmp_path) -> None:
     assert beams["maximum"] == 4 and beams["minimum"] == 1
     answer_schema = schema["components"]["schemas"]["Translation"]
     assert all(p.get("description") for p in answer_schema["properties"].values())
+    for name, spec in request_schema["properties"].items():  # every number: a type, a minimum and a maximum
+        for option in spec.get("anyOf", [spec]):
+            if option["type"] in ("integer", "number"):
+                assert "minimum" in option and "maximum" in option, name
+    penalty = request_schema["properties"]["length_penalty"]["anyOf"][0]
+    assert (penalty["minimum"], penalty["maximum"]) == (-10, 10)
+    assert icon_status == 200 and icon_headers["content-type"] == "image/svg+xml" and icon.startswith("<svg")
+    assert 'rel="icon"' in page
+    for path, (status, html, _) in api_pages.items():  # Swagger UI: its scripts from this server
+        assert status == 200 and "cdn" not in html and not re.search(r'(?:src|href)="https?:', html), path
+    assert len(assets) >= 3 and set(assets) == {200}
+
+
+def test_openapi_documents_the_errors_the_server_sends(folders) -> None:
+    """Every error status an operation answers is in its OpenAPI responses, as ``ErrorResponse``; FastAPI's
+    ``HTTPValidationError`` (``{detail: [...]}``), which the server never sends, is nowhere; 401 only with a key."""
+    with serve_app(folders["transformer"]) as server:
+        _, schema, _ = request(f"{server.url}/openapi.json")
+    with serve_app(folders["transformer"], api_key="k") as server:
+        _, guarded, _ = request(f"{server.url}/openapi.json", headers={"X-API-Key": "k"})
+    assert "HTTPValidationError" not in json.dumps(schema) and "detail" not in json.dumps(schema)
+    assert set(schema["components"]["schemas"]["ErrorResponse"]["properties"]) == {"error", "field", "request_id"}
+    translate_errors = schema["paths"]["/translate"]["post"]["responses"]
+    assert set(translate_errors) == {"200", "400", "413", "415", "422", "500"}
+    for spec, status in [(translate_errors[s], s) for s in translate_errors if s != "200"]:
+        assert spec["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/ErrorResponse"}, status
+        assert spec["description"], status
+    for path, operations in guarded["paths"].items():
+        for operation in operations.values():
+            assert operation["responses"]["401"]["content"]["application/json"]["schema"]["$ref"].endswith(
+                "/ErrorResponse"), path
+    assert "401" not in json.dumps([op["responses"] for ops in schema["paths"].values() for op in ops.values()])
 
 
 BAD_INPUTS = {
@@ -252,6 +300,28 @@ BAD_INPUTS = {
     "max_new_tokens beyond the positions": ({"text": SAMPLE, "max_new_tokens": 64}, 422, "max_new_tokens",
                                             "less than or equal to 63"),
     "oversized body": ({"text": [SAMPLE] * 300}, 413, "body", "limit of 4000"),
+    # numbers: finite and within the documented range, of the right type
+    "length_penalty overflowing": ({"text": SAMPLE, "num_beams": 2, "length_penalty": 1e308}, 422, "length_penalty",
+                                   "from -10 to 10"),
+    "length_penalty NaN": (b'{"text": "x", "num_beams": 2, "length_penalty": NaN}', 422, "length_penalty",
+                           "finite number"),
+    "length_penalty infinite": (b'{"text": "x", "num_beams": 2, "length_penalty": -Infinity}', 422,
+                                "length_penalty", "finite number"),
+    "length_penalty as a string": ({"text": SAMPLE, "length_penalty": "NaN"}, 422, "length_penalty", "valid number"),
+    "num_beams a float": ({"text": SAMPLE, "num_beams": 2.0}, 422, "num_beams", "whole number from 1 to 6"),
+    "num_beams a boolean": ({"text": SAMPLE, "num_beams": True}, 422, "num_beams", "valid integer"),
+    "num_beams huge": (b'{"text": "x", "num_beams": 1' + b"0" * 400 + b"}", 422, "num_beams", "from 1 to 6"),
+    "return_scores a string": ({"text": SAMPLE, "return_scores": "yes"}, 422, "return_scores", "true or false"),
+    # texts that are not Unicode: JSON escapes of half a surrogate pair, and the same as raw (CESU-8) bytes
+    "lone surrogate": (b'{"text": "ab\\ud800c"}', 422, "text", "lone surrogate (U+D800)"),
+    "lone surrogate in a list": (b'{"text": ["x", "\\udfff"]}', 422, "text[1]", "lone surrogate"),
+    "lone surrogate as bytes": (b'{"text": "a\xed\xa0\x80"}', 422, "text", "lone surrogate"),
+    "lone surrogate in a key": (b'{"text": "x", "\\ud800": 1}', 422, "body", "not valid Unicode"),
+    # bodies that are not a JSON object
+    "empty body": (b"", 400, "body", "the body is empty; send a JSON object"),
+    "JSON null": (b"null", 422, "body", "JSON object, not null"),
+    "not UTF-8": ('{"text": "caf\xe9"}'.encode("latin-1"), 400, "body", "must be UTF-8 JSON"),
+    "nested too deeply": (b"[" * 1_500 + b"]" * 1_500, 400, "body", "nested too deeply"),
 }
 
 
@@ -264,6 +334,10 @@ def test_bad_input_is_a_one_line_error_and_the_server_goes_on(case, transformer_
     assert got == status, error
     assert set(error) == {"error", "field", "request_id"}
     assert error["field"] == field and words in error["error"] and "\n" not in error["error"]
+    assert error["error"].startswith(f"{field}: ")  # the message names the field
+    ErrorResponse.model_validate(error, strict=True)
+    documented = request(f"{transformer_server.url}/openapi.json")[1]["paths"]["/translate"]["post"]["responses"]
+    assert str(status) in documented
     assert headers["x-request-id"] == error["request_id"]
     ok, answer, _ = request(f"{transformer_server.url}/translate", {"text": SAMPLE})
     assert ok == 200 and answer["translations"][0]["text"]
@@ -344,6 +418,14 @@ def test_limits_are_checked(folders) -> None:
         TranslationService(engine, tokenizer, ServeLimits(max_new_tokens=64))
     service = TranslationService(engine, tokenizer)
     assert service.limits.max_source_tokens == 64 and service.limits.max_new_tokens == 63
+    # the service checks what the schema checks, for callers without the HTTP layer, and what it cannot see
+    for penalty in (float("nan"), float("inf"), 1e308, -10.5):
+        with pytest.raises(RequestError, match="length_penalty: must be a finite number from -10 to 10"):
+            service.jobs(SAMPLE, num_beams=2, length_penalty=penalty)
+    assert len(service.jobs(SAMPLE, num_beams=2, length_penalty=-10.0)) == 1
+    with pytest.raises(RequestError, match=r"lone surrogate \(U\+DC00\) at character 1") as refused:
+        service.jobs([SAMPLE, "a\udc00"])
+    assert refused.value.field == "text[1]"
 
 
 def test_ctranslate2_engine_serves_scores_and_refuses_alignments(folders, sources, tmp_path) -> None:
@@ -450,7 +532,8 @@ def test_sigterm_finishes_requests_in_flight_and_takes_no_more(folders, sources)
 # -- the page, in a real browser ------------------------------------------------------------------------------------
 
 def chromium_driver():
-    """Headless Chromium through Selenium (Debian's `chromium` and `chromium-driver`), or a skip."""
+    """Headless Chromium through Selenium (Debian's `chromium` and `chromium-driver`), or a skip. Host names other
+    than 127.0.0.1 resolve to nothing (an air-gapped machine), and the network log is kept (``page_requests``)."""
     webdriver = pytest.importorskip("selenium.webdriver")
     binary = shutil.which("chromium") or shutil.which("chromium-browser")
     driver_path = shutil.which("chromedriver")
@@ -461,42 +544,146 @@ def chromium_driver():
         pytest.skip(message)
     options = webdriver.ChromeOptions()
     options.binary_location = binary
-    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1100,1250"):
+    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1100,1250",
+                 "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1"):
         options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"performance": "ALL"})
     return webdriver.Chrome(options=options, service=webdriver.ChromeService(executable_path=driver_path))
 
 
+def page_requests(driver) -> list[tuple[str, int | None]]:
+    """(URL, HTTP status or None) of every request the pages made since the last call (Chrome's network log)."""
+    sent, statuses = [], {}
+    for entry in driver.get_log("performance"):
+        message = json.loads(entry["message"])["message"]
+        params = message.get("params", {})
+        if message["method"] == "Network.requestWillBeSent":
+            sent.append((params["requestId"], params["request"]["url"]))
+        elif message["method"] == "Network.responseReceived":
+            statuses[params["requestId"]] = params["response"]["status"]
+    return [(url, statuses.get(request_id)) for request_id, url in sent]
+
+
+def assert_local_and_found(requests: list[tuple[str, int | None]], server_url: str) -> None:
+    """Every request went to the server (or was inline data), and none was answered 4xx or 5xx."""
+    assert requests
+    for url, status in requests:
+        assert url.startswith((f"{server_url}/", "data:", "blob:")), url
+        assert status is None or status < 400, (url, status)
+
+
+def cell_weights(driver) -> list[float]:
+    from selenium.webdriver.common.by import By
+
+    return [float(c.get_attribute("data-weight")) for c in driver.find_elements(By.CSS_SELECTOR, "#heatmap td.cell")]
+
+
 @pytest.mark.parametrize("family", ["transformer", "rnn"])
-def test_page_translates_and_draws_the_heatmap_in_chromium(family, folders, tmp_path) -> None:
+def test_page_translates_and_draws_the_heatmap_in_chromium(family, folders, sources, tmp_path) -> None:
+    """Four lines (one empty) give four output lines; the beam box takes its range and default from /info; the
+    heatmap fills most of its card and follows the line clicked; nothing is fetched from elsewhere, nothing 404s."""
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
+    folder = shutil.copytree(folders[family], tmp_path / family)
+    generation = json.loads((folder / "generation_config.json").read_text())
+    (folder / "generation_config.json").write_text(json.dumps({**generation, "num_beams": 3}))
+    write_model_card(folder, dataset_name="dates", metrics={"bleu": 98.5, "chrf": 99.1, "split": "test"})
+    texts = [SAMPLE, sources[0], sources[1]]  # the page sends them in two requests: max_texts is 2
     driver = chromium_driver()
     try:
-        with serve_app(folders[family]) as server:
-            _, expected, _ = request(f"{server.url}/translate", {"text": SAMPLE, "return_alignments": True})
+        with serve_app(folder, max_beams=5, max_texts=2) as server:
+            answers = [request(f"{server.url}/translate", {"text": text, "return_alignments": True})[1][
+                "translations"][0] for text in texts]
             driver.get(f"{server.url}/")
             wait = WebDriverWait(driver, 30)
             wait.until(lambda d: family in d.find_element(By.ID, "model").text)
-            driver.find_element(By.ID, "source").send_keys(SAMPLE)
+            header = driver.find_element(By.ID, "model").text
+            assert header.count("dates") == 1 and "BLEU 98.5, chrF 99.1 on dates" in header, header  # named once
+            beams = driver.find_element(By.ID, "beams")
+            assert [beams.get_attribute(a) for a in ("min", "max", "value")] == ["1", "5", "3"]
+            driver.find_element(By.ID, "source").send_keys(f"{texts[0]}\n\n{texts[1]}\n{texts[2]}")
+            beams.clear()
+            beams.send_keys("9")  # beyond max_beams: the page says so instead of asking the server
             driver.find_element(By.ID, "translate").click()
-            wait.until(lambda d: d.find_element(By.ID, "translation").text.strip())
-            answer = expected["translations"][0]
-            assert driver.find_element(By.ID, "translation").text == answer["text"]
-            assert "log-probability" in driver.find_element(By.ID, "scores").text
+            assert driver.find_element(By.ID, "error").text == "Beam size: a whole number from 1 to 5."
+            beams.clear()
+            beams.send_keys("3")
+            driver.find_element(By.ID, "translate").click()
+            wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#translation .line")) == 4)
+            lines = driver.find_elements(By.CSS_SELECTOR, "#translation .line")
+            assert [line.get_attribute("textContent") for line in lines] == [
+                answers[0]["text"], "", answers[1]["text"], answers[2]["text"]]
+            assert "line 1: log-probability" in driver.find_element(By.ID, "scores").text
+            weights = answers[0]["alignment"]["weights"]
+            assert cell_weights(driver) == pytest.approx([w for row in weights for w in row], abs=1e-4)
+            width = driver.execute_script("return [heatmap.getBoundingClientRect().width, "
+                                          "document.getElementById('alignment').getBoundingClientRect().width]")
+            assert width[0] >= 0.6 * width[1], width  # scaled to the card
+            lines[2].click()  # the second translation's alignment
+            second = [w for row in answers[1]["alignment"]["weights"] for w in row]
+            wait.until(lambda d: cell_weights(d) == pytest.approx(second, abs=1e-4))
+            assert "line 3: log-probability" in driver.find_element(By.ID, "scores").text
             cells = driver.find_elements(By.CSS_SELECTOR, "#heatmap td.cell")
-            weights = answer["alignment"]["weights"]
-            assert len(cells) == len(weights) * len(weights[0])
-            assert [float(c.get_attribute("data-weight")) for c in cells] == pytest.approx(
-                [w for row in weights for w in row], abs=1e-4)
             ActionChains(driver).move_to_element(cells[0]).perform()
             wait.until(lambda d: ":" in d.find_element(By.ID, "readout").text)
-            assert f"{weights[0][0]:.3f}" in driver.find_element(By.ID, "readout").text
+            assert f"{second[0]:.3f}" in driver.find_element(By.ID, "readout").text
             assert driver.find_element(By.ID, "error").text == ""
             shot = tmp_path / f"serve-{family}.png"
             assert driver.save_screenshot(str(shot)) and shot.stat().st_size > 10_000
             if os.environ.get("ENCDEC_SCREENSHOT_DIR"):  # how the README's screenshot is made
                 shutil.copy(shot, Path(os.environ["ENCDEC_SCREENSHOT_DIR"]) / shot.name)
+            assert_local_and_found(page_requests(driver), server.url)
+    finally:
+        driver.quit()
+
+
+def test_api_docs_render_offline_in_chromium(folders) -> None:
+    """/docs (Swagger UI) shows the operations with its script and styles from this server: the browser resolves
+    no other host, as on an air-gapped machine. ReDoc, whose page loads a logo from a CDN, is off."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    driver = chromium_driver()
+    try:
+        with serve_app(folders["transformer"]) as server:
+            driver.get(f"{server.url}/docs")
+            wait = WebDriverWait(driver, 30)
+            wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, '.opblock-summary-path[data-path="/translate"]'))
+            operations = driver.find_elements(By.CSS_SELECTOR, ".opblock-summary-path")
+            assert {e.get_attribute("data-path") for e in operations} == {"/translate", "/health", "/info", "/"}
+            docs = page_requests(driver)
+            redoc, error, _ = request(f"{server.url}/redoc")
+    finally:
+        driver.quit()
+    assert any(url.endswith("/swagger-ui-bundle.js") for url, _ in docs)
+    assert_local_and_found(docs, server.url)
+    assert redoc == 404 and error["field"] is None and "/docs" in error["error"]
+
+
+def test_page_says_the_ctranslate2_engine_gives_no_alignment(folders, tmp_path) -> None:
+    pytest.importorskip("ctranslate2")
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    exported = export_ctranslate2(folders["transformer"], tmp_path / "ct2")
+    driver = chromium_driver()
+    try:
+        with Server(create_app(build_service(str(exported), engine="ctranslate2"))) as server:
+            driver.get(f"{server.url}/")
+            wait = WebDriverWait(driver, 30)
+            wait.until(lambda d: "engine: ctranslate2" in d.find_element(By.ID, "model").text)
+            assert "CTranslate2 engine gives no attention" in driver.find_element(By.ID, "readout").text
+            driver.find_element(By.ID, "source").send_keys(SAMPLE)
+            driver.find_element(By.ID, "translate").click()
+            wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#translation .line"))
+            assert "log-probability" in driver.find_element(By.ID, "scores").text
+            assert "CTranslate2 engine gives no attention" in driver.find_element(By.ID, "readout").text
+            assert not driver.find_elements(By.CSS_SELECTOR, "#heatmap td.cell")
+            assert driver.find_element(By.ID, "error").text == ""
+            # the other branch, a model without attention, from /info's architecture
+            reason = "return noAlignmentReason({engine: 'torch', architecture: {attention: 'none'}})"
+            assert "This model has no attention" in driver.execute_script(reason)
     finally:
         driver.quit()

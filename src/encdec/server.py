@@ -1,12 +1,15 @@
 """``encdec serve``: a translation server (FastAPI on uvicorn, the optional extra ``encdec[serve]``).
 
 Endpoints: ``POST /translate``, ``GET /health``, ``GET /info`` and ``GET /``, a page that translates and shows the
-alignment as a heatmap (one HTML file, no external assets). ``serving.py`` holds the batching and the checks; this
-module holds HTTP: the request schema (which the OpenAPI page at ``/docs`` shows), the errors as one-line JSON, the
-API key, the body limit, request ids, and a graceful stop (uvicorn: on SIGTERM no new connections, requests in flight
-finish, then the batcher drains).
+alignment as a heatmap (one HTML file, no external assets), and the API page ``/docs`` (Swagger UI), whose script
+and styles come from the package ``fastapi-offline`` rather than a CDN, so that all of it works offline. ReDoc
+(``/redoc``) is off: its page loads the Redocly logo from a CDN whatever it is given.
+``serving.py`` holds the batching and the checks; this module holds HTTP: the request schema (which the OpenAPI page
+at ``/docs`` shows), the errors as one-line JSON, the API key, the body limit, request ids, and a graceful stop
+(uvicorn: on SIGTERM no new connections, requests in flight finish, then the batcher drains).
 
-Every error answer is ``{"error": "<field>: <what is wrong, with the limit>", "field": ..., "request_id": ...}``.
+Every error answer, 4xx or 500, is an ``ErrorResponse``: ``{"error": "<field>: <what is wrong>; <the fix>", "field":
+..., "request_id": ...}`` (``ERROR_STATUSES`` says which status means what; the OpenAPI schema documents them).
 """
 
 import asyncio
@@ -24,14 +27,15 @@ from typing import Any
 
 from .errors import EncdecError
 from .inference import load_engine
-from .serving import DynamicBatcher, RequestError, ServeLimits, TranslationService
+from .serving import LENGTH_PENALTY_RANGE, DynamicBatcher, RequestError, ServeLimits, TranslationService
 
 SERVE_INSTALL = "pip install 'encdec[serve]'"
 try:
     import uvicorn
     from fastapi import FastAPI, Request
     from fastapi.exceptions import RequestValidationError
-    from fastapi.responses import HTMLResponse, JSONResponse
+    from fastapi.responses import HTMLResponse, JSONResponse, Response
+    from fastapi_offline import FastAPIOffline
     from pydantic import BaseModel, ConfigDict, Field, create_model
     from starlette.exceptions import HTTPException as StarletteHTTPException
 except ImportError as missing:  # the CLI prints this as one line
@@ -41,7 +45,25 @@ except ImportError as missing:  # the CLI prints this as one line
 logger = logging.getLogger("encdec.serve")
 API_KEY_ENV = "ENCDEC_API_KEY"
 PAGE = "web/index.html"
+FAVICON = "web/favicon.svg"
 INTERNAL_ERROR = "internal server error; the server log has the details under this request id."
+FIELD_CHARS = 60  # an unknown option's name is cut to this in an error (it may be as long as the body)
+EXAMPLE = 'send a JSON object such as {"text": "..."} with Content-Type: application/json'
+# what each error status means, for the OpenAPI schema (every one is an ErrorResponse)
+ERROR_STATUSES = {
+    400: "The body is not JSON: empty, malformed, not UTF-8, or nested too deeply (`field`: `body`). (A request "
+         "whose HTTP framing is broken, such as a Content-Length that is not a number, never reaches the app: "
+         "uvicorn refuses it with a plain-text 400.)",
+    401: "No valid API key (the server runs with one): send `Authorization: Bearer KEY` or `X-API-Key: KEY` "
+         "(`field`: null).",
+    413: "The body is larger than the server's limit (--max-body-bytes) (`field`: `body`).",
+    404: "No such endpoint (`field`: null); not an operation's answer, so listed here only.",
+    405: "An endpoint asked with a method it does not take (`field`: null); listed here only.",
+    415: "The Content-Type is not application/json (`field`: `body`).",
+    422: "JSON that breaks the request schema or the server's limits: `field` names the field at fault, such as "
+         "`num_beams` or `text[2]`, and `error` the fix.",
+    500: "A fault of the server: the log has the traceback under `request_id` (`field`: null).",
+}
 
 
 class Translation(BaseModel):
@@ -61,6 +83,29 @@ class TranslateResponse(BaseModel):
     translations: list[Translation] = Field(description="One per input text, in order.")
 
 
+class ErrorResponse(BaseModel):
+    """Every error answer of the server, whatever its status."""
+
+    error: str = Field(description="One line: `<field>: <what is wrong>; <the fix>`.",
+                       examples=["num_beams: Input should be less than or equal to 8 (got 12); send a whole number "
+                                 "from 1 to 8, or null for the model's default."])
+    field: str | None = Field(description="The request field at fault (`text`, `text[2]`, `num_beams`, ...), "
+                                          "`body` for the body as a whole, null when no field is (401, 404, 500).",
+                              examples=["num_beams"])
+    request_id: str | None = Field(description="This request's id, also in the `X-Request-ID` header and, for a "
+                                               "500, in the server log.", examples=["3f2c9a1d0b7e4c21"])
+
+
+def error_responses(*statuses: int, json_route: bool = True) -> dict[int | str, dict[str, Any]]:
+    """The OpenAPI ``responses`` of an operation that can answer these error statuses: each an ``ErrorResponse``
+    in JSON, also from a route whose own answer is not JSON (FastAPI would give ``model`` that route's media type)."""
+    if json_route:
+        return {status: {"model": ErrorResponse, "description": ERROR_STATUSES[status]} for status in statuses}
+    schema = {"$ref": f"#/components/schemas/{ErrorResponse.__name__}"}
+    return {status: {"description": ERROR_STATUSES[status], "content": {"application/json": {"schema": schema}}}
+            for status in statuses}
+
+
 def request_schema(limits: ServeLimits) -> type[BaseModel]:
     """The body of ``POST /translate``, with this server's limits in its checks and its OpenAPI schema."""
     return create_model(
@@ -73,8 +118,13 @@ def request_schema(limits: ServeLimits) -> type[BaseModel]:
         max_new_tokens=(int | None, Field(None, ge=1, le=limits.max_new_tokens,
                                           description="Most tokens to generate, `</s>` included. Default: the "
                                                       "model's, else 2 x the source length + 10.")),
-        length_penalty=(float | None, Field(None, description="Beam search: the exponent of the length normalisation "
-                                                              "of hypothesis scores. Default: the model's.")),
+        length_penalty=(float | None, Field(None, ge=LENGTH_PENALTY_RANGE[0], le=LENGTH_PENALTY_RANGE[1],
+                                            allow_inf_nan=False,
+                                            description="Beam search: the exponent of the length normalisation of "
+                                                        "hypothesis scores (score / length ** length_penalty): above "
+                                                        "0 favours longer translations, below 0 shorter ones; a finite "
+                                                        f"number from {LENGTH_PENALTY_RANGE[0]:g} to "
+                                                        f"{LENGTH_PENALTY_RANGE[1]:g}. Default: the model's.")),
         n_best=(int | None, Field(None, ge=1, le=limits.max_beams,
                                   description="Also return the n best translations (n <= num_beams).")),
         return_scores=(bool, Field(False, description="Add each translation's log-probability.")),
@@ -82,9 +132,30 @@ def request_schema(limits: ServeLimits) -> type[BaseModel]:
     )
 
 
+def value_hints(schema: type[BaseModel]) -> dict[str, str]:
+    """field -> the values it takes, in words, from the request's JSON schema: the fix an error message gives."""
+    words = {"string": "a string", "array": "a list of strings", "boolean": "true or false",
+             "integer": "a whole number", "number": "a finite number"}
+    hints = {}
+    for name, spec in schema.model_json_schema()["properties"].items():
+        kinds = [option for option in spec.get("anyOf", [spec]) if option.get("type") != "null"]
+        values = [words[kind["type"]] + (f" from {kind['minimum']:g} to {kind['maximum']:g}" if "minimum" in kind
+                                         else "") for kind in kinds]
+        default = ", or null for the model's default" if len(kinds) < len(spec.get("anyOf", [spec])) else ""
+        hints[name] = " or ".join(values) + default
+    return hints
+
+
+def printable(text: str, limit: int | None = None) -> str:
+    """``text`` as one line that UTF-8 can encode (lone surrogates escaped), cut to ``limit`` characters."""
+    text = " ".join(text.encode("utf-8", "backslashreplace").decode("utf-8").split())
+    return text if limit is None or len(text) <= limit else text[:limit - 3] + "..."
+
+
 def error_response(status: int, message: str, request: Request, field: str | None = None,
                    headers: dict[str, str] | None = None) -> JSONResponse:
-    body = {"error": " ".join(message.split()), "field": field, "request_id": request_id(request.scope)}
+    body = {"error": printable(message), "field": None if field is None else printable(field, FIELD_CHARS),
+            "request_id": request_id(request.scope)}
     return JSONResponse(body, status_code=status, headers=headers)
 
 
@@ -103,30 +174,61 @@ def field_name(location: tuple) -> str:
     return name or "body"
 
 
-def validation_message(errors: list[dict[str, Any]], content_type: str, options: list[str]
+def validation_message(errors: list[dict[str, Any]], content_type: str, body_size: int, hints: dict[str, str]
                        ) -> tuple[int, str, str]:
-    """(status, message, field) of a failed check: 400 for a body that is not JSON, else 422 for the first
-    field at fault."""
+    """(status, message, field) of a failed check: 400 for a body that is not JSON (or empty), 415 for one that is
+    not sent as JSON, else 422 for the first field at fault."""
     first = errors[0]
-    example = 'send a JSON object such as {"text": "..."}'
     if first["type"] == "json_invalid":
-        return 400, f"body: malformed JSON ({first.get('ctx', {}).get('error', '')}); {example}.", "body"
+        return 400, f"body: malformed JSON ({first.get('ctx', {}).get('error', '')}); {EXAMPLE}.", "body"
+    if field_name(first["loc"]) != "body":
+        return 422, *field_message(errors, hints)
+    if first["type"] == "missing" and not body_size:
+        return 400, f"body: the body is empty; {EXAMPLE}.", "body"
+    if first["type"] != "missing" and "json" not in content_type:
+        return 415, f"body: Content-Type is {content_type or 'missing'}; {EXAMPLE}.", "body"
+    if first["type"] == "string_unicode":  # a key with a lone surrogate (JSON "\ud800"): not text
+        key = printable(json.dumps(first["input"]), FIELD_CHARS)
+        return 422, f"body: the option name {key} is not valid Unicode (a lone surrogate); the options are " \
+                    f"{', '.join(hints)}.", "body"
+    got = json_type(None if first["type"] == "missing" else first.get("input"))
+    return 422, f"body: must be a JSON object, not {got}; {EXAMPLE}.", "body"
+
+
+def field_message(errors: list[dict[str, Any]], hints: dict[str, str]) -> tuple[str, str]:
+    """(message, field) of the first field at fault: what is wrong, what was sent, and what to send."""
+    first = errors[0]
     field = field_name(first["loc"])
-    if field == "body" and first["type"] in ("model_attributes_type", "dict_type"):
-        if "json" not in content_type:
-            return 415, f"body: Content-Type is {content_type or 'missing'}; {example} with Content-Type: " \
-                        "application/json.", field
-        return 422, f"body: must be a JSON object; {example}.", field
     if first["type"] == "extra_forbidden":
-        return 422, f"{field}: unknown option; the options are {', '.join(options)}.", field
+        return f"{printable(field, FIELD_CHARS)}: unknown option; the options are {', '.join(hints)}.", field
     text_errors = [e for e in errors if field_name(e["loc"]).startswith("text")]
     if field == "text" and len(text_errors) > 1:  # a union: the error inside the list, if it is one
         first = max(text_errors, key=lambda e: len(e["loc"]))
         field = field_name(first["loc"])
         if field == "text":
-            return 422, "text: must be a string or a list of strings.", field
-    got = f" (got {json.dumps(first['input'])[:60]})" if first["type"] != "missing" and "input" in first else ""
-    return 422, f"{field}: {first['msg']}{got}.", field
+            return f"text: must be a string or a list of strings (got {json_type(first.get('input'))}).", field
+    got = f" (got {printable(json.dumps(first['input']), 60)})" if first["type"] != "missing" and "input" in first \
+        else ""
+    hint = "a string" if "[" in field else hints.get(field, "a value the schema at /docs describes")
+    return f"{field}: {first['msg']}{got}; send {hint}.", field
+
+
+def json_type(value: Any) -> str:
+    """The JSON name of a parsed JSON value's type."""
+    names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", int: "a number",
+             float: "a number", type(None): "null"}
+    return names.get(type(value), type(value).__name__)
+
+
+def parse_failure(cause: BaseException | None) -> str:
+    """Why a body could not be parsed, for FastAPI's bare 400 "There was an error parsing the body"."""
+    if isinstance(cause, UnicodeDecodeError):
+        return f"body: is not UTF-8 (byte 0x{cause.object[cause.start]:02x} at offset {cause.start}); the body " \
+               f"must be UTF-8 JSON: {EXAMPLE}."
+    if isinstance(cause, RecursionError):
+        return f"body: JSON nested too deeply to parse; {EXAMPLE}."
+    reason = str(cause).split(":")[0] if cause is not None else "unreadable"
+    return f"body: not valid JSON ({reason}); {EXAMPLE}."
 
 
 def check_bind(host: str, api_key: str | None) -> None:
@@ -185,7 +287,7 @@ class Guard:
             response = JSONResponse({"error": text, "field": field, "request_id": rid}, status, headers=extra)
             return await response(scope, receive, send_with_id)
         try:
-            await self.app(scope, self.limited(receive), send_with_id)
+            await self.app(scope, self.limited(receive, scope["state"]), send_with_id)
         except Exception:
             logger.exception("request %s (%s %s) failed", rid, scope.get("method"), scope.get("path"))
             if not started:
@@ -200,19 +302,21 @@ class Guard:
                     {"WWW-Authenticate": 'Basic realm="encdec"'}
         length = headers.get(b"content-length", b"0")
         if not length.isdigit():
-            return 400, "the Content-Length header is not a number.", {}
+            return 400, "body: the Content-Length header is not a number; send the body's size in bytes.", {}
         if int(length) > self.max_body_bytes:
             return 413, f"body: {int(length)} bytes exceed the limit of {self.max_body_bytes} (--max-body-bytes).", {}
         return None
 
-    def limited(self, receive: Any) -> Any:
-        """``receive`` that stops a chunked body at the limit (one without a Content-Length)."""
+    def limited(self, receive: Any, state: dict) -> Any:
+        """``receive`` that stops a chunked body at the limit (one without a Content-Length), and counts the bytes
+        read in ``state["body_bytes"]`` (an empty body and a JSON ``null`` differ only there)."""
         seen = 0
 
         async def receive_limited() -> dict:
             nonlocal seen
             message = await receive()
             seen += len(message.get("body", b""))
+            state["body_bytes"] = seen
             if seen > self.max_body_bytes:
                 raise BodyTooLarge
             return message
@@ -227,10 +331,10 @@ class BodyTooLarge(StarletteHTTPException):
 
 
 def create_app(service: TranslationService, api_key: str | None = None) -> Any:
-    """The ASGI app over ``service``: its batcher starts with the app and drains when it stops."""
+    """The ASGI app over ``service``: its batcher starts with the app and drains when it stops. ``/docs`` (Swagger
+    UI) serves its script from the package ``fastapi-offline``: no CDN, so it works offline."""
     limits = service.limits
     batcher = DynamicBatcher(service.decode, limits.max_batch_size, limits.max_wait_ms)
-    schema = request_schema(limits)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -239,41 +343,64 @@ def create_app(service: TranslationService, api_key: str | None = None) -> Any:
         yield
         await asyncio.to_thread(batcher.stop)  # every job submitted is answered first
 
-    app = FastAPI(title="encdec translation server", version=service.info()["encdec_version"], lifespan=lifespan,
-                  description="Translate with an encdec model. Errors are `{error, field, request_id}`.")
+    app = FastAPIOffline(title="encdec translation server", version=service.info()["encdec_version"],
+                         lifespan=lifespan, redoc_url=None,
+                         description="Translate with an encdec model. Every error is an `ErrorResponse`, "
+                                     "`{error, field, request_id}`:\n\n"
+                                     + "\n".join(f"- {status}: {text}" for status, text in ERROR_STATUSES.items()))
     app.state.batcher = batcher
-    add_error_handlers(app, list(schema.model_fields))
-
-    async def translate(body: schema) -> TranslateResponse:  # type: ignore[valid-type]
-        jobs = service.jobs(**body.model_dump())
-        answers = await asyncio.gather(*(asyncio.wrap_future(f) for f in batcher.submit(jobs)))
-        return TranslateResponse(translations=[Translation(**answer) for answer in answers])
-
-    app.post("/translate", response_model=TranslateResponse, response_model_exclude_none=True,
-             summary="Translate a text or a list of texts")(translate)
-
-    @app.get("/health", summary="Liveness: 200 while the server takes requests")
-    async def health() -> dict[str, str]:
-        return {"status": "ok"}
-
-    @app.get("/info", summary="The model: family, size, languages, card metrics; the engine, defaults and limits")
-    async def info() -> dict[str, Any]:
-        return service.info()
-
-    page = resources.files("encdec").joinpath(PAGE).read_text(encoding="utf-8")
-
-    @app.get("/", response_class=HTMLResponse, summary="A page that translates and shows the alignment")
-    async def index() -> HTMLResponse:
-        return HTMLResponse(page)
-
+    schema = request_schema(limits)
+    add_error_handlers(app, value_hints(schema))
+    guarded = (401,) if api_key else ()
+    add_translate(app, service, schema, error_responses(400, *guarded, 413, 415, 422, 500))
+    add_pages(app, service, guarded)
     return Guard(app, api_key, limits.max_body_bytes)
 
 
-def add_error_handlers(app: Any, options: list[str]) -> None:
+def add_translate(app: Any, service: TranslationService, schema: type[BaseModel],
+                  errors: dict[int | str, dict[str, Any]]) -> None:
+    """``POST /translate``: check the request into jobs, and answer once the batcher has decoded them all."""
+
+    async def translate(body: schema) -> TranslateResponse:  # type: ignore[valid-type]
+        jobs = service.jobs(**body.model_dump())
+        answers = await asyncio.gather(*(asyncio.wrap_future(f) for f in app.state.batcher.submit(jobs)))
+        return TranslateResponse(translations=[Translation(**answer) for answer in answers])
+
+    app.post("/translate", response_model=TranslateResponse, response_model_exclude_none=True, responses=errors,
+             summary="Translate a text or a list of texts")(translate)
+
+
+def add_pages(app: Any, service: TranslationService, guarded: tuple[int, ...]) -> None:
+    """``GET /health``, ``/info``, the page at ``/`` and its icon; ``guarded``: (401,) behind an API key."""
+    page = resources.files("encdec").joinpath(PAGE).read_text(encoding="utf-8")
+    icon = resources.files("encdec").joinpath(FAVICON).read_bytes()
+    errors = error_responses(*guarded)
+
+    @app.get("/health", summary="Liveness: 200 while the server takes requests", responses=errors)
+    async def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/info", summary="The model: family, size, languages, card metrics; the engine, defaults and limits",
+             responses=errors)
+    async def info() -> dict[str, Any]:
+        return service.info()
+
+    @app.get("/", response_class=HTMLResponse, summary="A page that translates and shows the alignment",
+             responses=error_responses(*guarded, json_route=False))
+    async def index() -> HTMLResponse:
+        return HTMLResponse(page)
+
+    @app.get("/favicon.ico", include_in_schema=False)
+    @app.get("/favicon.svg", include_in_schema=False)
+    async def favicon() -> Response:
+        return Response(icon, media_type="image/svg+xml", headers={"Cache-Control": "max-age=86400"})
+
+
+def add_error_handlers(app: Any, hints: dict[str, str]) -> None:
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, error: RequestValidationError) -> JSONResponse:
         status, message, field = validation_message(list(error.errors()), request.headers.get("content-type", ""),
-                                                    options)
+                                                    request.scope.get("state", {}).get("body_bytes", 0), hints)
         return error_response(status, message, request, field)
 
     @app.exception_handler(RequestError)
@@ -286,11 +413,13 @@ def add_error_handlers(app: Any, options: list[str]) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, error: StarletteHTTPException) -> JSONResponse:
-        messages = {404: f"no endpoint {request.url.path}; see /docs for the API.",
+        messages = {400: parse_failure(error.__cause__),
+                    404: f"no endpoint {request.url.path}; see /docs for the API.",
                     405: f"{request.method} is not allowed on {request.url.path}; see /docs for the API.",
                     413: "body: larger than the limit (--max-body-bytes)."}
+        field = "body" if error.status_code in (400, 413) else None
         return error_response(error.status_code, messages.get(error.status_code, f"{error.detail}."), request,
-                              "body" if error.status_code == 413 else None, getattr(error, "headers", None))
+                              field, getattr(error, "headers", None))
 
 
 def build_service(model_dir: str, engine: str = "torch", quantize: str | None = None, dtype: str | None = None,
@@ -314,5 +443,5 @@ def serve(model_dir: str, engine: str = "torch", quantize: str | None = None, dt
                 timeout_graceful_shutdown=None)  # in-flight requests always finish
 
 
-__all__ = ["API_KEY_ENV", "SERVE_INSTALL", "TranslateResponse", "build_service", "check_bind", "create_app",
-           "request_schema", "serve"]
+__all__ = ["API_KEY_ENV", "SERVE_INSTALL", "ErrorResponse", "TranslateResponse", "build_service", "check_bind",
+           "create_app", "request_schema", "serve"]

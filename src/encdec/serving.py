@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import queue
 import threading
 import time
@@ -37,11 +38,15 @@ from transformers import PreTrainedTokenizerBase
 from . import __version__
 from .engines import CTranslate2Engine, TorchEngine
 from .errors import EncdecError
-from .inference import Engine, auto_max_new_tokens, generation_settings, max_source_length, output_ids
+from .inference import Engine, auto_max_new_tokens, default_beams, generation_settings, max_source_length, output_ids
 
 logger = logging.getLogger("encdec.serve")
 
 DEFAULT_MAX_SOURCE_TOKENS = 1024  # for models without a position limit (the RNN) and a tokenizer without one
+# length_penalty: beam search divides a hypothesis' log-probability by length ** length_penalty (HF generate). Values
+# in use lie within about -2..2; +-10 already makes the length all that counts, and stays finite for any length the
+# server accepts (1024 ** 10 ~ 1e30), where 1e308 overflows.
+LENGTH_PENALTY_RANGE = (-10.0, 10.0)
 
 
 class RequestError(EncdecError):
@@ -134,7 +139,7 @@ class TranslationService:
         self.limits = limits_for(limits or ServeLimits(), tokenizer, engine.config)
         self.model_dir = Path(model_dir) if model_dir is not None else None
         generation = engine.generation_config
-        self.default_beams = generation.num_beams or 1
+        self.default_beams = default_beams(engine)  # the one default that translate and evaluate use too
         self.default_length_penalty = 1.0 if generation.length_penalty is None else generation.length_penalty
         self.default_budget = generation.max_new_tokens
         self.has_alignments = isinstance(engine, TorchEngine) and getattr(self.config, "attention", "") != "none"
@@ -148,17 +153,8 @@ class TranslationService:
         if return_alignments and not self.has_alignments:
             why = ("the ctranslate2 engine returns none" if isinstance(self.engine, CTranslate2Engine)
                    else "this model has no attention (attention='none')")
-            raise RequestError("return_alignments", f"alignments are not available: {why}.")
-        texts = [text] if isinstance(text, str) else text
-        fields = ["text"] if isinstance(text, str) else [f"text[{i}]" for i in range(len(texts))]
-        if not texts:
-            raise RequestError("text", "give at least one text.")
-        if len(texts) > self.limits.max_texts:
-            raise RequestError("text", f"{len(texts)} texts exceed the limit of {self.limits.max_texts} per request "
-                                       "(--max-texts).")
-        for name, item in zip(fields, texts, strict=True):
-            if not item.strip():
-                raise RequestError(name, "the text is empty.")
+            raise RequestError("return_alignments", f"alignments are not available: {why}; leave it out.")
+        fields, texts = self.texts(text)
         jobs = []
         for name, ids in zip(fields, self.tokenizer(texts, verbose=False)["input_ids"], strict=True):
             if len(ids) > self.limits.max_source_tokens:
@@ -169,6 +165,27 @@ class TranslationService:
                             n_best_list=n_best is not None))
         return jobs
 
+    def texts(self, text: str | list[str]) -> tuple[list[str], list[str]]:
+        """(field names, texts) of a request's ``text``: at least one and at most ``max_texts``, none empty, each
+        Unicode that UTF-8 can encode (JSON's ``\\ud800`` escape gives a lone surrogate, which it cannot)."""
+        texts = [text] if isinstance(text, str) else text
+        fields = ["text"] if isinstance(text, str) else [f"text[{i}]" for i in range(len(texts))]
+        if not texts:
+            raise RequestError("text", "give at least one text.")
+        if len(texts) > self.limits.max_texts:
+            raise RequestError("text", f"{len(texts)} texts exceed the limit of {self.limits.max_texts} per request "
+                                       "(--max-texts); send them in several requests.")
+        for name, item in zip(fields, texts, strict=True):
+            if not item.strip():
+                raise RequestError(name, "the text is empty; send some words to translate.")
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError as error:
+                raise RequestError(name, f"a lone surrogate (U+{ord(item[error.start]):04X}) at character "
+                                         f"{error.start} is not text; send valid Unicode (a surrogate pair is fine, "
+                                         "half of one is not).") from None
+        return fields, texts
+
     def options(self, num_beams: int | None, max_new_tokens: int | None, length_penalty: float | None,
                 n_best: int | None) -> DecodeOptions:
         beams = self.default_beams if num_beams is None else num_beams
@@ -176,6 +193,10 @@ class TranslationService:
                                    ("max_new_tokens", max_new_tokens, self.limits.max_new_tokens)):
             if value is not None and not 1 <= value <= limit:
                 raise RequestError(name, f"must be between 1 and {limit}, got {value}.")
+        low, high = LENGTH_PENALTY_RANGE
+        if length_penalty is not None and not (math.isfinite(length_penalty) and low <= length_penalty <= high):
+            raise RequestError("length_penalty", f"must be a finite number from {low:g} to {high:g}, got "
+                                                 f"{length_penalty}.")
         n_best = 1 if n_best is None else n_best
         if not 1 <= n_best <= beams:
             raise RequestError("n_best", f"must be between 1 and the beam size ({beams}), got {n_best}; raise "
@@ -364,5 +385,5 @@ class DynamicBatcher:
             job.future.set_result(answer)
 
 
-__all__ = ["DecodeOptions", "DynamicBatcher", "Job", "RequestError", "ServeLimits", "TranslationService",
-           "limits_for"]
+__all__ = ["LENGTH_PENALTY_RANGE", "DecodeOptions", "DynamicBatcher", "Job", "RequestError", "ServeLimits",
+           "TranslationService", "limits_for"]
