@@ -6,7 +6,7 @@ int8 and bfloat16, and for the Transformer in CTranslate2 with float32 and int8 
 ``python -m encdec evaluate`` process (reading, tokenising, batching, decoding, detokenising, scoring), so each
 engine has its process to itself. Skipped (the report keeps its earlier table) when the data or a model is absent.
 
-    MULTI30K_DIR=../shared/data/multi30k MULTI30K_TRANSFORMER=runs/multi30k-transformer-small \
+    MULTI30K_TRANSFORMER=runs/multi30k-transformer-small \
     MULTI30K_RNN=runs/multi30k-lstm-bahdanau python scripts/benchmark.py --sections multi30k_engines
 """
 
@@ -32,7 +32,7 @@ MODEL_PRECISIONS = (("torch float32", []), ("torch int8", ["--quantize", "int8"]
 
 
 def paths() -> tuple[Path, Path, Path]:
-    return (Path(os.environ.get("MULTI30K_DIR", "../shared/data/multi30k")),
+    return (Path(os.environ.get("MULTI30K_DIR", "data/multi30k")),
             Path(os.environ.get("MULTI30K_TRANSFORMER", "runs/multi30k-transformer-small")),
             Path(os.environ.get("MULTI30K_RNN", "runs/multi30k-lstm-bahdanau")))
 

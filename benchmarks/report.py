@@ -26,6 +26,7 @@ from .engines import engines
 from .multi30k_engines import multi30k_engines
 from .rnn import rnn_family
 from .serve import serve
+from .threads import threads
 from .transformer import transformer_vs_marian
 
 logger = logging.getLogger(__name__)
@@ -38,6 +39,7 @@ SECTIONS: dict[str, Callable[[BenchmarkSettings], Section | None]] = {
     "engines": engines,
     "multi30k_engines": multi30k_engines,  # skipped (its earlier table kept) without the data and trained models
     "serve": serve,
+    "threads": threads,
 }
 
 

@@ -7,7 +7,7 @@
 set -euo pipefail
 name=$1
 shift
-data=${MULTI30K_DIR:-../shared/data/multi30k}
+data=${MULTI30K_DIR:-data/multi30k}
 out=runs/multi30k-ensembles/$name
 mkdir -p "$out"
 models=()

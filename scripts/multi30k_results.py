@@ -32,7 +32,8 @@ RECIPES = {  # recipe -> (row label, target cased BLEU with beam 5)
     "lstm-luong-general": ("BiLSTM + Luong general attention, input feeding", 35.0),
     "lstm-noattn": ("BiLSTM -> LSTM, no attention, source summary fed to every step", 20.0),
 }
-PUBLISHED = [  # (model, BLEU, how it was measured, source, our recipe, our closest measure), as quoted in the issue
+# (model, BLEU, how it was measured, source, our recipe, our closest measure), as the papers and tutorials give them
+PUBLISHED = [
     ("3+3 layer Transformer, d=256", "36.5", "lowercased, spaCy-tokenised, greedy",
      "bentrevett/pytorch-seq2seq legacy notebook 6", "transformer-small", "bleu_lowercase"),
     ("6+6 layer pre-LN Transformer, 56M parameters", "39.0", "cased, detokenised, sacreBLEU 13a",

@@ -1,5 +1,11 @@
 """The ``encdec`` command line. Each subcommand parses its arguments and calls one function in the package.
 
+It is a module of its own, outside the ``encdec`` package: importing ``encdec`` registers the models with
+transformers, which imports torch and transformers (seconds), and ``encdec --help`` or a mistyped argument should
+answer at once. So this module imports only the standard library at the top, and each command imports what it needs
+from ``encdec`` once its arguments have been parsed. (``python -m encdec`` imports the package first, so only the
+``encdec`` command is instant.)
+
 A user error (a missing file, a bad config value, an existing output) prints one line naming the problem and
 the fix, and exits with status 2; set ``ENCDEC_DEBUG=1`` for the full traceback.
 """
@@ -13,11 +19,17 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from .errors import EncdecError
+
+def usage_error(message: str) -> Exception:
+    """An ``encdec.errors.EncdecError`` (imported when raised: see the module docstring), which ``run`` prints as
+    one line."""
+    from encdec.errors import EncdecError
+
+    return EncdecError(message)
 
 
 def cmd_tokenizer_train(args: argparse.Namespace) -> None:
-    from .tokenization import train_tokenizer_from_files
+    from encdec.tokenization import train_tokenizer_from_files
 
     tokenizer = train_tokenizer_from_files(args.files, args.output, vocab_size=args.vocab_size,
                                            algorithm=args.algorithm, pre_tokenizer=args.pre_tokenizer,
@@ -26,22 +38,39 @@ def cmd_tokenizer_train(args: argparse.Namespace) -> None:
 
 
 def cmd_train(args: argparse.Namespace) -> None:
-    from .parallel import process_state
-    from .training import load_run_config, train
+    from encdec.parallel import process_state
+    from encdec.progress import format_scores
+    from encdec.training import load_run_config, resume_hint, train
 
     config = load_run_config(args.config, args.overrides)
-    results = train(config)
+    try:
+        results = train(config)
+    except KeyboardInterrupt:  # Ctrl-C: one line (the checkpoint kept, the command that resumes), no traceback
+        close_progress_bars()  # Trainer's bar would otherwise redraw itself after the message, at exit
+        if process_state().is_main_process:
+            hint = resume_hint(config.training.output_dir, ["encdec", "train", args.config, *args.overrides])
+            print(f"\nencdec train: {hint}", file=sys.stderr)
+        raise SystemExit(130) from None
     if process_state().is_main_process:  # under `accelerate launch`, one summary, not one per process
-        summary = {split: results[split] for split in ("validation", "test") if split in results}
-        print(json.dumps(summary, indent=2))
-        print(f"model folder: {config.training.output_dir}")
+        for split in ("validation", "test"):
+            if split in results:
+                print(f"{split}: {format_scores(results[split])}")
+        print(f"model folder: {config.training.output_dir} (every score: eval_results.json there)")
+
+
+def close_progress_bars() -> None:
+    """Close the tqdm progress bars still open (an interrupted run's), so that nothing is drawn after a message."""
+    from tqdm.auto import tqdm
+
+    for bar in list(getattr(tqdm, "_instances", ())):
+        bar.close()
 
 
 def cmd_evaluate(args: argparse.Namespace) -> None:
-    from .evaluation import evaluate_model
+    from encdec.evaluation import evaluate_model
 
     if args.card_dataset and len(args.model) > 1:  # refused before any work
-        raise EncdecError("--card-dataset writes one model's card; an ensemble has none. Drop --card-dataset or "
+        raise usage_error("--card-dataset writes one model's card; an ensemble has none. Drop --card-dataset or "
                           "evaluate one --model.")
     model = args.model[0] if len(args.model) == 1 else args.model
     results = evaluate_model(model, args.source_file, args.reference_file, num_beams=args.num_beams,
@@ -49,7 +78,7 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
                              output_file=args.output, overwrite=args.overwrite, length_penalty=args.length_penalty,
                              engine=args.engine, quantize=args.quantize, dtype=args.dtype)
     if args.card_dataset:
-        from .cards import record_scores_in_card
+        from encdec.cards import record_scores_in_card
 
         split = args.card_split or Path(args.source_file).name.split(".")[0]
         record_scores_in_card(model, results, args.card_dataset, split, dataset_id=args.card_dataset_id)
@@ -57,30 +86,49 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
 
 
 def cmd_translate(args: argparse.Namespace) -> None:
-    from .io_utils import atomic_write_text, require_file
+    from encdec.io_utils import atomic_write_text, require_file, text_lines
 
-    refuse_existing_output(args)
-    source = require_file(args.input, "input file").read_text(encoding="utf-8") if args.input else sys.stdin.read()
-    lines = source.split("\n")  # only \n (or \r\n) ends a line: a U+2028 inside one keeps the output aligned
-    if lines[-1] == "":
-        lines.pop()
-    kwargs = {"num_beams": args.num_beams}
-    if args.max_new_tokens:
-        kwargs["max_new_tokens"] = args.max_new_tokens
-    if args.length_penalty is not None and args.num_beams > 1:  # greedy search ignores it (and would warn)
-        kwargs["length_penalty"] = args.length_penalty
-    text = "".join(line + "\n" for line in translated_lines(args, lines, kwargs))
+    refuse_existing_output(args, [args.input, *args.model])
+    name = args.input or "standard input"
+    if args.input:
+        with open(require_file(args.input, "input file"), "rb") as raw:
+            lines = list(text_lines(raw, name))
+    else:  # stdin's bytes; a stdin replaced by a text stream (as tests do) is encoded again
+        raw = getattr(sys.stdin, "buffer", None) or (line.encode("utf-8") for line in sys.stdin)
+        lines = list(text_lines(raw, name))
+    if not lines:
+        print(f"encdec translate: {name} is empty: nothing to translate, so the output is empty too.",
+              file=sys.stderr)
+    kwargs = {"num_beams": args.num_beams, "max_new_tokens": args.max_new_tokens,
+              "length_penalty": args.length_penalty}  # None: the model's generation config
+    text = "".join(line + "\n" for line in translated_lines(args, lines, kwargs)) if lines else ""
     if args.output:
         atomic_write_text(args.output, text)
     else:
         sys.stdout.write(text)
 
 
-def refuse_existing_output(args: argparse.Namespace) -> None:
-    """``--output`` may replace a file only with ``--overwrite``; checked before any work."""
+def refuse_existing_output(args: argparse.Namespace, inputs: list[str | None]) -> None:
+    """``--output`` may replace a file only with ``--overwrite``, and never one of the command's ``inputs`` (or a
+    folder around one); checked before any work."""
+    from encdec.io_utils import refuse_overlap
+
+    if args.output:
+        refuse_overlap(args.output, [path for path in inputs if path])
     if args.output and Path(args.output).exists() and not args.overwrite:
-        raise EncdecError(f"The output file {args.output} already exists; pass --overwrite to replace it or choose "
+        raise usage_error(f"The output file {args.output} already exists; pass --overwrite to replace it or choose "
                           "another path.")
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: an integer >= 1 (a mistyped value is refused at once, before anything loads)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is below 1")
+    return value
 
 
 def layer_argument(value: str | None) -> int | str | None:
@@ -90,13 +138,13 @@ def layer_argument(value: str | None) -> int | str | None:
     try:
         return int(value)
     except ValueError:
-        raise EncdecError(f"--alignment-layer {value!r}: give a decoder layer number (0-based) or `mean`.") from None
+        raise usage_error(f"--alignment-layer {value!r}: give a decoder layer number (0-based) or `mean`.") from None
 
 
 def translated_lines(args: argparse.Namespace, lines: list[str], kwargs: dict) -> list[str]:
     """The output lines of ``encdec translate``: plain translations, or with --n-best/--scores/--alignments the
     fields ``[ID |||] HYPOTHESIS [||| SCORE] [||| ALIGNMENT]`` (README, "Translating")."""
-    from .inference import translate_lines, translate_lines_detailed
+    from encdec.inference import translate_lines, translate_lines_detailed
 
     model = args.model[0] if len(args.model) == 1 else args.model
     options = {"batch_size": args.batch_size, "engine": args.engine, "quantize": args.quantize, "dtype": args.dtype}
@@ -119,7 +167,7 @@ def translated_lines(args: argparse.Namespace, lines: list[str], kwargs: dict) -
 
 
 def cmd_align(args: argparse.Namespace) -> None:
-    from .evaluation import align_file, choose_layer_on_files
+    from encdec.evaluation import align_file, choose_layer_on_files
 
     if args.gold_file:
         report = choose_layer_on_files(args.model, args.source_file, args.target_file, args.gold_file,
@@ -127,11 +175,11 @@ def cmd_align(args: argparse.Namespace) -> None:
         print(json.dumps(report, indent=2))
         return
     if args.record:
-        raise EncdecError("--record needs --gold-file: the layer is chosen by its error rate on gold alignments.")
-    refuse_existing_output(args)
+        raise usage_error("--record needs --gold-file: the layer is chosen by its error rate on gold alignments.")
+    refuse_existing_output(args, [args.model, args.source_file, args.target_file])
     text = align_file(args.model, args.source_file, args.target_file, layer_argument(args.layer))
     if args.output:
-        from .io_utils import atomic_write_text
+        from encdec.io_utils import atomic_write_text
 
         atomic_write_text(args.output, text)
     else:
@@ -139,21 +187,21 @@ def cmd_align(args: argparse.Namespace) -> None:
 
 
 def cmd_average(args: argparse.Namespace) -> None:
-    from .averaging import average_checkpoints
+    from encdec.averaging import average_checkpoints
 
     path = average_checkpoints(args.checkpoints, args.output, tokenizer_dir=args.tokenizer, overwrite=args.overwrite)
     print(f"the average of {len(args.checkpoints)} checkpoints saved to {path}")
 
 
 def cmd_push(args: argparse.Namespace) -> None:
-    from .hub import push_model
+    from encdec.hub import push_model
 
     url = push_model(args.model, args.repo_id, private=args.private)
     print(f"pushed {args.model} to {url}")
 
 
 def cmd_plot_attention(args: argparse.Namespace) -> None:
-    from .plotting import save_attention_plot
+    from encdec.plotting import save_attention_plot
 
     path = save_attention_plot(args.model, args.text, args.out, layer=args.layer, head=args.head, mean=args.mean,
                                overwrite=args.overwrite)
@@ -161,7 +209,7 @@ def cmd_plot_attention(args: argparse.Namespace) -> None:
 
 
 def cmd_export(args: argparse.Namespace) -> None:
-    from .export import export_ctranslate2
+    from encdec.export import export_ctranslate2
 
     out = export_ctranslate2(args.model, args.output, quantization=args.quantization, overwrite=args.overwrite)
     print(f"CTranslate2 model ({args.quantization}) written to {out}; translate with "
@@ -169,8 +217,8 @@ def cmd_export(args: argparse.Namespace) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> None:
-    from .server import serve
-    from .serving import ServeLimits
+    from encdec.server import serve
+    from encdec.serving import ServeLimits
 
     limits = ServeLimits(max_batch_size=args.max_batch_size, max_wait_ms=args.max_wait_ms, max_texts=args.max_texts,
                          max_source_tokens=args.max_source_tokens, max_new_tokens=args.max_new_tokens,
@@ -203,11 +251,12 @@ def add_serve_command(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--max-beams", type=int, default=8, help="the largest num_beams a request may ask")
     p.add_argument("--max-body-bytes", type=int, default=1_000_000, help="largest request body")
     p.add_argument("--log-level", choices=["critical", "error", "warning", "info", "debug"], default="info")
+    add_threads_option(p)
     p.set_defaults(func=cmd_serve)
 
 
 def cmd_demo(args: argparse.Namespace) -> None:
-    from .demo import run_demo
+    from encdec.demo import run_demo
 
     run_demo(args.runs_dir, args.max_steps)
 
@@ -226,9 +275,12 @@ def add_decoding_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quantize", choices=["int8"], default=None,
                    help="int8: dynamic int8 of the linear and LSTM/GRU layers (torch), int8 compute (ctranslate2)")
     p.add_argument("--dtype", choices=["float32", "bfloat16"], default=None, help="compute type (default float32)")
-    p.add_argument("--num-beams", type=int, default=5)
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--max-new-tokens", type=int, default=None)
+    p.add_argument("--num-beams", type=positive_int, default=None,
+                   help="beam size; 1 = greedy; default: the model's generation_config.json (what `encdec train` "
+                        "saved from the recipe's generation.num_beams; 1 if unset), as `encdec serve` uses")
+    p.add_argument("--batch-size", type=positive_int, default=32, help="sentences per batch (default 32)")
+    p.add_argument("--max-new-tokens", type=positive_int, default=None,
+                   help="longest output; default: the model's generation_config.json, else 2 x source + 10")
     p.add_argument("--length-penalty", type=float, default=None, help=LENGTH_PENALTY_HELP)
     p.add_argument("--overwrite", action="store_true")
 
@@ -248,6 +300,7 @@ def add_training_commands(commands: argparse._SubParsersAction) -> None:
     p.add_argument("config", help="run config, e.g. configs/demo-transformer.yaml")
     p.add_argument("overrides", nargs=argparse.REMAINDER,
                    help="--section.key value pairs, e.g. --training.max_steps 100")
+    add_threads_option(p)
     p.set_defaults(func=cmd_train)
     p = commands.add_parser("average", help="average the weights of checkpoints of one run into a model folder")
     p.add_argument("checkpoints", nargs="+",
@@ -269,6 +322,7 @@ def add_inference_commands(commands: argparse._SubParsersAction) -> None:
                         "as measured on the data of this name, e.g. \"Multi30k De-En\"")
     p.add_argument("--card-split", default=None, help="split name for the card (default: the source file's stem)")
     p.add_argument("--card-dataset-id", default=None, help="Hub dataset id for the card, e.g. bentrevett/multi30k")
+    add_threads_option(p)
     p.set_defaults(func=cmd_evaluate)
     p = commands.add_parser("translate", help="translate lines from a file or stdin")
     add_decoding_options(p)
@@ -285,6 +339,7 @@ def add_inference_commands(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--alignment-layer", default=None,
                    help="Transformer decoder layer for --alignments (0-based, or `mean`); default: the layer "
                         "`encdec align --gold-file ... --record` chose, else the penultimate")
+    add_threads_option(p)
     p.set_defaults(func=cmd_translate)
 
 
@@ -302,6 +357,7 @@ def add_alignment_command(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--layer", default=None, help="decoder layer (0-based or `mean`); default as for translate")
     p.add_argument("--output", default=None, help="Pharaoh alignments file (default: stdout, without --gold-file)")
     p.add_argument("--overwrite", action="store_true")
+    add_threads_option(p)
     p.set_defaults(func=cmd_align)
 
 
@@ -340,6 +396,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_push)
     p = commands.add_parser("demo", help="train both families on the built-in date task, translate, plot attention")
     add_demo_options(p)
+    add_threads_option(p)
     p.set_defaults(func=cmd_demo)
     return parser
 
@@ -349,8 +406,48 @@ def add_demo_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-steps", type=int, default=None, help="override the configs' training steps")
 
 
+def add_threads_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--threads", type=positive_int, default=None,
+                   help="CPU threads per process (default: the idle cores, so that a busy machine is not "
+                        "oversubscribed; or ENCDEC_THREADS / OMP_NUM_THREADS)")
+
+
+def configure_threads(args: argparse.Namespace) -> None:
+    """The commands that compute choose their thread count (``encdec.threads``) before they start, and say it when
+    it is below the core count. ``encdec train``'s ``--threads`` may also come after the config."""
+    if args.command == "train":
+        args.threads, args.overrides = pop_option(args.overrides, "--threads", args.threads)
+    if not hasattr(args, "threads"):
+        return
+    from encdec.threads import apply_threads, choose_threads
+
+    choice = choose_threads(args.threads)
+    apply_threads(choice)
+    if choice.reduced and os.environ.get("RANK", "0") == "0":
+        print(f"encdec {args.command}: {choice.describe()}", file=sys.stderr)
+
+
+def pop_option(items: list[str], name: str, value: int | None) -> tuple[int | None, list[str]]:
+    """``name N`` (or ``name=N``) taken out of ``items``, as a positive int; ``value`` when absent."""
+    kept, items = [], list(items)
+    while items:
+        item = items.pop(0)
+        if item == name or item.startswith(f"{name}="):
+            text = item.split("=", 1)[1] if "=" in item else items.pop(0) if items else ""
+            try:
+                value = positive_int(text)
+            except argparse.ArgumentTypeError as error:
+                raise usage_error(f"{name}: {error}; give a whole number of threads, at least 1.") from None
+        else:
+            kept.append(item)
+    return value, kept
+
+
 def run(func: Callable[[argparse.Namespace], None], args: argparse.Namespace) -> int:
+    from encdec.errors import EncdecError
+
     try:
+        configure_threads(args)
         func(args)
     except (EncdecError, FileNotFoundError, ValueError, OSError) as error:
         if os.environ.get("ENCDEC_DEBUG"):

@@ -24,8 +24,10 @@ from toy import (  # noqa: E402
     train_on_toy_task,
 )
 
-# Tiny models run fastest on one thread, and the test machine is shared (2 cores): more threads only contend.
+# Tiny models run fastest on one thread, and the test machine is shared (2 cores): more threads only contend. The
+# environment variable keeps the command line (and the processes tests start) at one thread too (encdec.threads).
 torch.set_num_threads(1)
+os.environ.setdefault("ENCDEC_THREADS", "1")
 
 
 @pytest.fixture(autouse=True)

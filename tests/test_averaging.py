@@ -98,8 +98,10 @@ def test_bad_requests_are_refused(tokenizer, tmp_path: Path) -> None:
         average_checkpoints([a], tmp_path / "avg")
     with pytest.raises(EncdecError, match="given twice"):
         average_checkpoints([a, tmp_path / "." / "a"], tmp_path / "avg")
-    with pytest.raises(EncdecError, match="is one of the checkpoints"):
-        average_checkpoints([a, b], b)
+    for output, relation in ((b, "is"), (b / "avg", "lies inside"), (tmp_path, "contains")):
+        with pytest.raises(OverwriteError, match=f"{relation} the input"):
+            average_checkpoints([a, b], output, overwrite=True)  # never deletes its own input
+    assert (b / "model.safetensors").is_file()
     (tmp_path / "no-tokenizer").mkdir()
     with pytest.raises(EncdecError, match=r"tokenizer\.json is missing.*--tokenizer"):
         average_checkpoints([a, b], tmp_path / "avg", tokenizer_dir=tmp_path / "no-tokenizer")

@@ -4,6 +4,7 @@ it into padded training batches."""
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -31,7 +32,7 @@ from encdec.data import (
 from encdec.errors import EncdecError, InputFileError
 from encdec.tokenization import special_token_ids, train_tokenizer
 
-MULTI30K = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "multi30k"
+MULTI30K = Path(os.environ.get("MULTI30K_DIR", Path(__file__).resolve().parents[1] / "data" / "multi30k"))
 
 PAIRS = [("Ein Hund läuft.", "A dog runs."), ("Zwei Männer, \"lachend\".", "Two men, \"laughing\"."),
          ("NA", "12")]

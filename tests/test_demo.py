@@ -19,6 +19,9 @@ def test_the_demo_runs_outside_the_repository(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     deprecations = [line for line in done.stderr.splitlines() if "deprecat" in line.lower() or "FutureWarning" in line]
     assert not deprecations, deprecations  # e.g. transformers 5.24's `past_key_values` renamed `cache`
+    # lines nobody needs: tied weights reported missing, a bar for each load and save, the RNN's attention fields
+    for noise in ("missing keys", "Loading weights", "Writing model shards", "no self-attention", "{'loss'"):
+        assert noise not in done.stderr + done.stdout, noise
     for name in ("transformer", "lstm-bahdanau"):
         assert f"\n{name}: exact match " in done.stdout
         assert (tmp_path / "runs" / f"demo-{name}" / "model.safetensors").is_file()

@@ -199,7 +199,7 @@ def test_refusals_name_the_problem(folders, exports, tmp_path, monkeypatch) -> N
         export_ctranslate2(folders["paper"], tmp_path / "x", quantization="int4")
     with pytest.raises(OverwriteError, match="--overwrite"):
         export_ctranslate2(folders["paper"], exports["paper"])
-    with pytest.raises(EncdecError, match="not a CTranslate2 export of encdec .* `encdec export"):
+    with pytest.raises(EncdecError, match="is a torch model folder, not a CTranslate2 export: export it first with"):
         load_engine(folders["paper"], "ctranslate2")
     with pytest.raises(EncdecError, match="`engine` must be one of"):
         load_engine(folders["paper"], "onnx")

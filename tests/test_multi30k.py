@@ -17,7 +17,7 @@ from safetensors.torch import load_file
 from encdec.cli import main
 from tiny_model_folders import REPO_ROOT
 
-MULTI30K = Path(os.environ.get("MULTI30K_DIR", REPO_ROOT.parent / "shared" / "data" / "multi30k"))
+MULTI30K = Path(os.environ.get("MULTI30K_DIR", REPO_ROOT / "data" / "multi30k"))  # scripts/fetch_multi30k.py
 pytestmark = pytest.mark.skipif(not (MULTI30K / "train.de").is_file(),
                                 reason=f"Multi30k is not at {MULTI30K} (set MULTI30K_DIR)")
 
@@ -35,7 +35,7 @@ def shrunk_recipe(recipe: str, folder: Path, steps: int) -> Path:
     """Write ``folder/run.yaml``: the recipe with the SMALL model, ``steps`` steps, validation on 200 val pairs at
     the end, the output in ``folder/out``. test2016 is left out: tests never look at it."""
     config = yaml.safe_load((REPO_ROOT / "configs" / f"multi30k-{recipe}.yaml").read_text())
-    config["model"] = str(REPO_ROOT / config["model"])
+    config["model"] = str(REPO_ROOT / "configs" / config["model"])  # the recipe names it relative to itself
     config["model_overrides"] = SMALL[recipe]
     config["data"].update(data_dir=str(MULTI30K), splits={"train": "train", "validation": "val"})
     config["tokenizer"]["vocab_size"] = 4000

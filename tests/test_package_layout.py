@@ -1,15 +1,20 @@
 """The package's modules sit in layers: no import cycle between encdec's modules, and no encdec module imported inside
-a function to dodge one (the CLI alone imports lazily, so that ``encdec --help`` is fast)."""
+a function to dodge one. The command line alone imports lazily, from a module outside the package (``encdec_cli``),
+so that ``encdec --help`` and argument errors answer without importing torch and transformers."""
 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 import encdec
 
 PACKAGE = Path(encdec.__file__).parent
-LAZY_IMPORTS_ALLOWED = {"encdec.cli"}
+CLI = PACKAGE.parent / "encdec_cli.py"
 
 
 def module_name(path: Path) -> str:
@@ -95,13 +100,34 @@ def test_no_import_cycle_between_encdec_modules() -> None:
 
 def test_no_encdec_import_inside_a_function_outside_the_cli() -> None:
     _, lazy = import_graph()
-    assert set(lazy) <= LAZY_IMPORTS_ALLOWED, {name: lazy[name] for name in set(lazy) - LAZY_IMPORTS_ALLOWED}
+    assert not lazy, lazy
+
+
+def test_the_cli_module_imports_only_the_standard_library_at_the_top() -> None:
+    tree = ast.parse(CLI.read_text(encoding="utf-8"))
+    top = [node for node in tree.body if isinstance(node, ast.Import | ast.ImportFrom)]
+    names = {alias.name.split(".")[0] for node in top if isinstance(node, ast.Import) for alias in node.names}
+    names |= {node.module.split(".")[0] for node in top if isinstance(node, ast.ImportFrom) and node.module}
+    assert names and names <= set(sys.stdlib_module_names) | {"__future__"}, names
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["translate", "--help"], ["translate"], ["serve", "--port", "x"],
+                                  ["nonsense"]], ids=["help", "command-help", "missing-argument", "bad-value",
+                                                      "unknown-command"])
+def test_help_and_argument_errors_import_neither_torch_nor_transformers(argv: list[str]) -> None:
+    code = ("import sys, encdec_cli\n"
+            "try:\n    encdec_cli.main(sys.argv[1:])\nexcept SystemExit as done:\n    code = done.code\n"
+            "heavy = sorted(m for m in ('torch', 'transformers', 'encdec') if m in sys.modules)\n"
+            "print(code, heavy)")
+    done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=60)
+    expected_code = 0 if argv[-1] == "--help" else 2
+    assert done.stdout.strip().splitlines()[-1] == f"{expected_code} []", done.stdout + done.stderr
 
 
 def test_modules_stay_small_enough_to_read() -> None:
     """Every function fits on a screen (50 lines at most), and no modeling file passes 600 lines."""
     long_functions = []
-    for path in sorted(PACKAGE.rglob("*.py")):
+    for path in [*sorted(PACKAGE.rglob("*.py")), CLI]:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.end_lineno - node.lineno >= 50:
                 long_functions.append(f"{module_name(path)}.{node.name}: {node.end_lineno - node.lineno + 1} lines")

@@ -140,7 +140,34 @@ def test_demo_configs_load_with_overrides(name: str) -> None:
     assert config.training.resume_from_checkpoint is True
     assert config.data.builtin_train == 50 and config.model_overrides == {"dropout": 0.2}
     assert config.tokenizer.path is None
-    assert Path(REPO_ROOT / config.model).is_file()
+    assert Path(config.model).is_absolute() and Path(config.model).is_file()
+
+
+def test_input_paths_are_relative_to_the_yaml_and_overrides_to_the_current_folder(tmp_path, monkeypatch) -> None:
+    """A copied config works from any folder: its model, data and tokenizer paths are read next to it; the output
+    folder and command-line paths are where the command runs."""
+    recipe = tmp_path / "recipes"
+    (recipe / "models").mkdir(parents=True)
+    (recipe / "models" / "tiny.json").write_text(json.dumps(TINY_MODELS["transformer"]))
+    (recipe / "tok").mkdir()
+    (recipe / "my.yaml").write_text(
+        "model: models/tiny.json\n"
+        "data: {format: text, files: {train: [corpus/train.de, corpus/train.en]}}\n"
+        "tokenizer: {path: tok}\ntraining: {output_dir: runs/out}\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    config = load_run_config(Path("..") / "recipes" / "my.yaml")
+    assert Path(config.model) == recipe / "models" / "tiny.json"
+    assert config.data.files == {"train": [str(recipe / "corpus" / "train.de"), str(recipe / "corpus" / "train.en")]}
+    assert config.tokenizer.path == str(recipe / "tok")
+    (recipe / "dir.yaml").write_text("model: models/tiny.json\ndata: {format: text, data_dir: ../corpus}\n")
+    assert load_run_config(recipe / "dir.yaml").data.data_dir == str(tmp_path / "corpus")
+    assert config.training.output_dir == "runs/out"  # the current folder's
+    config = load_run_config(recipe / "my.yaml", ["--model", "mine.json", "--tokenizer.path", "org/hub-tokenizer"])
+    assert config.model == "mine.json" and config.tokenizer.path == "org/hub-tokenizer"
+    (recipe / "hub.yaml").write_text("model: models/tiny.json\ntokenizer: {path: org/hub-tokenizer}\n")
+    assert load_run_config(recipe / "hub.yaml").tokenizer.path == "org/hub-tokenizer"  # no such folder: a Hub id
 
 
 def test_config_errors_name_the_key(tmp_path) -> None:

@@ -37,7 +37,8 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, PreTrainedModel, 
 
 from .errors import EncdecError, InputFileError, OverwriteError
 from .folders import WEIGHTS_NAME, read_json, read_safetensors_shapes, require_dir, save_for_pipeline
-from .io_utils import atomic_write_json
+from .io_utils import atomic_write_json, refuse_overlap
+from .progress import quiet_transformers_bars
 
 # config.json keys that differ between checkpoints of one model without changing it
 _BOOKKEEPING_KEYS = {"_name_or_path", "transformers_version", "architectures", "auto_map", "custom_pipelines"}
@@ -107,7 +108,8 @@ def average_checkpoints(checkpoints: Sequence[str | os.PathLike], output_dir: st
         raise InputFileError(f"{tokenizer_source / 'tokenizer.json'} is missing, so the averaged folder would have no "
                              "tokenizer; pass --tokenizer with the run's tokenizer folder (e.g. runs/X/tokenizer).")
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_source, trust_remote_code=False)
-    model = AutoModelForSeq2SeqLM.from_pretrained(folders[-1])  # encdec's registered classes, no remote code
+    with quiet_transformers_bars():
+        model = AutoModelForSeq2SeqLM.from_pretrained(folders[-1])  # encdec's registered classes, no remote code
     load_weights(model, averaged, folders[-1] / WEIGHTS_NAME)
 
     record = {"checkpoints": [str(folder) for folder in folders],
@@ -129,14 +131,13 @@ def load_weights(model: PreTrainedModel, weights: dict[str, torch.Tensor], sourc
 
 
 def _check_request(folders: list[Path], output_dir: Path, overwrite: bool) -> None:
-    """At least two distinct checkpoints, and an output folder that is none of them and may be written."""
+    """At least two distinct checkpoints, and an output folder apart from them that may be written."""
     if len(folders) < 2:
         raise EncdecError(f"Averaging needs at least 2 checkpoints, got {len(folders)}; pass several checkpoint "
                           "folders of one run, e.g. runs/X/checkpoints/checkpoint-*.")
     if len({folder.resolve() for folder in folders}) != len(folders):
         raise EncdecError("The same checkpoint folder was given twice; each checkpoint may be averaged only once.")
-    if any(output_dir.resolve() == folder.resolve() for folder in folders):
-        raise EncdecError(f"The output folder {output_dir} is one of the checkpoints; choose a new folder.")
+    refuse_overlap(output_dir, folders)  # not a checkpoint, inside one, or around one (--overwrite would delete it)
     if output_dir.exists() and (not output_dir.is_dir() or any(output_dir.iterdir())) and not overwrite:
         raise OverwriteError(f"The output folder {output_dir} exists and is not empty; pass --overwrite to replace "
                              "it or choose another folder.")

@@ -19,9 +19,9 @@ from pathlib import Path
 
 from transformers import pipeline
 
-from .config_io import load_yaml
 from .data import load_builtin_dates
 from .plotting import save_attention_plot
+from .progress import quiet_transformers_bars
 from .training import RunConfig, load_run_config, train
 
 CONFIGS = Path(str(resources.files("encdec") / "configs"))
@@ -30,14 +30,12 @@ EXAMPLE = "Wednesday, 3 Mar 2021"
 
 
 def demo_config(name: str, runs_dir: Path, max_steps: int | None) -> RunConfig:
-    """The demo's run config ``name``, its model JSON taken from the package too, writing to ``runs_dir``."""
-    path = CONFIGS / DEMOS[name]
-    model_json = CONFIGS / "models" / Path(load_yaml(path)["model"]).name
-    overrides = ["--model", str(model_json), "--training.output_dir", str(runs_dir / f"demo-{name}"),
-                 "--training.overwrite", "true"]
+    """The demo's run config ``name`` (its model JSON, relative to it, comes from the package too), writing to
+    ``runs_dir``."""
+    overrides = ["--training.output_dir", str(runs_dir / f"demo-{name}"), "--training.overwrite", "true"]
     if max_steps:
         overrides += ["--training.max_steps", str(max_steps)]
-    return load_run_config(path, overrides)
+    return load_run_config(CONFIGS / DEMOS[name], overrides)
 
 
 def run_one(name: str, runs_dir: Path, max_steps: int | None) -> dict:
@@ -48,7 +46,8 @@ def run_one(name: str, runs_dir: Path, max_steps: int | None) -> dict:
     model_dir = config.training.output_dir
 
     # the saved folder, loaded as a user without encdec would: its config.json names the pipeline and the code
-    translator = pipeline("seq2seq-generation", model=model_dir, trust_remote_code=True)
+    with quiet_transformers_bars():
+        translator = pipeline("seq2seq-generation", model=model_dir, trust_remote_code=True)
     test = load_builtin_dates(train=config.data.builtin_train, validation=config.data.builtin_validation,
                               test=config.data.builtin_test, seed=config.data.seed)["test"]
     outputs = [out["generated_text"] for out in translator(list(test["source"]), batch_size=100, num_beams=1)]

@@ -23,15 +23,14 @@ import torch
 from torch import nn
 from transformers import AutoTokenizer, GenerationConfig, PreTrainedModel
 
-from .errors import EncdecError, InputFileError
-from .folders import read_json, require_dir
+from .errors import EncdecError
+from .folders import EXPORT_INFO, read_json, require_model_folder
 from .models.configuration_transformer_seq2seq import TransformerSeq2SeqConfig
 
 ENGINES = ("torch", "ctranslate2")
 QUANTIZE_CHOICES = ("int8",)
 DTYPE_CHOICES = ("float32", "bfloat16")
 CT2_INSTALL = "pip install 'encdec[ct2]'"
-EXPORT_INFO = "encdec_export.json"
 # generate() options CTranslate2's translate_batch has, under its names
 CT2_OPTIONS = {"num_beams": "beam_size", "length_penalty": "length_penalty", "num_return_sequences": "num_hypotheses",
                "top_k": "sampling_topk", "top_p": "sampling_topp", "temperature": "sampling_temperature",
@@ -142,10 +141,7 @@ def check_precision(quantize: str | None, dtype: str | None) -> None:
 
 def read_export_info(export_dir: str | os.PathLike) -> dict[str, Any]:
     """``encdec_export.json`` of an exported folder; a clear error when ``export_dir`` is not one."""
-    export_dir = require_dir(export_dir)
-    if not (export_dir / EXPORT_INFO).is_file():
-        raise InputFileError(f"{export_dir} is not a CTranslate2 export of encdec (no {EXPORT_INFO}); create one "
-                             f"with `encdec export --model MODEL_DIR --format ctranslate2 --output {export_dir}`.")
+    export_dir = require_model_folder(export_dir, engine="ctranslate2")
     return read_json(export_dir / EXPORT_INFO, "the export record")
 
 

@@ -15,8 +15,15 @@ from typing import Any
 
 from .alignment import align_pair, choose_layer, default_layer, encode_pairs, parse_pharaoh, record_layer, to_pharaoh
 from .errors import InputFileError, OverwriteError
-from .inference import effective_length_penalty, load_engine, load_model_and_tokenizer, max_source_length, translate
-from .io_utils import atomic_write_json, read_aligned_lines, read_lines
+from .inference import (
+    default_beams,
+    effective_length_penalty,
+    load_engine,
+    load_model_and_tokenizer,
+    max_source_length,
+    translate,
+)
+from .io_utils import atomic_write_json, read_aligned_lines, read_lines, refuse_overlap
 from .metrics import load_metric
 
 logger = logging.getLogger(__name__)
@@ -53,10 +60,13 @@ def score_translations(hypotheses: list[str], references: list[str]) -> dict[str
     }
 
 
-def check_output_file(output_file: str | os.PathLike | None, overwrite: bool) -> Path | None:
-    """Refuse, before any work, an output file that is a folder, or exists without ``overwrite``."""
+def check_output_file(output_file: str | os.PathLike | None, overwrite: bool,
+                      inputs: Sequence[str | os.PathLike] = ()) -> Path | None:
+    """Refuse, before any work, an output file that is a folder, one of the ``inputs`` (or inside or around one),
+    or exists without ``overwrite``."""
     if output_file is None:
         return None
+    refuse_overlap(output_file, inputs)
     output_file = Path(output_file)
     if output_file.is_dir():
         raise OverwriteError(f"The output file {output_file} is a folder; give a file path such as "
@@ -70,7 +80,7 @@ def check_output_file(output_file: str | os.PathLike | None, overwrite: bool) ->
 def evaluate_model(
     model_dir: str | os.PathLike | Sequence[str | os.PathLike], source_file: str | os.PathLike,
     reference_file: str | os.PathLike,
-    num_beams: int = 5, batch_size: int = 32, max_new_tokens: int | None = None,
+    num_beams: int | None = None, batch_size: int = 32, max_new_tokens: int | None = None,
     output_file: str | os.PathLike | None = None, overwrite: bool = False, device: str = "cpu",
     length_penalty: float | None = None, show_progress: bool = True,
     engine: str = "torch", quantize: str | None = None, dtype: str | None = None,
@@ -84,11 +94,13 @@ def evaluate_model(
 
     :param max_new_tokens: ``None``: the model's ``generation_config.max_new_tokens`` if set, else 2 x the longest
         source of each batch + 10 (recorded as null)
+    :param num_beams: ``None`` keeps the model's ``generation_config.num_beams`` (recorded)
     :param length_penalty: ``None`` keeps the model's ``generation_config.length_penalty`` (recorded)
     :param engine, quantize, dtype: those of ``inference.load_engine`` (recorded); ``model_dir`` is an exported
         folder for ``engine="ctranslate2"``, or several model folders for an ensemble (``encdec.ensemble``)
     """
-    output_file = check_output_file(output_file, overwrite)
+    models = [model_dir] if isinstance(model_dir, str | os.PathLike) else list(model_dir)
+    output_file = check_output_file(output_file, overwrite, [*models, source_file, reference_file])
     sources, references = read_parallel(source_file, reference_file)
     model, tokenizer = load_engine(model_dir, engine, quantize=quantize, dtype=dtype, device=device)
     warn_over_long(tokenizer, model.config, sources)
@@ -100,7 +112,7 @@ def evaluate_model(
     results = {
         **score_translations(hypotheses, references),
         "num_sentences": len(sources),
-        "num_beams": num_beams,
+        "num_beams": default_beams(model) if num_beams is None else num_beams,
         "batch_size": batch_size,
         "max_new_tokens": max_new_tokens if max_new_tokens is not None else model.generation_config.max_new_tokens,
         "length_penalty": effective_length_penalty(model, length_penalty),

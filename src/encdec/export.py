@@ -28,11 +28,11 @@ from typing import Any
 
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from .engines import EXPORT_INFO, require_ctranslate2
+from .engines import require_ctranslate2
 from .errors import EncdecError, OverwriteError
-from .folders import require_dir
+from .folders import EXPORT_INFO, require_model_folder
 from .inference import load_model_and_tokenizer
-from .io_utils import atomic_write_json
+from .io_utils import atomic_write_json, refuse_overlap
 
 try:  # an optional extra: encdec[ct2]
     import ctranslate2
@@ -177,7 +177,8 @@ def export_ctranslate2(model_dir: str | os.PathLike, output_dir: str | os.PathLi
     if quantization not in QUANTIZATIONS:
         raise EncdecError(f"`quantization` must be one of {list(QUANTIZATIONS)}, got {quantization!r}.")
     require_ctranslate2()
-    model_dir = require_dir(model_dir)
+    model_dir = require_model_folder(model_dir)
+    refuse_overlap(output_dir, [model_dir])  # before anything is loaded or replaced, --overwrite or not
     model, tokenizer = load_model_and_tokenizer(model_dir)
     converter = EncdecTransformerConverter(model, tokenizer)  # refuses the RNN family before anything is written
     output_dir = Path(output_dir)

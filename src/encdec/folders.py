@@ -27,6 +27,7 @@ from .tokenization import check_tokenizer_matches_model
 PIPELINE_TASK = "seq2seq-generation"
 FAMILIES = ("transformer_seq2seq", "rnn_seq2seq")
 WEIGHTS_NAME = "model.safetensors"
+EXPORT_INFO = "encdec_export.json"  # what `encdec export` writes into a CTranslate2 folder (encdec.export)
 REQUIRED_FILES = ("config.json", "generation_config.json", WEIGHTS_NAME, "tokenizer.json", "tokenizer_config.json")
 OPTIONAL_FILES = ("special_tokens_map.json", "README.md")
 RESAVE_FIX = ("load the model and tokenizer and re-save them with `encdec.folders.save_for_pipeline(model, "
@@ -50,6 +51,71 @@ def require_dir(model_dir: str | os.PathLike) -> Path:
     if not model_dir.is_dir():
         raise InputFileError(f"The model folder {model_dir} does not exist or is not a folder; check the path.")
     return model_dir
+
+
+def model_folders_in(folder: Path) -> list[Path]:
+    """The model folders (torch or CTranslate2) directly inside ``folder``, sorted."""
+    return sorted(child for child in folder.iterdir()
+                  if child.is_dir() and ((child / "config.json").is_file() or (child / EXPORT_INFO).is_file()))
+
+
+def family_of(model_dir: Path) -> str | None:
+    """The encdec family a torch model folder's config.json names (``transformer_seq2seq``, ``rnn_seq2seq``), or
+    None when there is no readable config."""
+    try:
+        return json.loads((model_dir / "config.json").read_text(encoding="utf-8")).get("model_type")
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
+        return None
+
+
+def require_model_folder(model_dir: str | os.PathLike, engine: str = "torch") -> Path:
+    """``model_dir`` as a Path, once it is the kind of folder ``engine`` reads: a model folder for ``torch``, a
+    folder from ``encdec export`` for ``ctranslate2``. Otherwise an ``InputFileError`` that says what the folder is
+    and the flag or path that works (a CTranslate2 export given to the torch engine, a torch folder given to
+    CTranslate2, a folder of model folders, a folder with no model)."""
+    model_dir = require_dir(model_dir)
+    is_export, has_config = (model_dir / EXPORT_INFO).is_file(), (model_dir / "config.json").is_file()
+    if not is_export and not has_config:
+        refuse_folder_of_models(model_dir, engine)
+    if engine == "ctranslate2" and not is_export:
+        raise InputFileError(not_an_export(model_dir, has_config))
+    if engine != "ctranslate2" and is_export:
+        source = read_json(model_dir / EXPORT_INFO, "the export record").get("source_folder", "MODEL_DIR")
+        raise InputFileError(f"{model_dir} is a CTranslate2 export (written by `encdec export`): translate it with "
+                             f"`--engine ctranslate2`, or give the torch engine the model folder it came from "
+                             f"({source}).")
+    if not is_export and not has_config and not (model_dir / WEIGHTS_NAME).is_file():
+        raise InputFileError(f"{model_dir} is not a model folder (it has no config.json and no {WEIGHTS_NAME}); "
+                             "pass the folder that `encdec train` wrote (its `training.output_dir`).")
+    return model_dir
+
+
+def refuse_folder_of_models(folder: Path, engine: str) -> None:
+    """An ``InputFileError`` naming the model folders inside ``folder``, if it holds some, with one that fits
+    ``engine`` as the example."""
+    inside = model_folders_in(folder)
+    if not inside:
+        return
+    fitting = [path for path in inside if (path / EXPORT_INFO).is_file() == (engine == "ctranslate2")] or inside
+    names = ", ".join(str(path) for path in inside[:5]) + (", ..." if len(inside) > 5 else "")
+    raise InputFileError(f"{folder} holds model folders, not a model: {names}; pass one of them, e.g. "
+                         f"`--model {fitting[0]}`.")
+
+
+def not_an_export(model_dir: Path, has_config: bool) -> str:
+    """Why ``model_dir`` cannot go to the CTranslate2 engine, and the command that works."""
+    if has_config and family_of(model_dir) == "rnn_seq2seq":
+        return (f"{model_dir} holds an RNN model, and CTranslate2 has no recurrent decoder: translate it with "
+                "`--engine torch` (add `--quantize int8` for speed).")
+    if has_config:
+        output = model_dir.parent / f"{model_dir.name}-ct2"
+        if (output / EXPORT_INFO).is_file():
+            return (f"{model_dir} is a torch model folder, not a CTranslate2 export; its export is {output}: pass "
+                    f"`--model {output}`.")
+        return (f"{model_dir} is a torch model folder, not a CTranslate2 export: export it first with `encdec export "
+                f"--model {model_dir} --format ctranslate2 --output {output}`, then pass `--model {output}`.")
+    return (f"{model_dir} is not a CTranslate2 export of encdec (it has no {EXPORT_INFO}): export a Transformer model "
+            "folder with `encdec export --model MODEL_DIR --format ctranslate2 --output NEW_DIR` and pass NEW_DIR.")
 
 
 def read_json(path: Path, what: str) -> dict[str, Any]:
@@ -156,5 +222,6 @@ def config_and_size(model_dir_or_model: str | os.PathLike | PreTrainedModel) -> 
     return config, sum(math.prod(shape) for shape in shapes.values()), model_dir.resolve().name
 
 
-__all__ = ["FAMILIES", "PIPELINE_TASK", "WEIGHTS_NAME", "check_model_folder", "config_and_size", "read_json",
-           "read_safetensors_shapes", "require_dir", "save_for_pipeline"]
+__all__ = ["EXPORT_INFO", "FAMILIES", "PIPELINE_TASK", "WEIGHTS_NAME", "check_model_folder", "config_and_size",
+           "family_of", "read_json", "read_safetensors_shapes", "require_dir",
+           "require_model_folder", "save_for_pipeline"]

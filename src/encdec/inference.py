@@ -21,22 +21,24 @@ from .alignment import default_layer, teacher_forced_attention, to_pharaoh, word
 from .engines import ENGINES, CTranslate2Engine, TorchEngine
 from .ensemble import EnsembleForSeq2SeqLM, check_same_tokenizer
 from .errors import EncdecError, InputFileError
-from .folders import PIPELINE_TASK, WEIGHTS_NAME, read_json, read_safetensors_shapes, require_dir
+from .folders import PIPELINE_TASK, WEIGHTS_NAME, read_json, read_safetensors_shapes, require_model_folder
 from .models.pipeline_seq2seq import Seq2SeqGenerationPipeline
+from .progress import quiet_transformers_bars
 from .tokenization import check_tokenizer_matches_model
 
 
 def load_model_and_tokenizer(model_dir: str | os.PathLike, device: str | torch.device = "cpu"
                              ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """A model folder's model (eval mode, on ``device``) and tokenizer, checked against each other."""
-    model_dir = require_dir(model_dir)
+    model_dir = require_model_folder(model_dir)
     read_json(model_dir / "config.json", "the model config")
     read_safetensors_shapes(model_dir / WEIGHTS_NAME)  # one clear error for missing or corrupt weights
     try:
         tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=True)
     except (OSError, ValueError) as error:
         raise InputFileError(f"Could not load a tokenizer from {model_dir}: {error}") from error
-    model = AutoModelForSeq2SeqLM.from_pretrained(model_dir, trust_remote_code=True)
+    with quiet_transformers_bars():
+        model = AutoModelForSeq2SeqLM.from_pretrained(model_dir, trust_remote_code=True)
     try:
         check_tokenizer_matches_model(tokenizer, model.config)
     except ValueError as error:
@@ -101,6 +103,12 @@ def auto_max_new_tokens(source_length: int, config: Any) -> int:
     return min(budget, max_positions - 1) if max_positions else budget
 
 
+def default_beams(model: PreTrainedModel | Engine) -> int:
+    """The beam size a model (or engine) decodes with when none is asked: its ``generation_config.num_beams`` (what
+    ``encdec train`` saved from the recipe's ``generation.num_beams``), else 1 (greedy)."""
+    return model.generation_config.num_beams or 1
+
+
 def effective_length_penalty(model: PreTrainedModel, length_penalty: float | None) -> float:
     """The length penalty beam search uses: the given one, else the model's generation config's, else 1.0."""
     if length_penalty is not None:
@@ -110,9 +118,10 @@ def effective_length_penalty(model: PreTrainedModel, length_penalty: float | Non
 
 
 def generation_settings(num_beams: int | None, max_new_tokens: int | None, length_penalty: float | None,
-                        generate_kwargs: dict[str, Any]) -> dict[str, Any]:
+                        generate_kwargs: dict[str, Any], default_beams: int = 1) -> dict[str, Any]:
     """Check the decoding options and return the ``generate`` keyword arguments shared by every batch (no sampling
-    unless asked; a length penalty only for beam search, where it means something)."""
+    unless asked; a length penalty only for beam search, where it means something). ``num_beams`` None keeps the
+    model's generation config, whose beam size is ``default_beams``."""
     if num_beams is not None and num_beams < 1:
         raise EncdecError(f"`num_beams` must be >= 1, got {num_beams}.")
     if max_new_tokens is not None and max_new_tokens < 1:
@@ -124,7 +133,8 @@ def generation_settings(num_beams: int | None, max_new_tokens: int | None, lengt
     settings = {"do_sample": False, **generate_kwargs}
     if num_beams is not None:
         settings["num_beams"] = num_beams
-    if length_penalty is not None and (num_beams or 1) > 1:  # greedy search ignores it (and would warn)
+    beams = num_beams if num_beams is not None else default_beams
+    if length_penalty is not None and beams > 1:  # greedy search ignores it (and would warn)
         settings["length_penalty"] = length_penalty
     return settings
 
@@ -181,8 +191,8 @@ def translate_n_best_ids(model: PreTrainedModel | Engine, tokenizer: PreTrainedT
     if batch_size < 1:
         raise EncdecError(f"`batch_size` must be >= 1, got {batch_size}.")
     engine = model if isinstance(model, (TorchEngine, CTranslate2Engine)) else TorchEngine(model)
-    settings = generation_settings(num_beams, max_new_tokens, length_penalty, generate_kwargs)
-    beams = settings.get("num_beams") or engine.generation_config.num_beams or 1
+    beams = default_beams(engine) if num_beams is None else num_beams
+    settings = generation_settings(num_beams, max_new_tokens, length_penalty, generate_kwargs, default_beams=beams)
     if n_best < 1 or (n_best > beams and not settings["do_sample"]):
         raise EncdecError(f"`n_best` must be between 1 and the beam size ({beams}), got {n_best}; raise "
                           "`num_beams` or sample.")
@@ -291,6 +301,7 @@ def _skip_blank(lines: Iterable[str], run, blank: Any) -> list[Any]:
     return outputs
 
 
-__all__ = ["Engine", "Hypothesis", "auto_max_new_tokens", "effective_length_penalty", "load_engine", "load_ensemble",
-           "load_model_and_tokenizer", "load_pipeline", "max_source_length", "translate", "translate_detailed",
-           "translate_lines", "translate_lines_detailed", "translate_n_best", "translate_n_best_ids"]
+__all__ = ["Engine", "Hypothesis", "auto_max_new_tokens", "default_beams", "effective_length_penalty", "load_engine",
+           "load_ensemble", "load_model_and_tokenizer", "load_pipeline", "max_source_length", "translate",
+           "translate_detailed", "translate_lines", "translate_lines_detailed", "translate_n_best",
+           "translate_n_best_ids"]

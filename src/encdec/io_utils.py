@@ -6,7 +6,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -60,6 +60,19 @@ def ensure_output_dir(path: str | os.PathLike, overwrite: bool, what: str = "out
     return path
 
 
+def refuse_overlap(output: str | os.PathLike, inputs: Sequence[str | os.PathLike], option: str = "--output") -> None:
+    """No command writes over its own input: ``output`` may not be one of ``inputs``, lie inside one (an input
+    folder), or contain one (replacing it would delete the input). An ``OverwriteError`` naming both otherwise;
+    checked before any work, ``--overwrite`` or not."""
+    target = Path(output).resolve()
+    for source in inputs:
+        source = Path(source).resolve()
+        if target == source or source in target.parents or target in source.parents:
+            relation = "is" if target == source else "lies inside" if source in target.parents else "contains"
+            raise OverwriteError(f"{option} {output} {relation} the input {source}; writing there would destroy the "
+                                 f"input. Choose another {option} path.")
+
+
 def require_file(path: str | os.PathLike, what: str = "file") -> Path:
     """Return ``path`` if it is a readable file, else raise an ``InputFileError`` naming it."""
     path = Path(path)
@@ -91,6 +104,24 @@ def read_lines(path: str | os.PathLike, what: str = "text file") -> list[str]:
     if lines[-1] == "":  # the line end of the last line
         lines.pop()
     return [line.removesuffix("\r") for line in lines]
+
+
+def text_lines(raw_lines: Iterable[bytes], name: str) -> Iterator[str]:
+    """The lines of UTF-8 text read as bytes (a file opened ``"rb"``, ``sys.stdin.buffer``), without their line
+    ends, one at a time. Only ``\n`` (or ``\r\n``) ends a line, as in ``read_lines``; a byte-order mark is dropped.
+
+    :raises InputFileError: at the first line that is not UTF-8, naming ``name``, the line and the fix
+    """
+    for number, raw in enumerate(raw_lines, start=1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise InputFileError(f"{name}, line {number}, is not UTF-8 (byte {err.start + 1} of the line: "
+                                 f"{err.reason}); convert the file to UTF-8, e.g. `iconv -f latin1 -t utf-8`."
+                                 ) from None
+        if number == 1:
+            line = line.removeprefix("\ufeff")
+        yield line.removesuffix("\n").removesuffix("\r")
 
 
 def read_aligned_lines(source_file: str | os.PathLike, target_file: str | os.PathLike,

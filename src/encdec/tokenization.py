@@ -17,7 +17,7 @@ from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_toke
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from .errors import InputFileError
-from .io_utils import ensure_output_dir, read_lines
+from .io_utils import ensure_output_dir, read_lines, refuse_overlap
 
 SPECIAL_TOKENS = {"pad_token": "<pad>", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}
 ALGORITHMS = ("bpe", "unigram")
@@ -128,6 +128,7 @@ def train_tokenizer_from_files(
     """
     if not files:
         raise InputFileError("No text files given to train the tokenizer on.")
+    refuse_overlap(output_dir, files)  # --overwrite empties the folder: never one that holds the training files
     texts = [line for file in files for line in read_lines(file, "tokenizer training file")]
     output_dir = Path(output_dir)
     if output_dir.exists() and not overwrite:

@@ -11,6 +11,7 @@ import importlib.util
 import json
 import logging
 import os
+import shlex
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +26,7 @@ from transformers import (
     EarlyStoppingCallback,
     GenerationConfig,
     PreTrainedModel,
+    ProgressCallback,
     Seq2SeqTrainer,
     Seq2SeqTrainingArguments,
     set_seed,
@@ -36,9 +38,10 @@ from .config_io import apply_overrides, from_dict, load_yaml
 from .data import DataSpec, format_report, load_data, tokenize_dataset
 from .errors import EncdecError, OverwriteError
 from .folders import WEIGHTS_NAME, save_for_pipeline
-from .io_utils import atomic_write_json, require_file
+from .io_utils import atomic_write_json, refuse_overlap, require_file
 from .metrics import build_compute_metrics
 from .parallel import cpu_processes, process_state, unsharded_copy
+from .progress import TrainingProgress, quiet_transformers_bars
 from .tokenization import check_tokenizer_matches_model, load_tokenizer, special_token_ids, train_tokenizer
 
 logger = logging.getLogger(__name__)
@@ -115,9 +118,38 @@ class RunConfig:
 
 
 def load_run_config(path: str | Path, overrides: list[str] | None = None) -> RunConfig:
-    """Read a run YAML, apply ``--section.key value`` overrides, and check every key and type."""
-    data = apply_overrides(load_yaml(path), overrides or [])
-    return from_dict(RunConfig, data, where="config")
+    """Read a run YAML, apply ``--section.key value`` overrides, and check every key and type.
+
+    The input paths the YAML names (``model``, ``tokenizer.path``, ``data.data_dir``, ``data.files``) are relative
+    to the YAML file's own folder, so a config works from any folder and keeps working when copied with its files;
+    ``training.output_dir`` and the paths given as overrides are relative to the current folder, as every path typed
+    on a command line is."""
+    data = load_yaml(path)
+    anchor_input_paths(data, Path(path).resolve().parent)
+    return from_dict(RunConfig, apply_overrides(data, overrides or []), where="config")
+
+
+def anchor_input_paths(data: dict, base: Path) -> None:
+    """Make the relative input paths of a run config's raw mapping relative to ``base`` (the YAML's folder), in
+    place. A ``tokenizer.path`` that is no folder there stays as written: it may be a Hub repository id."""
+    def anchored(value: Any) -> Any:
+        if isinstance(value, list):
+            return [anchored(item) for item in value]
+        if not isinstance(value, str) or not value or Path(value).is_absolute():
+            return value
+        return os.path.normpath(base / value)
+
+    if isinstance(data.get("model"), str):
+        data["model"] = anchored(data["model"])
+    tokenizer, section = data.get("tokenizer"), data.get("data")
+    if isinstance(tokenizer, dict) and isinstance(tokenizer.get("path"), str) \
+            and (base / tokenizer["path"]).is_dir():
+        tokenizer["path"] = anchored(tokenizer["path"])
+    if isinstance(section, dict):
+        if isinstance(section.get("data_dir"), str):
+            section["data_dir"] = anchored(section["data_dir"])
+        if isinstance(section.get("files"), dict):
+            section["files"] = {split: anchored(files) for split, files in section["files"].items()}
 
 
 def build_model_config(config: RunConfig, tokenizer) -> Any:
@@ -190,6 +222,15 @@ class EncdecTrainer(Seq2SeqTrainer):
         finally:
             config.max_length = max_length
 
+    def _issue_warnings_after_load(self, load_result: Any) -> None:
+        """Loading the best checkpoint at the end: with tied embeddings the checkpoint stores the shared matrix once
+        (safetensors keeps one copy), so ``load_state_dict`` reports its aliases (``lm_head.weight``, the decoder
+        embedding) as missing, and transformers warned about it on every run. They are not missing: they are the
+        loaded matrix itself. Only keys that are really absent are reported."""
+        tied = set(self.model._tied_weights_keys or {}) if self.model.config.tie_word_embeddings else set()
+        missing = [key for key in load_result.missing_keys if key not in tied]
+        super()._issue_warnings_after_load(load_result._replace(missing_keys=missing))
+
     def evaluation_loop(self, *args, **kwargs):
         """Several processes: ``Seq2SeqTrainer.evaluate``/``predict`` gather with ``accelerator.gather`` (transformers
         PR #27025, for ``num_return_sequences`` > 1), which keeps the examples Accelerate repeats to even out the
@@ -210,8 +251,17 @@ def latest_complete_checkpoint(checkpoint_dir: Path) -> Path | None:
     return max(complete, key=lambda p: int(p.name.split("-")[-1]), default=None)
 
 
-def prepare_output_dir(settings: TrainingSettings) -> Path:
-    """Under several processes every one checks (and refuses alike), then only the main one deletes and creates."""
+def run_inputs(config: RunConfig) -> list[str]:
+    """The local files and folders a run reads: the model JSON, the tokenizer folder and the data."""
+    data, paths = config.data, [config.model, config.tokenizer.path, config.data.data_dir]
+    for files in (data.files or {}).values():
+        paths += files if isinstance(files, list) else [files]
+    return [str(path) for path in paths if isinstance(path, str) and path and Path(path).exists()]
+
+
+def prepare_output_dir(settings: TrainingSettings, inputs: list[str] = ()) -> Path:
+    """Under several processes every one checks (and refuses alike), then only the main one deletes and creates.
+    ``overwrite`` replaces the folder, so then it may not hold one of the run's ``inputs``."""
     output_dir = Path(settings.output_dir)
     resuming = bool(settings.resume_from_checkpoint)
     clear = output_dir.is_dir() and any(output_dir.iterdir()) and not resuming
@@ -219,6 +269,8 @@ def prepare_output_dir(settings: TrainingSettings) -> Path:
         raise OverwriteError(f"The output directory {output_dir} already exists and is not empty; pass "
                              "--training.overwrite true to replace it, --training.resume_from_checkpoint true "
                              "to continue it, or choose another output_dir.")
+    if clear:
+        refuse_overlap(output_dir, inputs, option="training.output_dir")
     state = process_state()
     state.wait_for_everyone()  # every process has looked before the main one changes anything
     if state.is_main_process:
@@ -451,18 +503,48 @@ def build_model(model_config, generation: GenerationSettings, tokenizer) -> PreT
 
 
 def checkpoint_to_resume(settings: TrainingSettings, output_dir: Path) -> str | None:
-    """``resume_from_checkpoint``: true means the latest complete checkpoint of this run (None if there is none)."""
+    """``resume_from_checkpoint``: true means the latest complete checkpoint of this run; when there is none yet,
+    the run starts from step 0, and says so in one line."""
     resume = settings.resume_from_checkpoint
     if resume is True:
         resume = latest_complete_checkpoint(output_dir / CHECKPOINT_SUBDIR)
+        if resume is None and process_state().is_main_process:
+            logger.warning("training.resume_from_checkpoint is true, but %s holds no complete checkpoint yet: "
+                           "starting from step 0.", output_dir / CHECKPOINT_SUBDIR)
     return str(resume) if resume else None
+
+
+def resume_hint(output_dir: str | Path, command: list[str]) -> str:
+    """One line for a run that was stopped (Ctrl-C): the last complete checkpoint it kept and the ``command`` (the
+    run's own, as a list) that continues it, or that nothing was kept yet."""
+    checkpoint = latest_complete_checkpoint(Path(output_dir) / CHECKPOINT_SUBDIR)
+    resume = [*strip_options(command, ("--training.resume_from_checkpoint", "--training.overwrite")),
+              "--training.resume_from_checkpoint", "true"]
+    if checkpoint is None:
+        return (f"stopped before the first checkpoint was saved in {output_dir}; nothing to resume. Rerun with: "
+                f"{shlex.join([*resume[:-2], '--training.overwrite', 'true'])}")
+    return f"stopped; the last checkpoint kept is {checkpoint}. Resume with: {shlex.join(resume)}"
+
+
+def strip_options(command: list[str], names: tuple[str, ...]) -> list[str]:
+    """``command`` without the ``--name value`` (or ``--name=value``) pairs of ``names``."""
+    kept, skip = [], False
+    for item in command:
+        if skip:
+            skip = False
+        elif item in names:
+            skip = True
+        elif not item.startswith(tuple(f"{name}=" for name in names)):
+            kept.append(item)
+    return kept
 
 
 def final_results(trainer: Seq2SeqTrainer, tokenized: DatasetDict, config: RunConfig, counts: dict, train_output,
                   snapshot_dir: Path) -> dict[str, Any]:
     """After training: the final weights (the best checkpoint, or with ``average_last`` the average of the last
     snapshots when validation prefers it) and their validation and test scores."""
-    results: dict[str, Any] = {"train": {**train_output.metrics, "global_step": train_output.global_step},
+    results: dict[str, Any] = {"train": {**train_output.metrics, "global_step": train_output.global_step,
+                                         "threads": torch.get_num_threads()},  # per process (encdec.threads)
                                "data": counts, "config": dataclasses.asdict(config)}
     if config.training.average_last:
         results["averaging"] = average_or_best(trainer, tokenized["validation"], config.training, snapshot_dir,
@@ -483,7 +565,7 @@ def train(config: RunConfig) -> dict:
     set_seed(config.training.seed)
     if not process_state().is_main_process:  # several processes: one copy of the progress bars, the main one's
         disable_progress_bars()
-    output_dir = prepare_output_dir(config.training)
+    output_dir = prepare_output_dir(config.training, run_inputs(config))
     datasets = load_data(config.data)
     train_split = datasets["train"]
     tokenizer = get_tokenizer(config, list(train_split["source"]) + list(train_split["target"]), output_dir)
@@ -511,19 +593,24 @@ def train(config: RunConfig) -> dict:
         data_collator=DataCollatorForSeq2Seq(tokenizer, model=model), processing_class=tokenizer,
         compute_metrics=build_compute_metrics(tokenizer), callbacks=callbacks,
     )
+    if not args.disable_tqdm:  # one bar and readable log lines (encdec.progress), not raw dicts and sub-bars
+        trainer.remove_callback(ProgressCallback)
+        trainer.add_callback(TrainingProgress())
     if config.training.average_last and trainer.is_fsdp_enabled:
         raise EncdecError("`training.average_last` does not support FSDP runs (each process holds a shard); set it "
                           "to 0 and average checkpoints afterwards with `encdec average`.")
     resume = checkpoint_to_resume(config.training, output_dir)
     if not config.tokenizer.path and not (output_dir / TOKENIZER_SUBDIR).is_dir() and trainer.is_world_process_zero():
         tokenizer.save_pretrained(output_dir / TOKENIZER_SUBDIR)  # only now: a setup error leaves output_dir empty
-    train_output = trainer.train(resume_from_checkpoint=resume)
-    results = final_results(trainer, tokenized, config, counts, train_output, snapshot_dir)
-    # FSDP (GPUs only): every process takes part in gathering the sharded weights, the main one saves them
-    full_state = trainer.accelerator.get_state_dict(trainer.model) if trainer.is_fsdp_enabled else None
-    if trainer.is_world_process_zero():
-        save_final_folder(trainer, tokenizer, output_dir, results, config, state_dict=full_state)
+    with quiet_transformers_bars():  # checkpoints and the final folder: no "Writing model shards" bar each time
+        train_output = trainer.train(resume_from_checkpoint=resume)
+        results = final_results(trainer, tokenized, config, counts, train_output, snapshot_dir)
+        # FSDP (GPUs only): every process takes part in gathering the sharded weights, the main one saves them
+        full_state = trainer.accelerator.get_state_dict(trainer.model) if trainer.is_fsdp_enabled else None
+        if trainer.is_world_process_zero():
+            save_final_folder(trainer, tokenizer, output_dir, results, config, state_dict=full_state)
     return results
 
 
-__all__ = ["GenerationSettings", "RunConfig", "TokenizerSettings", "TrainingSettings", "load_run_config", "train"]
+__all__ = ["GenerationSettings", "RunConfig", "TokenizerSettings", "TrainingSettings", "load_run_config",
+           "resume_hint", "train"]

@@ -60,9 +60,10 @@ logger = logging.get_logger(__name__)
 
 
 def warn_no_self_attention() -> None:
-    """Say once, when attentions are asked for, which fields an RNN leaves empty (as transformers' models without
-    attention leave theirs)."""
-    logger.warning_once(
+    """Say once, at the info level (``TRANSFORMERS_VERBOSITY=info``), when attentions are asked for, which fields an
+    RNN leaves empty, as transformers' models without attention leave theirs; a warning on every plot or alignment
+    would be noise, and the README documents it."""
+    logger.info_once(
         "RNN seq2seq models have no self-attention: `encoder_attentions` and `decoder_attentions` are None. "
         "`cross_attentions` holds the alignment (one layer, one head), or None with `attention='none'`."
     )
