@@ -22,6 +22,7 @@ import transformers
 from encdec.io_utils import atomic_write_text
 
 from .common import FIRST_ORDINARY_ID, BenchmarkSettings, Section, count
+from .corpus import corpus
 from .engines import engines
 from .multi30k_engines import multi30k_engines
 from .rnn import rnn_family
@@ -40,6 +41,7 @@ SECTIONS: dict[str, Callable[[BenchmarkSettings], Section | None]] = {
     "multi30k_engines": multi30k_engines,  # skipped (its earlier table kept) without the data and trained models
     "serve": serve,
     "threads": threads,
+    "corpus": corpus,  # the Multi30k rows need the trained Transformer and the data
 }
 
 

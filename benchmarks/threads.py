@@ -32,7 +32,7 @@ logger = logging.getLogger(__name__)
 
 ROUNDS = 3
 STEPS = 30
-SENTENCES = 300
+SENTENCES = 2000
 WORKLOADS = ("train transformer", "train lstm-bahdanau", "translate greedy", "translate beam 5")
 CONFIGS = {"train transformer": "demo-transformer.yaml", "train lstm-bahdanau": "demo-lstm-bahdanau.yaml"}
 

@@ -9,7 +9,8 @@ with every attention type: absolute figures, fused vs token-by-token training, p
 (torch float32/int8/bfloat16 and CTranslate2 against MarianMTModel), `multi30k_engines` (the trained Multi30k
 models on test2016 per engine, end to end; skipped, keeping its earlier table, without the data and the models) and
 `serve` (`encdec serve` with and without dynamic batching at 1, 8 and 32 concurrent clients) and `threads` (every
-core against encdec's thread choice, on an idle machine and with one core busy).
+core against encdec's thread choice, on an idle machine and with one core busy) and `corpus` (`encdec translate` of
+10k to 1M lines, one and two processes, with peak memory; the Multi30k training sources at beam 5).
 A run of every section writes the report from scratch. A run of some sections replaces those in the existing
 report and keeps the others as they were, each under its own dated "Measured" line.
 """

@@ -76,7 +76,8 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
     results = evaluate_model(model, args.source_file, args.reference_file, num_beams=args.num_beams,
                              batch_size=args.batch_size, max_new_tokens=args.max_new_tokens,
                              output_file=args.output, overwrite=args.overwrite, length_penalty=args.length_penalty,
-                             engine=args.engine, quantize=args.quantize, dtype=args.dtype)
+                             engine=args.engine, quantize=args.quantize, dtype=args.dtype,
+                             chunk_size=args.chunk_size, show_progress=not args.quiet)
     if args.card_dataset:
         from encdec.cards import record_scores_in_card
 
@@ -86,38 +87,19 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
 
 
 def cmd_translate(args: argparse.Namespace) -> None:
-    from encdec.io_utils import atomic_write_text, require_file, text_lines
+    from encdec.corpus import TranslationOutput, translate_file
 
-    refuse_existing_output(args, [args.input, *args.model])
-    name = args.input or "standard input"
-    if args.input:
-        with open(require_file(args.input, "input file"), "rb") as raw:
-            lines = list(text_lines(raw, name))
-    else:  # stdin's bytes; a stdin replaced by a text stream (as tests do) is encoded again
-        raw = getattr(sys.stdin, "buffer", None) or (line.encode("utf-8") for line in sys.stdin)
-        lines = list(text_lines(raw, name))
-    if not lines:
-        print(f"encdec translate: {name} is empty: nothing to translate, so the output is empty too.",
-              file=sys.stderr)
-    kwargs = {"num_beams": args.num_beams, "max_new_tokens": args.max_new_tokens,
-              "length_penalty": args.length_penalty}  # None: the model's generation config
-    text = "".join(line + "\n" for line in translated_lines(args, lines, kwargs)) if lines else ""
-    if args.output:
-        atomic_write_text(args.output, text)
-    else:
-        sys.stdout.write(text)
-
-
-def refuse_existing_output(args: argparse.Namespace, inputs: list[str | None]) -> None:
-    """``--output`` may replace a file only with ``--overwrite``, and never one of the command's ``inputs`` (or a
-    folder around one); checked before any work."""
-    from encdec.io_utils import refuse_overlap
-
-    if args.output:
-        refuse_overlap(args.output, [path for path in inputs if path])
-    if args.output and Path(args.output).exists() and not args.overwrite:
-        raise usage_error(f"The output file {args.output} already exists; pass --overwrite to replace it or choose "
-                          "another path.")
+    form = TranslationOutput(n_best=args.n_best, scores=args.scores, alignments=args.alignments,
+                             alignment_layer=layer_argument(args.alignment_layer))
+    stdin = getattr(sys.stdin, "buffer", None) or (line.encode("utf-8") for line in sys.stdin)  # tests swap stdin
+    lines = translate_file(args.model, args.input, args.output, form=form, chunk_size=args.chunk_size,
+                           resume=args.resume, overwrite=args.overwrite, quiet=args.quiet, engine=args.engine,
+                           quantize=args.quantize, dtype=args.dtype, stdin=stdin, num_beams=args.num_beams,
+                           max_new_tokens=args.max_new_tokens, length_penalty=args.length_penalty,
+                           batch_size=args.batch_size)  # None: the model's generation config
+    if not lines and os.environ.get("RANK", "0") == "0":
+        print(f"encdec translate: {args.input or 'standard input'} is empty: nothing to translate, so the output is "
+              "empty too.", file=sys.stderr)
 
 
 def positive_int(text: str) -> int:
@@ -141,31 +123,6 @@ def layer_argument(value: str | None) -> int | str | None:
         raise usage_error(f"--alignment-layer {value!r}: give a decoder layer number (0-based) or `mean`.") from None
 
 
-def translated_lines(args: argparse.Namespace, lines: list[str], kwargs: dict) -> list[str]:
-    """The output lines of ``encdec translate``: plain translations, or with --n-best/--scores/--alignments the
-    fields ``[ID |||] HYPOTHESIS [||| SCORE] [||| ALIGNMENT]`` (README, "Translating")."""
-    from encdec.inference import translate_lines, translate_lines_detailed
-
-    model = args.model[0] if len(args.model) == 1 else args.model
-    options = {"batch_size": args.batch_size, "engine": args.engine, "quantize": args.quantize, "dtype": args.dtype}
-    if args.n_best is None and not args.scores and not args.alignments:
-        return translate_lines(model, lines, **options, **kwargs)
-    results = translate_lines_detailed(model, lines, n_best=args.n_best or 1, scores=args.scores,
-                                       alignments=args.alignments,
-                                       alignment_layer=layer_argument(args.alignment_layer), **options, **kwargs)
-    out = []
-    for index, hypotheses in enumerate(results):
-        for hypothesis in hypotheses:
-            fields = [str(index)] if args.n_best is not None else []
-            fields.append(hypothesis.text)
-            if args.scores:
-                fields.append("" if hypothesis.score is None else f"{hypothesis.score:.4f}")
-            if args.alignments:
-                fields.append(hypothesis.alignment or "")
-            out.append(" ||| ".join(fields))
-    return out
-
-
 def cmd_align(args: argparse.Namespace) -> None:
     from encdec.evaluation import align_file, choose_layer_on_files
 
@@ -176,14 +133,13 @@ def cmd_align(args: argparse.Namespace) -> None:
         return
     if args.record:
         raise usage_error("--record needs --gold-file: the layer is chosen by its error rate on gold alignments.")
-    refuse_existing_output(args, [args.model, args.source_file, args.target_file])
-    text = align_file(args.model, args.source_file, args.target_file, layer_argument(args.layer))
     if args.output:
-        from encdec.io_utils import atomic_write_text
+        from encdec.io_utils import refuse_overlap
 
-        atomic_write_text(args.output, text)
-    else:
-        sys.stdout.write(text)
+        refuse_overlap(args.output, [args.model, args.source_file, args.target_file])
+    align_file(args.model, args.source_file, args.target_file, layer_argument(args.layer), output_file=args.output,
+               resume=args.resume, overwrite=args.overwrite, quiet=args.quiet, chunk_size=args.chunk_size,
+               stdout=None if args.output else sys.stdout)
 
 
 def cmd_average(args: argparse.Namespace) -> None:
@@ -322,6 +278,7 @@ def add_inference_commands(commands: argparse._SubParsersAction) -> None:
                         "as measured on the data of this name, e.g. \"Multi30k De-En\"")
     p.add_argument("--card-split", default=None, help="split name for the card (default: the source file's stem)")
     p.add_argument("--card-dataset-id", default=None, help="Hub dataset id for the card, e.g. bentrevett/multi30k")
+    add_corpus_options(p, resumable=False)
     add_threads_option(p)
     p.set_defaults(func=cmd_evaluate)
     p = commands.add_parser("translate", help="translate lines from a file or stdin")
@@ -339,8 +296,21 @@ def add_inference_commands(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--alignment-layer", default=None,
                    help="Transformer decoder layer for --alignments (0-based, or `mean`); default: the layer "
                         "`encdec align --gold-file ... --record` chose, else the penultimate")
+    add_corpus_options(p)
     add_threads_option(p)
     p.set_defaults(func=cmd_translate)
+
+
+def add_corpus_options(p: argparse.ArgumentParser, resumable: bool = True) -> None:
+    """The options of the commands that stream a corpus in chunks (encdec.corpus)."""
+    p.add_argument("--chunk-size", type=positive_int, default=1000,
+                   help="input lines read, translated and written at a time (default 1000): memory stays flat, "
+                        "output follows input, and a resume restarts at the first unfinished chunk")
+    if resumable:
+        p.add_argument("--resume", action="store_true",
+                       help="go on with an interrupted run into the same --output (its finished chunks are kept in "
+                            "OUTPUT.partial); refused if the input, model or options differ")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
 
 def add_alignment_command(commands: argparse._SubParsersAction) -> None:
@@ -357,6 +327,7 @@ def add_alignment_command(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--layer", default=None, help="decoder layer (0-based or `mean`); default as for translate")
     p.add_argument("--output", default=None, help="Pharaoh alignments file (default: stdout, without --gold-file)")
     p.add_argument("--overwrite", action="store_true")
+    add_corpus_options(p)
     add_threads_option(p)
     p.set_defaults(func=cmd_align)
 

@@ -24,6 +24,7 @@ from transformers.utils import logging as hf_logging
 from encdec.cli import main
 from encdec.data import make_date_pairs
 from encdec.folders import check_model_folder, save_for_pipeline
+from encdec.training import load_run_config
 from tiny_model_folders import FAMILIES, date_tokenizer, write_tiny_run_config
 from toy import TINY_MODELS, folder_model
 
@@ -400,10 +401,14 @@ def test_wrong_types(tmp_path, capsys) -> None:
     user_error(capsys, ["train", str(config), "--training.max_steps", "abc"], "training.max_steps", "int", "'abc'")
     user_error(capsys, ["train", str(config), "--training.overwrite", "yes please"], "training.overwrite", "bool")
     user_error(capsys, ["train", str(config), "--training.max_steps", "2.5"], "training.max_steps", "int")
-    user_error(capsys, ["train", str(config), "--training.eval_strategy", "no"], "training.eval_strategy", "quote")
+    unquoted = tmp_path / "unquoted.yaml"  # in a YAML file, `no` is a boolean: the error says to quote it
+    unquoted.write_text(config.read_text().replace("eval_strategy: steps", "eval_strategy: no"))
+    user_error(capsys, ["train", str(unquoted)], "training.eval_strategy", "quote")
     bad = write_run_config(tmp_path, "transformer", tmp_path / "out", "bad", data={"builtin_train": "many"})
     user_error(capsys, ["train", str(bad)], "data.builtin_train", "int")
     user_error(capsys, ["train", str(config), "--data.format", "parquet"], "data.format", "jsonl")
+    assert load_run_config(config, ["--training.eval_strategy", "no", "--training.overwrite", "yes"]).training \
+        == load_run_config(config, ["--training.eval_strategy", "'no'", "--training.overwrite", "true"]).training
     config.write_text("model: [unclosed\n")
     user_error(capsys, ["train", str(config)], str(config), "not valid YAML")
     assert not (tmp_path / "out").exists()

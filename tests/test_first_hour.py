@@ -199,3 +199,27 @@ def test_ctrl_c_before_a_checkpoint_and_resume_without_one_say_so(tmp_path: Path
                           env={**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "holds no complete checkpoint yet: starting from step 0" in done.stderr
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the lost KeyboardInterrupt
+def test_a_ctrl_c_lost_in_a_finalizer_still_stops_training_at_the_next_step() -> None:
+    """Python raises a signal's KeyboardInterrupt in whatever runs; inside a finalizer it is dropped ("Exception
+    ignored"). StopOnCtrlC raises it again at the next step."""
+    import gc
+
+    from encdec.training import StopOnCtrlC
+
+    class RaisesSigintWhenCollected:
+        def __del__(self) -> None:
+            signal.raise_signal(signal.SIGINT)
+
+    before = signal.getsignal(signal.SIGINT)
+    guard = StopOnCtrlC()
+    guard.on_step_end(None, None, None)  # no Ctrl-C yet: nothing happens
+    with guard:
+        RaisesSigintWhenCollected()  # collected at once: the handler's KeyboardInterrupt is lost in __del__
+        gc.collect()
+        assert guard.interrupted
+        with pytest.raises(KeyboardInterrupt):
+            guard.on_step_end(None, None, None)
+    assert signal.getsignal(signal.SIGINT) is before  # the handler is put back

@@ -17,6 +17,8 @@ from .errors import EncdecError
 from .io_utils import require_file
 
 T = TypeVar("T")
+# the words YAML 1.1 reads as booleans, which a boolean setting takes from the command line
+YAML_BOOLEANS = {"yes": True, "y": True, "on": True, "no": False, "n": False, "off": False}
 
 
 def _check_type(where: str, value: Any, annotation: Any) -> Any:
@@ -59,6 +61,8 @@ def _check_type(where: str, value: Any, annotation: Any) -> Any:
     if annotation is str and isinstance(value, bool):
         raise EncdecError(f"`{where}` must be a string, got {value!r}: YAML reads unquoted no/yes/off/on as "
                           f"booleans, so quote the value (e.g. \"no\").")
+    if annotation is bool and isinstance(value, str) and value.lower() in YAML_BOOLEANS:
+        return YAML_BOOLEANS[value.lower()]
     if annotation is bool and not isinstance(value, bool) or annotation is not bool and isinstance(value, bool):
         raise EncdecError(f"`{where}` must be {annotation.__name__}, got {value!r}.")
     if not isinstance(value, annotation):
@@ -86,8 +90,12 @@ def from_dict(cls: type[T], data: Any, where: str = "config") -> T:
 
 def parse_override(text: str) -> Any:
     """A command-line value is read as YAML, so ``true``, ``[1, 2]`` and ``null`` mean what they say; YAML 1.1
-    reads ``1e-3`` as a string, so a string that parses as a number becomes one."""
+    reads ``1e-3`` as a string, so a string that parses as a number becomes one. YAML 1.1 also reads ``no``, ``yes``,
+    ``on`` and ``off`` as booleans: on a command line they stay words (``--training.eval_strategy no``), which a
+    boolean setting still takes (``_check_type``)."""
     value = yaml.safe_load(text)
+    if isinstance(value, bool) and text.strip().lower() not in ("true", "false"):
+        return text.strip()
     if isinstance(value, str):
         try:
             return float(value) if value.strip().lower() not in {"nan", "inf", "-inf", "infinity"} else value

@@ -162,9 +162,10 @@ class CTranslate2Engine:
         self.tokenizer = AutoTokenizer.from_pretrained(export_dir)
         compute_type = quantize or dtype or "float32"  # the weights are converted to it at load time
         threads = torch.get_num_threads() if threads is None else threads  # as many as torch would use
+        kind, _, index = device.partition(":")  # "cuda:1" (a process of a launch): CTranslate2 takes the index apart
         try:
-            self.translator = ct2.Translator(str(export_dir), device=device, compute_type=compute_type,
-                                             intra_threads=threads)
+            self.translator = ct2.Translator(str(export_dir), device=kind, device_index=int(index or 0),
+                                             compute_type=compute_type, intra_threads=threads)
         except ValueError as error:  # e.g. bfloat16 on a CPU without it
             raise EncdecError(f"CTranslate2 cannot compute in {compute_type} on {device}: "
                               f"{' '.join(str(error).split())}") from error

@@ -14,16 +14,29 @@ from pathlib import Path
 from typing import Any
 
 from .alignment import align_pair, choose_layer, default_layer, encode_pairs, parse_pharaoh, record_layer, to_pharaoh
+from .corpus import (
+    Chunk,
+    Progress,
+    Shard,
+    count_lines,
+    file_identity,
+    on_main,
+    open_chunks,
+    open_output,
+    paired_chunks,
+    run_chunks,
+)
 from .errors import InputFileError, OverwriteError
 from .inference import (
+    CHUNK_SIZE,
     default_beams,
     effective_length_penalty,
     load_engine,
     load_model_and_tokenizer,
     max_source_length,
-    translate,
+    translate_chunk,
 )
-from .io_utils import atomic_write_json, read_aligned_lines, read_lines, refuse_overlap
+from .io_utils import atomic_write_json, read_aligned_lines, read_lines, refuse_overlap, require_file
 from .metrics import load_metric
 
 logger = logging.getLogger(__name__)
@@ -34,13 +47,17 @@ def read_parallel(source_file: str | os.PathLike, reference_file: str | os.PathL
     return read_aligned_lines(source_file, reference_file, target_what="reference file")
 
 
-def warn_over_long(tokenizer, config, sources: list[str]) -> None:
-    """Log how many sources exceed the model's source length (they are truncated to fit)."""
+def count_over_long(tokenizer, config, sources: Sequence[str]) -> int:
+    """How many of ``sources`` exceed the model's source length (they are truncated to fit)."""
     limit = max_source_length(tokenizer, config)
-    over = sum(len(ids) > limit for ids in tokenizer(sources, verbose=False)["input_ids"])
+    return sum(len(ids) > limit for ids in tokenizer(list(sources), verbose=False)["input_ids"])
+
+
+def warn_over_long(over: int, total: int, limit: int) -> None:
+    """Log how many sources exceeded the model's source length (they were truncated to fit)."""
     if over:
         logger.warning("%d of %d sources are longer than the model's %d source tokens (max_position_embeddings, or "
-                       "the tokenizer's model_max_length) and are truncated to fit.", over, len(sources), limit)
+                       "the tokenizer's model_max_length) and are truncated to fit.", over, total, limit)
 
 
 def score_translations(hypotheses: list[str], references: list[str]) -> dict[str, Any]:
@@ -83,44 +100,44 @@ def evaluate_model(
     num_beams: int | None = None, batch_size: int = 32, max_new_tokens: int | None = None,
     output_file: str | os.PathLike | None = None, overwrite: bool = False, device: str = "cpu",
     length_penalty: float | None = None, show_progress: bool = True,
-    engine: str = "torch", quantize: str | None = None, dtype: str | None = None,
+    engine: str = "torch", quantize: str | None = None, dtype: str | None = None, chunk_size: int = CHUNK_SIZE,
 ) -> dict[str, Any]:
     """Translate ``source_file`` with the model folder ``model_dir`` and score the output against
     ``reference_file``; return the scores, their sacreBLEU signatures, the decoding settings and the speed, and
     write them as JSON to ``output_file`` (atomically) when given.
 
-    Prints nothing but a progress bar (on stderr). Input problems raise ``InputFileError``; an existing
-    ``output_file`` raises ``OverwriteError`` unless ``overwrite``; both are checked before any translation.
-
-    :param max_new_tokens: ``None``: the model's ``generation_config.max_new_tokens`` if set, else 2 x the longest
-        source of each batch + 10 (recorded as null)
-    :param num_beams: ``None`` keeps the model's ``generation_config.num_beams`` (recorded)
-    :param length_penalty: ``None`` keeps the model's ``generation_config.length_penalty`` (recorded)
+    Prints nothing but the progress (on stderr; the source is streamed in chunks, ``encdec.corpus``). Input problems
+    raise ``InputFileError``; an existing ``output_file`` raises ``OverwriteError`` unless ``overwrite``; both are
+    checked before any translation. ``num_beams``, ``max_new_tokens`` and ``length_penalty`` left at ``None`` keep
+    the model's generation config (``max_new_tokens``: else 2 x the longest source of a batch + 10); all recorded.
     :param engine, quantize, dtype: those of ``inference.load_engine`` (recorded); ``model_dir`` is an exported
         folder for ``engine="ctranslate2"``, or several model folders for an ensemble (``encdec.ensemble``)
     """
     models = [model_dir] if isinstance(model_dir, str | os.PathLike) else list(model_dir)
     output_file = check_output_file(output_file, overwrite, [*models, source_file, reference_file])
-    sources, references = read_parallel(source_file, reference_file)
-    model, tokenizer = load_engine(model_dir, engine, quantize=quantize, dtype=dtype, device=device)
-    warn_over_long(tokenizer, model.config, sources)
+    references = read_lines(reference_file, "reference file")
+    check_line_counts(source_file, references, reference_file)
+    shard = Shard()
+    model, tokenizer = load_engine(model_dir, engine, quantize=quantize, dtype=dtype,
+                                   device=shard.device if device == "cpu" else device)
+    options = {"num_beams": num_beams, "batch_size": batch_size, "max_new_tokens": max_new_tokens,
+               "length_penalty": length_penalty, "truncate": True}
     start = time.perf_counter()
-    hypotheses = translate(model, tokenizer, sources, num_beams=num_beams, batch_size=batch_size,
-                           max_new_tokens=max_new_tokens, length_penalty=length_penalty, truncate=True,
-                           show_progress=show_progress)
+    hypotheses = translate_test_set(model, tokenizer, source_file, options, chunk_size, show_progress, shard)
     seconds = time.perf_counter() - start
+    if not shard.is_main:  # several processes: the main one scores and writes
+        return {}
     results = {
         **score_translations(hypotheses, references),
-        "num_sentences": len(sources),
+        "num_sentences": len(hypotheses),
         "num_beams": default_beams(model) if num_beams is None else num_beams,
         "batch_size": batch_size,
         "max_new_tokens": max_new_tokens if max_new_tokens is not None else model.generation_config.max_new_tokens,
         "length_penalty": effective_length_penalty(model, length_penalty),
-        "sentences_per_second": round(len(sources) / seconds, 2) if seconds > 0 else None,
+        "sentences_per_second": round(len(hypotheses) / seconds, 2) if seconds > 0 else None,
         "translation_seconds": round(seconds, 3),
         "device": device, "engine": engine, "precision": quantize or dtype or "float32",
-        "model_dir": (str(Path(model_dir).resolve()) if isinstance(model_dir, str | os.PathLike)
-                      else [str(Path(path).resolve()) for path in model_dir]),
+        "model_dir": str(Path(models[0]).resolve()) if len(models) == 1 else [str(Path(m).resolve()) for m in models],
         **{name: str(Path(path).resolve()) for name, path in (("source_file", source_file),
                                                               ("reference_file", reference_file))},
     }
@@ -129,17 +146,70 @@ def evaluate_model(
     return results
 
 
+def translate_test_set(model: Any, tokenizer: Any, source_file: str | os.PathLike, options: dict[str, Any],
+                       chunk_size: int, show_progress: bool, shard: Shard) -> list[str]:
+    """The translations of a test set, streamed in chunks with progress (``encdec.corpus``, shared out over the
+    processes of a launch); the main process gets them all, in order. Over-long sources are cut, and counted."""
+    over, chunks_out = [0], []
+
+    def work(chunk: Chunk) -> list[str]:
+        over[0] += count_over_long(tokenizer, model.config, chunk.lines)
+        return translate_chunk(model, tokenizer, chunk.lines, **options)
+
+    chunks, total = open_chunks(source_file, chunk_size)
+    progress = Progress("encdec evaluate", total, quiet=not show_progress or not shard.is_main)
+    run_chunks(chunks, work, None, progress, shard, collect=chunks_out)
+    warn_over_long(sum(shard.gather(over[0])), total, max_source_length(tokenizer, model.config))
+    return [hypothesis for chunk in chunks_out for hypothesis in chunk]
+
+
+def check_line_counts(source_file: str | os.PathLike, targets: list[str], target_file: str | os.PathLike,
+                      target_what: str = "reference file") -> int:
+    """The source file's line count, once it is a readable, non-empty file as long as ``targets``."""
+    source_file = require_file(source_file, "source file")
+    count = count_lines(source_file)
+    if not count:
+        raise InputFileError(f"The source file {source_file} is empty.")
+    if count != len(targets):
+        raise InputFileError(
+            f"The parallel files are not aligned: the source file {source_file} has {count} lines but the "
+            f"{target_what} {target_file} has {len(targets)}. Line i of one must be the translation of line i of "
+            "the other.")
+    return count
+
+
 def align_file(model_dir: str | os.PathLike, source_file: str | os.PathLike, target_file: str | os.PathLike,
-               layer: int | str | None = None) -> str:
+               layer: int | str | None = None, output_file: str | os.PathLike | None = None, resume: bool = False,
+               overwrite: bool = False, quiet: bool = True, chunk_size: int = CHUNK_SIZE, stdout: Any = None
+               ) -> str | None:
     """``encdec align``: the Pharaoh word alignment of each (source, target) line pair, one line per pair, from the
-    model's teacher-forced attention on decoder layer ``layer`` (default: ``alignment.default_layer``)."""
-    sources, targets = read_aligned_lines(source_file, target_file)
-    model, tokenizer = load_model_and_tokenizer(model_dir)
+    model's teacher-forced attention on decoder layer ``layer`` (default: ``alignment.default_layer``). Streamed in
+    chunks as ``encdec translate`` is (``encdec.corpus``): into ``output_file`` (resumable), to ``stdout``, or, with
+    neither, returned as one string."""
+    source_file = require_file(source_file, "source file")
+    check_line_counts(source_file, read_lines(target_file, "target file"), target_file, "target file")
+    shard, collected = Shard(), []
+    record = {"options": {"layer": layer, "chunk_size": chunk_size}, "target": file_identity(target_file)}
+    output = None
+    if output_file is not None or stdout is not None:
+        output = on_main(shard, lambda: open_output(None if output_file is None else str(output_file),
+                                                    str(source_file), [str(model_dir)], record, resume, overwrite,
+                                                    stdout))
+    skip = shard.broadcast(output.done_lines if output is not None else 0)
+    model, tokenizer = load_model_and_tokenizer(model_dir, shard.device)
     layer = default_layer(model) if layer is None else layer
-    lines = [to_pharaoh(align_pair(model, tokenizer, source_ids, target_ids, layer)) if source.strip() else ""
-             for (source_ids, target_ids), source in zip(encode_pairs(tokenizer, sources, targets), sources,
-                                                         strict=True)]
-    return "".join(line + "\n" for line in lines)
+
+    def work(chunk: Chunk) -> str:
+        sources, targets = zip(*chunk.lines, strict=True)
+        pairs = encode_pairs(tokenizer, list(sources), list(targets))
+        return "".join((to_pharaoh(align_pair(model, tokenizer, source_ids, target_ids, layer))
+                        if source.strip() else "") + "\n" for (source_ids, target_ids), source in
+                       zip(pairs, sources, strict=True))
+
+    chunks = paired_chunks(source_file, target_file, chunk_size, skip)
+    progress = Progress("encdec align", count_lines(source_file), initial=skip, quiet=quiet or not shard.is_main)
+    run_chunks(chunks, work, output, progress, shard, collect=None if output is not None else collected)
+    return None if output is not None else "".join(collected)
 
 
 def choose_layer_on_files(model_dir: str | os.PathLike, source_file: str | os.PathLike,

@@ -9,7 +9,7 @@ only spares the question transformers would otherwise ask about those files.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +22,7 @@ from .engines import ENGINES, CTranslate2Engine, TorchEngine
 from .ensemble import EnsembleForSeq2SeqLM, check_same_tokenizer
 from .errors import EncdecError, InputFileError
 from .folders import PIPELINE_TASK, WEIGHTS_NAME, read_json, read_safetensors_shapes, require_model_folder
+from .io_utils import batched
 from .models.pipeline_seq2seq import Seq2SeqGenerationPipeline
 from .progress import quiet_transformers_bars
 from .tokenization import check_tokenizer_matches_model
@@ -255,40 +256,69 @@ def _hypothesis(engine: Engine, tokenizer: PreTrainedTokenizerBase, source_ids: 
                       to_pharaoh(word_links(by_layer, tokenizer, source_ids, output, layer)))
 
 
+CHUNK_SIZE = 1000  # lines read, translated and handed on at a time (encdec.corpus streams files in such chunks)
+
+
 def translate_lines(model_dir_or_pipeline: str | os.PathLike | Sequence[str | os.PathLike] | Pipeline,
                     lines: Iterable[str], batch_size: int = 32, engine: str = "torch", quantize: str | None = None,
-                    dtype: str | None = None, **options: Any) -> list[str]:
-    """Translate each line of a text file (``encdec translate``); returns one string per line, in order.
+                    dtype: str | None = None, chunk_size: int = CHUNK_SIZE, **options: Any) -> list[str]:
+    """Translate each line of a text (``encdec translate``); returns one string per line, in order.
 
-    A blank line gives an empty output without running the model, so the output file stays aligned with the input.
-    ``model_dir_or_pipeline``: a model folder (an exported folder for ``engine="ctranslate2"``), several model
-    folders (an ensemble), or a loaded pipeline (this package's, or the copy that ``pipeline(model=...,
-    trust_remote_code=True)`` loads), whose model and tokenizer are used. ``engine``, ``quantize`` and ``dtype`` are
-    those of ``load_engine``; ``options`` those of ``translate``.
+    ``lines`` (a list, an open file, any iterable) is read ``chunk_size`` lines at a time, so a large file is never
+    held whole; ``iter_translated_lines`` also hands the outputs on chunk by chunk. A blank line gives an empty output
+    without running the model, so the output stays aligned with the input. ``model_dir_or_pipeline``: a model folder
+    (an exported folder for ``engine="ctranslate2"``), several model folders (an ensemble), or a loaded pipeline
+    (this package's, or the copy that ``pipeline(model=..., trust_remote_code=True)`` loads), whose model and
+    tokenizer are used. ``engine``, ``quantize`` and ``dtype`` are those of ``load_engine``; ``options`` those of
+    ``translate``.
     """
-    model, tokenizer = _open(model_dir_or_pipeline, engine, quantize, dtype)
-    return _skip_blank(lines, lambda todo: translate(model, tokenizer, todo, batch_size=batch_size, **options), "")
+    return list(iter_translated_lines(model_dir_or_pipeline, lines, batch_size, engine, quantize, dtype, chunk_size,
+                                      **options))
+
+
+def iter_translated_lines(model_dir_or_pipeline: str | os.PathLike | Sequence[str | os.PathLike] | Pipeline,
+                          lines: Iterable[str], batch_size: int = 32, engine: str = "torch",
+                          quantize: str | None = None, dtype: str | None = None, chunk_size: int = CHUNK_SIZE,
+                          **options: Any) -> Iterator[str]:
+    """``translate_lines``, one output at a time, each chunk's as soon as it is translated."""
+    model, tokenizer = open_engine(model_dir_or_pipeline, engine, quantize, dtype)
+    for chunk in batched(lines, chunk_size):
+        yield from translate_chunk(model, tokenizer, chunk, batch_size=batch_size, **options)
+
+
+def translate_chunk(model: PreTrainedModel | Engine, tokenizer: PreTrainedTokenizerBase, lines: Sequence[str],
+                    **options: Any) -> list[str]:
+    """``translate`` of a list of lines in which a blank line gives an empty output (line ends are dropped)."""
+    return _skip_blank(lines, lambda todo: translate(model, tokenizer, todo, **options), "")
 
 
 def translate_lines_detailed(model_dir_or_pipeline: str | os.PathLike | Sequence[str | os.PathLike] | Pipeline,
                              lines: Iterable[str], n_best: int = 1, scores: bool = False, alignments: bool = False,
                              alignment_layer: int | str | None = None, batch_size: int = 32, engine: str = "torch",
-                             quantize: str | None = None, dtype: str | None = None,
+                             quantize: str | None = None, dtype: str | None = None, chunk_size: int = CHUNK_SIZE,
                              **options: Any) -> list[list[Hypothesis]]:
     """``translate_lines`` with ``translate_detailed``'s n-best lists, scores and alignments: one list of
     hypotheses per line (a blank line: one empty hypothesis, without score or alignment)."""
-    model, tokenizer = _open(model_dir_or_pipeline, engine, quantize, dtype)
-    return _skip_blank(lines, lambda todo: translate_detailed(
-        model, tokenizer, todo, n_best=n_best, scores=scores, alignments=alignments,
-        alignment_layer=alignment_layer, batch_size=batch_size, **options), [Hypothesis("")])
+    model, tokenizer = open_engine(model_dir_or_pipeline, engine, quantize, dtype)
+    return [hypotheses for chunk in batched(lines, chunk_size) for hypotheses in translate_chunk_detailed(
+        model, tokenizer, chunk, n_best=n_best, scores=scores, alignments=alignments,
+        alignment_layer=alignment_layer, batch_size=batch_size, **options)]
 
 
-def _open(model_dir_or_pipeline, engine: str, quantize: str | None, dtype: str | None
-          ) -> tuple[Engine, PreTrainedTokenizerBase]:
+def translate_chunk_detailed(model: PreTrainedModel | Engine, tokenizer: PreTrainedTokenizerBase,
+                             lines: Sequence[str], **options: Any) -> list[list[Hypothesis]]:
+    """``translate_detailed`` of a list of lines in which a blank line gives one empty hypothesis."""
+    return _skip_blank(lines, lambda todo: translate_detailed(model, tokenizer, todo, **options), [Hypothesis("")])
+
+
+def open_engine(model_dir_or_pipeline: str | os.PathLike | Sequence[str | os.PathLike] | Pipeline,
+                engine: str = "torch", quantize: str | None = None, dtype: str | None = None, device: str = "cpu"
+                ) -> tuple[Engine, PreTrainedTokenizerBase]:
+    """An engine and tokenizer over model folders (``load_engine``) or over a loaded pipeline's model."""
     if isinstance(model_dir_or_pipeline, Pipeline):
         return (TorchEngine(model_dir_or_pipeline.model, quantize=quantize, dtype=dtype),
                 model_dir_or_pipeline.tokenizer)
-    return load_engine(model_dir_or_pipeline, engine, quantize=quantize, dtype=dtype)
+    return load_engine(model_dir_or_pipeline, engine, quantize=quantize, dtype=dtype, device=device)
 
 
 def _skip_blank(lines: Iterable[str], run, blank: Any) -> list[Any]:
@@ -301,7 +331,8 @@ def _skip_blank(lines: Iterable[str], run, blank: Any) -> list[Any]:
     return outputs
 
 
-__all__ = ["Engine", "Hypothesis", "auto_max_new_tokens", "default_beams", "effective_length_penalty", "load_engine",
-           "load_ensemble", "load_model_and_tokenizer", "load_pipeline", "max_source_length", "translate",
+__all__ = ["CHUNK_SIZE", "Engine", "Hypothesis", "auto_max_new_tokens", "default_beams", "effective_length_penalty",
+           "iter_translated_lines", "load_engine", "load_ensemble", "load_model_and_tokenizer", "load_pipeline",
+           "max_source_length", "open_engine", "translate", "translate_chunk", "translate_chunk_detailed",
            "translate_detailed", "translate_lines", "translate_lines_detailed", "translate_n_best",
            "translate_n_best_ids"]

@@ -106,6 +106,18 @@ def read_lines(path: str | os.PathLike, what: str = "text file") -> list[str]:
     return [line.removesuffix("\r") for line in lines]
 
 
+def batched(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
+    """``items`` in lists of ``size`` (the last may be shorter), consumed lazily."""
+    batch: list[Any] = []
+    for item in items:
+        batch.append(item)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
 def text_lines(raw_lines: Iterable[bytes], name: str) -> Iterator[str]:
     """The lines of UTF-8 text read as bytes (a file opened ``"rb"``, ``sys.stdin.buffer``), without their line
     ends, one at a time. Only ``\n`` (or ``\r\n``) ends a line, as in ``read_lines``; a byte-order mark is dropped.

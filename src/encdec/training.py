@@ -13,6 +13,8 @@ import logging
 import os
 import shlex
 import shutil
+import signal
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +31,7 @@ from transformers import (
     ProgressCallback,
     Seq2SeqTrainer,
     Seq2SeqTrainingArguments,
+    TrainerCallback,
     set_seed,
 )
 
@@ -204,6 +207,36 @@ def post_ln_warmup_warning(model_config: Any, settings: TrainingSettings) -> str
             f"models stall with short warm-ups (on Multi30k a 6+6 model with 400 steps reached 9.6 val BLEU, with "
             f"4,000 steps 38.2). Set `training.warmup_steps` to {POST_LN_SAFE_WARMUP} or more, or use pre-LN "
             "(`normalize_before: true` in the model config); see docs/results.md, 'Post-LN stability'.")
+
+
+class StopOnCtrlC(TrainerCallback):
+    """Ctrl-C stops training even when its ``KeyboardInterrupt`` is lost. Python raises it in whatever code runs when
+    the signal comes; inside a finalizer (``__del__``, a weakref callback: garbage collection runs them anywhere) it
+    is printed as "Exception ignored" and dropped, and training went on. While the block runs, SIGINT also sets a
+    flag, and the next step, evaluation, save or log raises ``KeyboardInterrupt`` again if it is still set."""
+
+    def __init__(self) -> None:
+        self.interrupted = False
+        self.previous: Any = None
+
+    def __enter__(self) -> StopOnCtrlC:
+        if threading.current_thread() is threading.main_thread():  # signal handlers belong to the main thread
+            self.previous = signal.signal(signal.SIGINT, self.handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.previous is not None:
+            signal.signal(signal.SIGINT, self.previous)
+
+    def handle(self, signum: int, frame: Any) -> None:
+        self.interrupted = True
+        raise KeyboardInterrupt
+
+    def check(self, *args: Any, **kwargs: Any) -> None:
+        if self.interrupted:
+            raise KeyboardInterrupt
+
+    on_step_end = on_evaluate = on_save = on_log = check
 
 
 class EncdecTrainer(Seq2SeqTrainer):
@@ -560,6 +593,35 @@ def final_results(trainer: Seq2SeqTrainer, tokenized: DatasetDict, config: RunCo
     return results
 
 
+def build_trainer(config: RunConfig, model: PreTrainedModel, tokenizer: Any, tokenized: DatasetDict,
+                  output_dir: Path, snapshot_dir: Path) -> EncdecTrainer:
+    """The run's ``EncdecTrainer``: its arguments, validation set, callbacks (early stopping, weight snapshots, the
+    progress lines) and checks."""
+    eval_set = tokenized.get("validation")
+    if eval_set is not None and config.training.eval_max_samples:
+        eval_set = eval_set.select(range(min(config.training.eval_max_samples, len(eval_set))))
+    d_model = getattr(model.config, "d_model", None) or model.config.hidden_size
+    args = training_arguments(config, output_dir, d_model, has_eval=eval_set is not None)
+    callbacks: list[Any] = []
+    if config.training.early_stopping_patience and eval_set is not None:
+        callbacks.append(EarlyStoppingCallback(early_stopping_patience=config.training.early_stopping_patience))
+    check_averaging(config.training, "validation" in tokenized)
+    if config.training.average_last:
+        callbacks.append(WeightSnapshots(snapshot_dir, config.training.average_every, config.training.average_last))
+    trainer = EncdecTrainer(
+        model=model, args=args, train_dataset=tokenized["train"], eval_dataset=eval_set,
+        data_collator=DataCollatorForSeq2Seq(tokenizer, model=model), processing_class=tokenizer,
+        compute_metrics=build_compute_metrics(tokenizer), callbacks=callbacks,
+    )
+    if not args.disable_tqdm:  # one bar and readable log lines (encdec.progress), not raw dicts and sub-bars
+        trainer.remove_callback(ProgressCallback)
+        trainer.add_callback(TrainingProgress())
+    if config.training.average_last and trainer.is_fsdp_enabled:
+        raise EncdecError("`training.average_last` does not support FSDP runs (each process holds a shard); set it "
+                          "to 0 and average checkpoints afterwards with `encdec average`.")
+    return trainer
+
+
 def train(config: RunConfig) -> dict:
     """Run one training job and return the evaluation results (also written to ``eval_results.json``)."""
     set_seed(config.training.seed)
@@ -576,33 +638,14 @@ def train(config: RunConfig) -> dict:
     model = build_model(model_config, config.generation, tokenizer)
     tokenized, counts = tokenize_splits(datasets, tokenizer, config.training)
     logger.info("data: %s", format_report(counts))
-    eval_set = tokenized.get("validation")
-    if eval_set is not None and config.training.eval_max_samples:
-        eval_set = eval_set.select(range(min(config.training.eval_max_samples, len(eval_set))))
-    d_model = getattr(model_config, "d_model", model_config.hidden_size)
-    args = training_arguments(config, output_dir, d_model, has_eval=eval_set is not None)
-    callbacks: list[Any] = []
-    if config.training.early_stopping_patience and eval_set is not None:
-        callbacks.append(EarlyStoppingCallback(early_stopping_patience=config.training.early_stopping_patience))
-    check_averaging(config.training, "validation" in tokenized)
     snapshot_dir = output_dir / CHECKPOINT_SUBDIR / SNAPSHOT_SUBDIR
-    if config.training.average_last:
-        callbacks.append(WeightSnapshots(snapshot_dir, config.training.average_every, config.training.average_last))
-    trainer = EncdecTrainer(
-        model=model, args=args, train_dataset=tokenized["train"], eval_dataset=eval_set,
-        data_collator=DataCollatorForSeq2Seq(tokenizer, model=model), processing_class=tokenizer,
-        compute_metrics=build_compute_metrics(tokenizer), callbacks=callbacks,
-    )
-    if not args.disable_tqdm:  # one bar and readable log lines (encdec.progress), not raw dicts and sub-bars
-        trainer.remove_callback(ProgressCallback)
-        trainer.add_callback(TrainingProgress())
-    if config.training.average_last and trainer.is_fsdp_enabled:
-        raise EncdecError("`training.average_last` does not support FSDP runs (each process holds a shard); set it "
-                          "to 0 and average checkpoints afterwards with `encdec average`.")
+    trainer = build_trainer(config, model, tokenizer, tokenized, output_dir, snapshot_dir)
     resume = checkpoint_to_resume(config.training, output_dir)
     if not config.tokenizer.path and not (output_dir / TOKENIZER_SUBDIR).is_dir() and trainer.is_world_process_zero():
         tokenizer.save_pretrained(output_dir / TOKENIZER_SUBDIR)  # only now: a setup error leaves output_dir empty
-    with quiet_transformers_bars():  # checkpoints and the final folder: no "Writing model shards" bar each time
+    stop_on_ctrl_c = StopOnCtrlC()
+    trainer.add_callback(stop_on_ctrl_c)
+    with quiet_transformers_bars(), stop_on_ctrl_c:  # checkpoints and the final folder: no "Writing shards" bar
         train_output = trainer.train(resume_from_checkpoint=resume)
         results = final_results(trainer, tokenized, config, counts, train_output, snapshot_dir)
         # FSDP (GPUs only): every process takes part in gathering the sharded weights, the main one saves them
