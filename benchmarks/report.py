@@ -23,6 +23,7 @@ from encdec.io_utils import atomic_write_text
 
 from .common import FIRST_ORDINARY_ID, BenchmarkSettings, Section, count
 from .corpus import corpus
+from .data_scale import data_scale
 from .engines import engines
 from .multi30k_engines import multi30k_engines
 from .rnn import rnn_family
@@ -42,6 +43,7 @@ SECTIONS: dict[str, Callable[[BenchmarkSettings], Section | None]] = {
     "serve": serve,
     "threads": threads,
     "corpus": corpus,  # the Multi30k rows need the trained Transformer and the data
+    "data": data_scale,  # corpora of 100k to 5M pairs (Multi30k repeated when it is there)
 }
 
 

@@ -5,7 +5,8 @@
 Subcommands: ``fsdp`` (train a tiny model on the toy task under FSDP, save a normal folder), ``ddp-check`` (every
 model variant under Trainer's DDP with ``find_unused_parameters=False``: each parameter gets a gradient, nothing is
 reported unused), ``evaluate`` (generation-based BLEU/chrF of a model folder, predictions split between the
-processes), ``cli`` (``encdec`` itself) and ``batch`` (several of these in one launch, to pay the start-up once).
+processes), ``cli`` (``encdec`` itself), ``token-batches`` (the batches each process
+trains on with ``training.max_tokens``) and ``batch`` (several of these in one launch, to pay the start-up once).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from transformers import (
 )
 
 import encdec  # noqa: F401  (registers the Auto classes)
+from encdec import TransformerSeq2SeqConfig
 from encdec.cli import main as encdec_main
 from encdec.data import load_data
 from encdec.metrics import build_compute_metrics
@@ -199,6 +201,36 @@ def run_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+# the run-config overrides of the token-batches job: batches of at most 64 padded tokens
+TOKEN_BATCHING = ["--training.max_tokens", "64", "--training.max_source_length", "32", "--training.max_target_length",
+                  "32", "--training.seed", "7"]
+
+
+def run_token_batches(args: argparse.Namespace) -> int:
+    """The batches each process's training dataloader yields in epochs 0 and 1 with ``TOKEN_BATCHING`` (the
+    Trainer's own ``get_train_dataloader``, prepared by accelerate), as lists of training-pair indices, written to
+    ``rank<N>.json``."""
+    config = load_run_config(args.config, TOKEN_BATCHING)
+    tokenizer = load_tokenizer(args.tokenizer)
+    tokenized, _ = tokenize_splits(load_data(config.data), tokenizer, config.training, config.data)
+    train_set = tokenized["train"]
+    index = {tuple(ids): i for i, ids in enumerate(train_set["input_ids"])}
+    model = AutoModelForSeq2SeqLM.from_config(TransformerSeq2SeqConfig(**TWO_LAYER_TRANSFORMER))
+    with tempfile.TemporaryDirectory() as tmp:
+        arguments = training_arguments(config, Path(tmp), 16, has_eval=False)
+        trainer = EncdecTrainer(model=model, args=arguments, train_dataset=train_set,
+                                data_collator=DataCollatorForSeq2Seq(tokenizer, model=model),
+                                max_tokens=config.training.max_tokens)
+        loader = trainer.get_train_dataloader()
+        epochs = []
+        for epoch in range(2):
+            loader.set_epoch(epoch)
+            epochs.append([[index[tuple(row[mask.bool()].tolist())] for row, mask in
+                            zip(batch["input_ids"], batch["attention_mask"], strict=True)] for batch in loader])
+    _write_json(Path(args.output) / f"rank{process_state().process_index}.json", epochs)
+    return 0
+
+
 def run_cli(args: argparse.Namespace) -> int:
     return encdec_main(args.argv)
 
@@ -240,6 +272,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", required=True, help="JSON file for the metrics")
     p.add_argument("overrides", nargs=argparse.REMAINDER, help="--section.key value pairs for the run config")
     p.set_defaults(func=run_evaluate)
+    p = commands.add_parser("token-batches", help="the training batches of each process with training.max_tokens")
+    p.add_argument("--config", required=True)
+    p.add_argument("--tokenizer", required=True)
+    p.add_argument("--output", required=True, help="folder for rank<N>.json")
+    p.set_defaults(func=run_token_batches)
     p = commands.add_parser("cli", help="an encdec command line, e.g. `cli train CONFIG.yaml --training.max_steps 5`")
     p.add_argument("argv", nargs=argparse.REMAINDER)
     p.set_defaults(func=run_cli)

@@ -37,15 +37,18 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForSeq2SeqLM
 
-from distributed_worker import DDP_VARIANTS, WORKER_MODELS, evaluate_folder, train_steps
+from distributed_worker import DDP_VARIANTS, TOKEN_BATCHING, WORKER_MODELS, evaluate_folder, train_steps
+from encdec.data import load_data, pair_lengths, token_batches
 from encdec.folders import check_model_folder
 from encdec.parallel import cpu_processes, fsdp_units
-from encdec.training import CHECKPOINT_SUBDIR, TOKENIZER_SUBDIR, load_run_config, train
+from encdec.tokenization import load_tokenizer
+from encdec.training import CHECKPOINT_SUBDIR, TOKENIZER_SUBDIR, load_run_config, tokenize_splits, train
 from tiny_model_folders import DEMO_CONFIGS, REPO_ROOT, write_tiny_run_config
 from toy import TINY_MODELS, collate, toy_examples, toy_model
 
@@ -137,7 +140,7 @@ def runs(tmp_path_factory) -> SimpleNamespace:
     root = tmp_path_factory.mktemp("distributed")
     out = SimpleNamespace(root=root, transformer=root / "transformer", rnn=root / "rnn", resumed=root / "resumed-2p",
                           resumed_1p=root / "resumed-1p", fsdp=root / "fsdp", ddp_check=root / "ddp-check",
-                          evaluated=root / "evaluated-2p.json")
+                          evaluated=root / "evaluated-2p.json", token_batches=root / "token-batches")
     out.transformer_config = run_config(root, "transformer", out.transformer)
     out.rnn_config = run_config(root, "rnn", out.rnn, eval_strategy="no")
     out.transformer.mkdir()
@@ -155,6 +158,8 @@ def runs(tmp_path_factory) -> SimpleNamespace:
         ["evaluate", "--model", str(out.transformer), "--config", str(out.transformer_config),
          "--output", str(out.evaluated)],
         ["ddp-check", "--output", str(out.ddp_check)],
+        ["token-batches", "--config", str(out.transformer_config), "--tokenizer", str(out.transformer / "tokenizer"),
+         "--output", str(out.token_batches)],
         ["fsdp", "--family", "transformer", "--output", str(out.fsdp / "transformer")],
         ["fsdp", "--family", "rnn", "--output", str(out.fsdp / "rnn")],
         ["fsdp", "--family", "transformer", "--api", "fsdp1", "--output", str(out.fsdp / "fsdp1-transformer")],
@@ -297,6 +302,25 @@ def test_rnn_two_processes_train_like_one_process(runs, tmp_path) -> None:
     results = [json.loads((folder / "eval_results.json").read_text()) for folder in (runs.rnn, reference)]
     assert results[0]["train"]["train_loss"] == pytest.approx(results[1]["train"]["train_loss"], rel=LOSS_RTOL)
     assert results[0]["validation"]["bleu"] == results[1]["validation"]["bleu"]
+
+
+def test_two_processes_batched_by_tokens_share_the_epoch_between_them(runs) -> None:
+    """``training.max_tokens`` under accelerate: each process's dataloader (the Trainer's, prepared by accelerate)
+    yields its own batches, within the budget; together they are one process's batches of that epoch, each pair
+    once (plus at most one batch repeated so that both step alike), and epoch 1 is a new order."""
+    shares = [json.loads((runs.token_batches / f"rank{rank}.json").read_text()) for rank in range(2)]
+    config = load_run_config(runs.transformer_config, TOKEN_BATCHING)
+    tokenized, _ = tokenize_splits(load_data(config.data), load_tokenizer(runs.transformer / "tokenizer"),
+                                   config.training, config.data)
+    lengths = np.maximum(*pair_lengths(tokenized["train"]))
+    for epoch in range(2):
+        batches = [b.tolist() for b in token_batches(lengths, 64, seed=7, epoch=epoch)]
+        mine, theirs = shares[0][epoch], shares[1][epoch]
+        assert len(mine) == len(theirs) == -(-len(batches) // 2)
+        assert all(max(lengths[i] for i in batch) * len(batch) <= 64 for batch in mine + theirs)
+        padding = batches[:len(mine) * 2 - len(batches)]
+        assert sorted(map(sorted, mine + theirs)) == sorted(map(sorted, batches + padding))
+    assert shares[0][0] != shares[0][1]
 
 
 def test_every_variant_trains_under_ddp_without_unused_parameters(runs) -> None:

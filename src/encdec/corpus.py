@@ -43,7 +43,7 @@ from tqdm.auto import tqdm
 
 from .errors import EncdecError, InputFileError, OverwriteError
 from .inference import CHUNK_SIZE, Engine, Hypothesis, load_engine, translate_chunk, translate_chunk_detailed
-from .io_utils import atomic_write_json, batched, refuse_overlap, require_file, text_lines
+from .io_utils import atomic_write_json, batched, count_lines, refuse_overlap, require_file, text_lines
 from .parallel import process_state
 
 PIPE_IDLE_SECONDS = 0.5  # a chunk read from a pipe ends when no line has come for this long
@@ -109,16 +109,6 @@ def stream_chunks(raw: Iterable[bytes], name: str, chunk_size: int, idle: float 
             index, start, chunk = index + 1, start + len(chunk), []
         if item is end:
             return
-
-
-def count_lines(path: Path) -> int:
-    """The number of lines of a file (a last line without a line end counts), read in blocks."""
-    count, last = 0, b"\n"
-    with open(path, "rb") as f:
-        while block := f.read(1 << 20):
-            count += block.count(b"\n")
-            last = block[-1:]
-    return count + (last != b"\n")
 
 
 class Progress:

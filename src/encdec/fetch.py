@@ -20,17 +20,12 @@ from pathlib import Path
 from typing import BinaryIO
 
 from .errors import InputFileError
-from .io_utils import atomic_output
+from .io_utils import atomic_output, count_lines
 
 MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/{name}.{lang}.gz"
 # the recipes' file prefix -> the dataset repository's, and the published number of sentences
 MULTI30K_SPLITS = {"train": ("train", 29000), "val": ("val", 1014), "test2016": ("test_2016_flickr", 1000)}
 MULTI30K_LANGUAGES = ("de", "en")
-
-
-def count_lines(path: Path) -> int:
-    with open(path, "rb") as f:
-        return sum(1 for _ in f)
 
 
 def check_lines(path: Path, expected: int, origin: str) -> None:

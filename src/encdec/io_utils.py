@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import json
 import os
 import shutil
@@ -134,6 +135,48 @@ def text_lines(raw_lines: Iterable[bytes], name: str) -> Iterator[str]:
         if number == 1:
             line = line.removeprefix("\ufeff")
         yield line.removesuffix("\n").removesuffix("\r")
+
+
+def count_lines(path: str | os.PathLike) -> int:
+    """The number of lines of a file (a last line without a line end counts), read in blocks."""
+    count, last = 0, b"\n"
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            count += block.count(b"\n")
+            last = block[-1:]
+    return count + (last != b"\n")
+
+
+def count_text_lines(path: str | os.PathLike, what: str = "text file") -> int:
+    """``count_lines`` of a file that must be UTF-8 text, checked in the same pass (block by block, with an
+    incremental decoder); a byte that is not UTF-8 is an ``InputFileError`` naming the file and the line."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    count, last = 0, b"\n"
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            try:
+                decoder.decode(block)
+            except UnicodeDecodeError as err:
+                line = count + block[:err.start].count(b"\n") + 1
+                raise InputFileError(f"The {what} {path}, line {line}, is not UTF-8 ({err.reason}); convert the file "
+                                     "to UTF-8, e.g. `iconv -f latin1 -t utf-8`.") from None
+            count += block.count(b"\n")
+            last = block[-1:]
+    try:
+        decoder.decode(b"", final=True)
+    except UnicodeDecodeError as err:
+        raise InputFileError(f"The {what} {path} ends inside a UTF-8 character ({err.reason}); the file is cut "
+                             "short or not UTF-8.") from None
+    return count + (last != b"\n")
+
+
+def is_blank(path: str | os.PathLike) -> bool:
+    """Whether a file holds nothing but white space (read in blocks, up to its first other byte)."""
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            if block.strip():
+                return False
+    return True
 
 
 def read_aligned_lines(source_file: str | os.PathLike, target_file: str | os.PathLike,

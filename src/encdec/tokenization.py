@@ -7,6 +7,7 @@ with ``<pad>``, ``<s>``, ``</s>`` and ``<unk>`` at ids 0-3 and ``</s>`` appended
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import tempfile
@@ -57,7 +58,8 @@ def train_tokenizer(
     """Train one vocabulary over source and target texts together (a joint vocabulary, so the embedding
     matrices can be tied) and wrap it as a ``PreTrainedTokenizerFast``.
 
-    :param texts: every source and target sentence of the training split
+    :param texts: every source and target sentence of the training split, or a sample of them; any iterable, read
+        once (``training_texts`` streams a memory-mapped split)
     :param algorithm: ``"bpe"`` (Sennrich et al. 2016) or ``"unigram"`` (Kudo 2018)
     """
     if algorithm not in ALGORITHMS:
@@ -73,10 +75,15 @@ def train_tokenizer(
                                           unk_token=SPECIAL_TOKENS["unk_token"], show_progress=False)
     tokenizer.normalizer = build_normalizer()
     tokenizer.pre_tokenizer, tokenizer.decoder = build_pre_tokenizer(pre_tokenizer)
-    texts = list(texts)
-    if not any(t.strip() for t in texts):
+    texts = iter(texts)  # read once, never held whole: a corpus may have millions of lines
+    head = []  # the texts up to the first that is not blank
+    for text in texts:
+        head.append(text)
+        if text.strip():
+            break
+    else:
         raise ValueError("Cannot train a tokenizer on empty data: every text is blank.")
-    tokenizer.train_from_iterator(texts, trainer=trainer)
+    tokenizer.train_from_iterator(itertools.chain(head, texts), trainer=trainer)
     eos = SPECIAL_TOKENS["eos_token"]
     tokenizer.post_processor = processors.TemplateProcessing(
         single=f"$A {eos}", pair=f"$A {eos} $B {eos}", special_tokens=[(eos, tokenizer.token_to_id(eos))]

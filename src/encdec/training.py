@@ -15,10 +15,12 @@ import shlex
 import shutil
 import signal
 import threading
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from datasets import DatasetDict, disable_progress_bars
 from transformers import (
@@ -38,7 +40,16 @@ from transformers import (
 from .averaging import WeightSnapshots, average_state_dicts, load_weights, snapshot_folders, snapshot_step
 from .cards import training_summary, write_model_card
 from .config_io import apply_overrides, from_dict, load_yaml
-from .data import DataSpec, format_report, load_data, tokenize_dataset
+from .data import (
+    DataSpec,
+    TokenBatchSampler,
+    format_report,
+    load_data,
+    pair_lengths,
+    plan_summary,
+    token_batches,
+    tokenize_dataset,
+)
 from .errors import EncdecError, OverwriteError
 from .folders import WEIGHTS_NAME, save_for_pipeline
 from .io_utils import atomic_write_json, refuse_overlap, require_file
@@ -99,6 +110,7 @@ class TrainingSettings:
     bf16: bool = False  # bfloat16 autocast (CPU and recent GPUs)
     dataloader_num_workers: int = 0  # worker processes for batching
     group_by_length: bool = False  # batch pairs of similar length together: less padding, faster steps
+    max_tokens: int | None = None  # batches by tokens: at most this many padded tokens (longest x pairs) per batch
     average_last: int = 0  # >= 2: average the last N weight snapshots, kept over the best checkpoint if val prefers it
     average_every: int | None = None  # steps between those snapshots (the last step is always one)
 
@@ -239,13 +251,34 @@ class StopOnCtrlC(TrainerCallback):
     on_step_end = on_evaluate = on_save = on_log = check
 
 
+class SamplerEpoch(TrainerCallback):
+    """Sets the token batch sampler's epoch at the start of each epoch. The Trainer sets it too, except in one case:
+    resuming mid-epoch with several processes, where the sampler sits under two accelerate wrappers
+    (``SkipBatchSampler`` around ``BatchSamplerShard``) that pass no epoch on. ``state.epoch`` then is the
+    checkpoint's (e.g. 1.6: epoch 1)."""
+
+    def __init__(self, trainer: EncdecTrainer) -> None:
+        self.trainer = trainer
+
+    def on_epoch_begin(self, args, state, control, **kwargs) -> None:
+        if self.trainer.token_sampler is not None:
+            self.trainer.token_sampler.set_epoch(int(state.epoch or 0))
+
+
 class EncdecTrainer(Seq2SeqTrainer):
-    """``Seq2SeqTrainer`` whose evaluation leaves the model's generation config as it found it.
+    """``Seq2SeqTrainer`` whose evaluation leaves the model's generation config as it found it, and which batches by
+    tokens when ``max_tokens`` is set.
 
     ``Seq2SeqTrainer.prediction_step`` fills transformers' defaults into ``model.generation_config`` (``max_length``
     = 20), after which every ``generate()`` warns that ``max_new_tokens`` and ``max_length`` are both set, and the
     saved ``generation_config.json`` carries the stray 20.
     """
+
+    def __init__(self, *args: Any, max_tokens: int | None = None, **kwargs: Any) -> None:
+        self.max_tokens, self.token_sampler = max_tokens, None
+        super().__init__(*args, **kwargs)
+        if max_tokens is not None:
+            self.add_callback(SamplerEpoch(self))
 
     def prediction_step(self, *args, **kwargs):
         config = self.model.generation_config
@@ -254,6 +287,20 @@ class EncdecTrainer(Seq2SeqTrainer):
             return super().prediction_step(*args, **kwargs)
         finally:
             config.max_length = max_length
+
+    def _get_train_sampler(self, train_dataset: Any = None) -> Any:
+        """With ``max_tokens``, batches by tokens (``encdec.data.batching``) instead of a fixed sentence count."""
+        if self.max_tokens is None:
+            return super()._get_train_sampler(train_dataset)
+        dataset = train_dataset if train_dataset is not None else self.train_dataset
+        source, target = pair_lengths(dataset)
+        sampler = TokenBatchSampler(np.maximum(source, target), self.max_tokens, seed=self.args.seed,
+                                    world_size=self.args.world_size, rank=self.args.process_index)
+        self.token_sampler = sampler
+        if self.is_world_process_zero():
+            plan = token_batches(sampler.lengths, self.max_tokens, self.args.seed, 0)
+            logger.info("batches by tokens (max_tokens %d): %s", self.max_tokens, plan_summary(source, target, plan))
+        return sampler
 
     def _issue_warnings_after_load(self, load_result: Any) -> None:
         """Loading the best checkpoint at the end: with tied embeddings the checkpoint stores the shared matrix once
@@ -314,7 +361,15 @@ def prepare_output_dir(settings: TrainingSettings, inputs: list[str] = ()) -> Pa
     return output_dir
 
 
-def get_tokenizer(config: RunConfig, train_texts: list[str], output_dir: Path):
+def training_texts(train_split: Any, batch_size: int = 10_000) -> Iterator[str]:
+    """Every source, then every target sentence of the training split, read batch by batch from its memory-mapped
+    columns (a tokenizer is trained on them without holding the corpus as a list)."""
+    for column in ("source", "target"):
+        for batch in train_split.select_columns([column]).iter(batch_size=batch_size):
+            yield from batch[column]
+
+
+def get_tokenizer(config: RunConfig, train_texts: Iterable[str], output_dir: Path):
     """Load the configured tokenizer, reuse the one a resumed run saved, or train one on the training split."""
     saved = output_dir / TOKENIZER_SUBDIR
     if config.tokenizer.path:
@@ -406,6 +461,21 @@ def training_arguments(config: RunConfig, output_dir: Path, d_model: int, has_ev
         use_cpu=cpu_processes(),  # under a launcher without a GPU: join the processes on the CPU (gloo)
         log_level_replica="error",  # several processes: warnings once, from the main process
     )
+
+
+def check_token_batching(settings: TrainingSettings) -> None:
+    """``max_tokens`` must hold the longest pair the length limits allow, and replaces ``group_by_length``."""
+    if settings.max_tokens is None:
+        return
+    longest = max(settings.max_source_length, settings.max_target_length)
+    if settings.max_tokens < longest:
+        raise EncdecError(f"training.max_tokens={settings.max_tokens} is smaller than the longest pair the length "
+                          f"limits allow ({longest} tokens: training.max_source_length={settings.max_source_length}, "
+                          f"max_target_length={settings.max_target_length}); raise max_tokens to {longest} or more, "
+                          "or lower the limits.")
+    if settings.group_by_length:
+        raise EncdecError("training.max_tokens already batches pairs of similar length; set training.group_by_length "
+                          "to false (or drop max_tokens for fixed batches of per_device_train_batch_size).")
 
 
 def check_averaging(settings: TrainingSettings, has_eval: bool) -> None:
@@ -508,15 +578,19 @@ def save_final_folder(trainer: Seq2SeqTrainer, tokenizer, output_dir: Path, resu
     staging_root.rmdir()
 
 
-def tokenize_splits(datasets: DatasetDict, tokenizer, settings: TrainingSettings) -> tuple[DatasetDict, dict]:
+def tokenize_splits(datasets: DatasetDict, tokenizer, settings: TrainingSettings, data: DataSpec | None = None
+                    ) -> tuple[DatasetDict, dict]:
     """Over-long training pairs are filtered (or truncated, per ``overlong``); evaluation splits are only ever
-    truncated, so BLEU is always computed on every validation and test sentence."""
+    truncated, so BLEU is always computed on every validation and test sentence. Tokenized on ``data.num_proc``
+    processes and cached in ``data.cache_dir`` (``encdec.data.tokenizing``)."""
     lengths = (settings.max_source_length, settings.max_target_length)
+    data = data or DataSpec()
+    where = {"num_proc": data.num_proc, "cache_dir": data.cache_dir}
     train, counts = tokenize_dataset(DatasetDict(train=datasets["train"]), tokenizer, *lengths,
-                                     overlong=settings.overlong)
+                                     overlong=settings.overlong, **where)
     others = DatasetDict({name: split for name, split in datasets.items() if name != "train"})
     if others:
-        evaluated, eval_counts = tokenize_dataset(others, tokenizer, *lengths, overlong="truncate")
+        evaluated, eval_counts = tokenize_dataset(others, tokenizer, *lengths, overlong="truncate", **where)
         train.update(evaluated)
         counts.update(eval_counts)
     return train, counts
@@ -611,7 +685,7 @@ def build_trainer(config: RunConfig, model: PreTrainedModel, tokenizer: Any, tok
     trainer = EncdecTrainer(
         model=model, args=args, train_dataset=tokenized["train"], eval_dataset=eval_set,
         data_collator=DataCollatorForSeq2Seq(tokenizer, model=model), processing_class=tokenizer,
-        compute_metrics=build_compute_metrics(tokenizer), callbacks=callbacks,
+        compute_metrics=build_compute_metrics(tokenizer), callbacks=callbacks, max_tokens=config.training.max_tokens,
     )
     if not args.disable_tqdm:  # one bar and readable log lines (encdec.progress), not raw dicts and sub-bars
         trainer.remove_callback(ProgressCallback)
@@ -627,16 +701,18 @@ def train(config: RunConfig) -> dict:
     set_seed(config.training.seed)
     if not process_state().is_main_process:  # several processes: one copy of the progress bars, the main one's
         disable_progress_bars()
+    check_token_batching(config.training)  # before anything is written
     output_dir = prepare_output_dir(config.training, run_inputs(config))
-    datasets = load_data(config.data)
-    train_split = datasets["train"]
-    tokenizer = get_tokenizer(config, list(train_split["source"]) + list(train_split["target"]), output_dir)
+    with process_state().main_process_first():  # several processes: the main one fills the datasets cache
+        datasets = load_data(config.data)
+    tokenizer = get_tokenizer(config, training_texts(datasets["train"]), output_dir)
     model_config = build_model_config(config, tokenizer)
     check_positions(config, model_config)
     if (warning := post_ln_warmup_warning(model_config, config.training)) and process_state().is_main_process:
         logger.warning(warning)
     model = build_model(model_config, config.generation, tokenizer)
-    tokenized, counts = tokenize_splits(datasets, tokenizer, config.training)
+    with process_state().main_process_first():  # the main one tokenizes and caches; the others load its cache
+        tokenized, counts = tokenize_splits(datasets, tokenizer, config.training, config.data)
     logger.info("data: %s", format_report(counts))
     snapshot_dir = output_dir / CHECKPOINT_SUBDIR / SNAPSHOT_SUBDIR
     trainer = build_trainer(config, model, tokenizer, tokenized, output_dir, snapshot_dir)

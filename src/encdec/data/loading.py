@@ -1,6 +1,5 @@
-"""Parallel text -> ``datasets.DatasetDict`` -> token ids, and the built-in generated task.
-
-Every loader returns a ``DatasetDict`` whose splits have exactly two string columns, ``source`` and ``target``:
+"""Parallel text -> a ``datasets.DatasetDict`` whose splits have exactly two string columns, ``source`` and
+``target``:
 
 - aligned plain-text files, one sentence per line (``load_text_pair``, ``load_parallel_corpus`` for a folder of
   ``{prefix}.{lang}`` files as in Multi30k);
@@ -8,113 +7,78 @@ Every loader returns a ``DatasetDict`` whose splits have exactly two string colu
 - JSON Lines with ``source``/``target`` fields or the Hub's ``{"translation": {"de": ..., "en": ...}}`` form
   (``load_jsonl``);
 - a dataset on the Hugging Face Hub (``load_hub_dataset``);
-- the built-in task (``load_builtin_dates``): human-readable dates in many formats -> ISO 8601 (``2021-03-03``).
-  It needs no files, is deterministic by seed, and has non-monotonic alignment: the day often comes first in
-  the source but last in the target, and month names must be mapped to numbers.
+- the built-in date task (``load_builtin_dates``, ``encdec.data.dates``).
 
-``load_data(DataSpec(...))`` dispatches on the run config's ``data`` section, and ``tokenize_dataset`` turns the
-text into ``input_ids`` / ``attention_mask`` / ``labels`` for ``DataCollatorForSeq2Seq``.
+Files go through ``datasets``' builders into its Arrow cache, which is memory-mapped: a corpus of millions of pairs
+is read from disk as it is used, never held as Python lists, so memory stays flat in the corpus size. A rerun on
+unchanged files reuses the cache (it is keyed by each file's path, size and modification time).
+
+``load_data(DataSpec(...))`` dispatches on the run config's ``data`` section.
 """
 
 from __future__ import annotations
 
 import csv
-import datetime as dt
-import functools
 import os
-import random
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import datasets
 from datasets import Dataset, DatasetDict, Features, Translation, Value
 
-from .errors import EncdecError, InputFileError
-from .io_utils import read_aligned_lines, require_file
-
-if TYPE_CHECKING:
-    from transformers import PreTrainedTokenizerBase
-
-MONTHS = ["January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
-          "November", "December"]
-WEEKDAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"]
-
-
-def _ordinal(day: int) -> str:
-    suffix = "th" if 11 <= day % 100 <= 13 else {1: "st", 2: "nd", 3: "rd"}.get(day % 10, "th")
-    return f"{day}{suffix}"
-
-
-# Each format turns a date into one human-readable string; the target is always `date.isoformat()`.
-DATE_FORMATS = [
-    lambda d: f"{_ordinal(d.day)} of {MONTHS[d.month - 1]} {d.year}",  # 3rd of March 2021
-    lambda d: f"{MONTHS[d.month - 1][:3]} {d.day}, {d.year % 100:02d}",  # Mar 3, 21
-    lambda d: f"{d.day:02d}.{d.month:02d}.{d.year}",  # 03.03.2021
-    lambda d: f"{d.month}/{d.day}/{d.year}",  # 3/3/2021 (US)
-    lambda d: f"{MONTHS[d.month - 1]} {d.day}, {d.year}",  # March 3, 2021
-    lambda d: f"{d.day} {MONTHS[d.month - 1]} {d.year}",  # 3 March 2021
-    lambda d: f"{WEEKDAYS[d.weekday()]}, {d.day} {MONTHS[d.month - 1][:3]} {d.year}",  # Wednesday, 3 Mar 2021
-    lambda d: f"{d.day} {MONTHS[d.month - 1].lower()} {d.year}",  # 3 march 2021
-    lambda d: f"{MONTHS[d.month - 1][:3].upper()} {_ordinal(d.day)} {d.year}",  # MAR 3rd 2021
-    lambda d: f"{d.year}/{d.month:02d}/{d.day:02d}",  # 2021/03/03
-    lambda d: f"{d.day}-{MONTHS[d.month - 1][:3]}-{d.year % 100:02d}",  # 3-Mar-21
-]
-
-_FIRST = dt.date(1950, 1, 1).toordinal()
-_LAST = dt.date(2049, 12, 31).toordinal()
-DATE_RANGE = (_FIRST, _LAST)  # the ordinals of the first and last date drawn
-
-
-def make_date_pairs(n: int, seed: int = 0) -> list[tuple[str, str]]:
-    """Return ``n`` (human-readable date, ISO date) pairs, deterministic in ``seed``.
-
-    Two-digit years are read as 1950-2049, matching the sampled range, so every source is unambiguous.
-    """
-    if n < 0:
-        raise ValueError(f"`n` must be >= 0, got {n}.")
-    rng = random.Random(seed)
-    pairs = []
-    for _ in range(n):
-        date = dt.date.fromordinal(rng.randint(_FIRST, _LAST))
-        pairs.append((rng.choice(DATE_FORMATS)(date), date.isoformat()))
-    return pairs
-
-
-def make_date_splits(train: int, validation: int, test: int, seed: int = 0) -> dict[str, list[tuple[str, str]]]:
-    """Disjoint train/validation/test splits: held-out sources never appear in training."""
-    pool = make_date_pairs(4 * (train + validation + test), seed)
-    seen: set[str] = set()
-    unique = [p for p in pool if not (p[0] in seen or seen.add(p[0]))]
-    needed = train + validation + test
-    if len(unique) < needed:
-        raise ValueError(f"Could not draw {needed} distinct dates; ask for fewer examples.")
-    return {
-        "train": unique[:train],
-        "validation": unique[train:train + validation],
-        "test": unique[train + validation:needed],
-    }
-
-
-# -- loading parallel text ----------------------------------------------------------------------------------------
+from ..errors import EncdecError, InputFileError
+from ..io_utils import count_text_lines, is_blank, require_file, text_lines
+from .dates import make_date_splits
 
 COLUMNS = ("source", "target")
 TEXT_FEATURES = Features({"source": Value("string"), "target": Value("string")})
 MULTI30K_SPLITS = {"train": "train", "validation": "val", "test": "test2016"}  # split -> file prefix
 FORMATS = ("builtin_dates", "text", "csv", "tsv", "jsonl", "hub")
-OVERLONG = ("filter", "truncate")
 _DELIMITERS = {".csv": ",", ".tsv": "\t", ".tab": "\t"}
 
 PathLike = str | os.PathLike
 
 
 def _pairs_dataset(sources: list[str], targets: list[str]) -> Dataset:
+    """A small in-memory dataset (the built-in task's)."""
     return Dataset.from_dict({"source": sources, "target": targets}, features=TEXT_FEATURES)
 
 
+def _read_pairs(source_file: str, target_file: str, identity: str) -> Iterator[dict[str, str]]:
+    """The pairs of two line-aligned files, one line at a time (``datasets``' generator builder writes them to its
+    Arrow cache). ``identity`` (both files' sizes and modification times) is not read: it is part of the builder's
+    cache key, so that a changed file is read again."""
+    with open(source_file, "rb") as sources, open(target_file, "rb") as targets:
+        for source, target in zip(text_lines(sources, f"The source file {source_file}"),
+                                  text_lines(targets, f"The target file {target_file}"), strict=True):
+            yield {"source": source, "target": target}
+
+
 def _text_pair_dataset(source_file: PathLike, target_file: PathLike) -> Dataset:
-    return _pairs_dataset(*read_aligned_lines(source_file, target_file))
+    """Two aligned plain-text files as a memory-mapped dataset. Only ``\n`` (or ``\r\n``) ends a line, so a stray
+    ``\r`` or U+2028 inside a sentence cannot break the alignment; the line counts are checked first, by a streaming
+    count, before anything is read into the cache."""
+    paths = [require_file(source_file, "source file"), require_file(target_file, "target file")]
+    counts = [count_text_lines(path, f"{what} file") for path, what in zip(paths, ("source", "target"), strict=True)]
+    for path, what in zip(paths, ("source", "target"), strict=True):
+        if is_blank(path):
+            raise InputFileError(f"The {what} file {path} is empty.")
+    if counts[0] != counts[1]:
+        raise InputFileError(
+            f"The parallel files are not aligned: the source file {paths[0]} has {counts[0]} lines but the target "
+            f"file {paths[1]} has {counts[1]}. Line i of one must be the translation of line i of the other.")
+    paths = [path.resolve() for path in paths]
+    # a string: datasets reads a list in gen_kwargs as shards, one generator call each
+    identity = " ".join(f"{path.stat().st_size}:{path.stat().st_mtime_ns}" for path in paths)
+    try:
+        return Dataset.from_generator(_read_pairs, features=TEXT_FEATURES, gen_kwargs={
+            "source_file": str(paths[0]), "target_file": str(paths[1]), "identity": identity})
+    except datasets.exceptions.DatasetGenerationError as error:  # a line that is not UTF-8: named by its number
+        if isinstance(error.__cause__, EncdecError):
+            raise error.__cause__ from None
+        raise
 
 
 def load_text_pair(source_file: PathLike, target_file: PathLike, split: str = "train") -> DatasetDict:
@@ -383,6 +347,12 @@ class DataSpec:
     """builtin_dates: number of test pairs (0 leaves the split out)."""
     seed: int = 0
     """builtin_dates: the generator's seed; the same seed gives the same pairs."""
+    num_proc: int | None = None
+    """Processes that tokenize the data. Default (null): every core for a split of 50,000 pairs or more, else one."""
+    cache_dir: str | None = None
+    """Where tokenized splits are kept, keyed by the data files (path, size, modification time), the tokenizer and
+    the length settings, so that a rerun skips tokenization. Default (null): encdec-tokenized in the datasets cache
+    (HF_DATASETS_CACHE)."""
 
     def __post_init__(self) -> None:
         if self.format not in FORMATS:
@@ -390,6 +360,8 @@ class DataSpec:
         for name in ("builtin_train", "builtin_validation", "builtin_test"):
             if getattr(self, name) < 0:
                 raise EncdecError(f"data.{name} must be >= 0, got {getattr(self, name)}.")
+        if self.num_proc is not None and self.num_proc < 1:
+            raise EncdecError(f"data.num_proc must be at least 1 (or null for the default), got {self.num_proc}.")
         if self.files is not None and not isinstance(self.files, Mapping):
             raise EncdecError(f"data.files must map split names to files, e.g. {{train: data/train.csv}}; "
                               f"got {self.files!r}.")
@@ -433,79 +405,3 @@ def load_data(spec: DataSpec) -> DatasetDict:
         if len(dataset) == 0:
             raise EncdecError(f"The {split!r} split of the {spec.format} data is empty.")
     return loaded
-
-
-# -- tokenization -------------------------------------------------------------------------------------------------
-
-
-def _truncate(ids: list[int], max_length: int, eos_token_id: int | None) -> list[int]:
-    """Cut ``ids`` to ``max_length``, keeping a final ``</s>`` (as the tokenizer's own truncation does)."""
-    if ids and ids[-1] == eos_token_id:
-        return ids[:max_length - 1] + [eos_token_id]
-    return ids[:max_length]
-
-
-def _encode_batch(batch: dict[str, list[str]], tokenizer: PreTrainedTokenizerBase, max_source_length: int,
-                  max_target_length: int, truncate: bool) -> dict[str, list]:
-    """Tokenize a batch of pairs; an over-long pair is dropped, or truncated and marked in ``truncated``."""
-    encoded = tokenizer(batch["source"], text_target=batch["target"], verbose=False)
-    out: dict[str, list] = {"input_ids": [], "attention_mask": [], "labels": [], "truncated": []}
-    for ids, labels in zip(encoded["input_ids"], encoded["labels"], strict=True):
-        overlong = len(ids) > max_source_length or len(labels) > max_target_length
-        if overlong and not truncate:
-            continue
-        if overlong:
-            ids = _truncate(ids, max_source_length, tokenizer.eos_token_id)
-            labels = _truncate(labels, max_target_length, tokenizer.eos_token_id)
-        out["input_ids"].append(ids)
-        out["attention_mask"].append([1] * len(ids))
-        out["labels"].append(labels)
-        out["truncated"].append(overlong)
-    return out
-
-
-def tokenize_dataset(
-    dataset: DatasetDict,
-    tokenizer: PreTrainedTokenizerBase,
-    max_source_length: int = 128,
-    max_target_length: int = 128,
-    overlong: str = "filter",
-) -> tuple[DatasetDict, dict[str, dict[str, int]]]:
-    """``source``/``target`` text -> ``input_ids``, ``attention_mask`` and ``labels`` (each ending with ``</s>``).
-
-    A pair whose source is longer than ``max_source_length`` tokens or whose target is longer than
-    ``max_target_length`` is dropped (``overlong="filter"``) or cut to the limits (``"truncate"``). The filter
-    applies to every split: a benchmark's test set should fit the limits, or use ``"truncate"``.
-
-    :return: the tokenized splits (text columns removed), and per split the counts
-        ``{"total", "kept", "filtered", "truncated"}``
-    :raises EncdecError: when filtering leaves a split empty
-    """
-    if overlong not in OVERLONG:
-        raise EncdecError(f"`overlong` must be one of {list(OVERLONG)}, got {overlong!r}.")
-    for name, value in (("max_source_length", max_source_length), ("max_target_length", max_target_length)):
-        if value < 2:
-            raise EncdecError(f"`{name}` must be >= 2 (one token and </s>), got {value}.")
-    encode = functools.partial(_encode_batch, tokenizer=tokenizer, max_source_length=max_source_length,
-                               max_target_length=max_target_length, truncate=overlong == "truncate")
-    tokenized, report = {}, {}
-    for split, data in dataset.items():
-        encoded = data.map(encode, batched=True, remove_columns=data.column_names, desc=f"Tokenizing {split}")
-        if len(encoded) == 0:
-            raise EncdecError(
-                f"Every pair of the {split!r} split is longer than max_source_length={max_source_length} or "
-                f"max_target_length={max_target_length} tokens, so none is left; raise the max lengths or use "
-                "overlong='truncate'."
-            )
-        report[split] = {"total": len(data), "kept": len(encoded), "filtered": len(data) - len(encoded),
-                         "truncated": sum(encoded["truncated"])}
-        tokenized[split] = encoded.remove_columns("truncated")
-    return DatasetDict(tokenized), report
-
-
-def format_report(report: dict[str, dict[str, int]]) -> str:
-    """One line per split, e.g. ``train: 28990 of 29000 pairs kept, 10 filtered, 0 truncated (over-long)``."""
-    return "\n".join(
-        f"{split}: {c['kept']} of {c['total']} pairs kept, {c['filtered']} filtered, {c['truncated']} truncated "
-        "(over-long)" for split, c in report.items()
-    )
