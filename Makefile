@@ -2,7 +2,7 @@
 #   make test   set up .venv (torch 2.13.0 CPU first, then the project) and run the test suite offline
 #   make demo   set up .venv and train + translate with small models on the built-in task
 PYTHON ?= python3
-VENV   := .venv
+VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 TORCH_VERSION ?= 2.13.0
