@@ -299,7 +299,9 @@ class EncdecTrainer(Seq2SeqTrainer):
         self.token_sampler = sampler
         if self.is_world_process_zero():
             plan = token_batches(sampler.lengths, self.max_tokens, self.args.seed, 0)
-            logger.info("batches by tokens (max_tokens %d): %s", self.max_tokens, plan_summary(source, target, plan))
+            per_step = self.args.gradient_accumulation_steps * self.args.world_size  # batches an optimizer step
+            logger.info("batches by tokens (max_tokens %d): %s; %d batches a step", self.max_tokens,
+                        plan_summary(source, target, plan, per_step), per_step)
         return sampler
 
     def _issue_warnings_after_load(self, load_result: Any) -> None:

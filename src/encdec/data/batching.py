@@ -103,14 +103,14 @@ def padding_share(lengths: np.ndarray, batches: list[np.ndarray]) -> float:
     return 1 - sum(int(lengths[batch].sum()) for batch in batches) / slots
 
 
-def plan_summary(source: np.ndarray, target: np.ndarray, batches: list[np.ndarray]) -> str:
-    """One line on an epoch's batches: how many, pairs and target tokens per batch, and the padding share of the
-    source and target tensors."""
+def plan_summary(source: np.ndarray, target: np.ndarray, batches: list[np.ndarray], per_step: int = 1) -> str:
+    """One line on an epoch's batches: how many, pairs per batch, target tokens per optimizer step (``per_step``
+    batches: gradient accumulation x processes), and the padding share of the source and target tensors."""
     pairs = np.mean([len(batch) for batch in batches])
-    tokens = np.mean([int(target[batch].sum()) for batch in batches])
-    return (f"{len(batches):,} batches an epoch, {pairs:.1f} pairs and {tokens:,.0f} target tokens each on average; "
-            f"padding {padding_share(source, batches):.1%} of source and {padding_share(target, batches):.1%} of "
-            "target tokens")
+    tokens = np.mean([int(target[batch].sum()) for batch in batches]) * per_step
+    return (f"{len(batches):,} batches an epoch, {pairs:.1f} pairs a batch, {tokens:,.0f} target tokens a step on "
+            f"average; padding {padding_share(source, batches):.1%} of source and {padding_share(target, batches):.1%}"
+            " of target tokens")
 
 
 __all__ = ["TokenBatchSampler", "padding_share", "pair_lengths", "plan_summary", "token_batches"]
