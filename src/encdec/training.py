@@ -222,10 +222,11 @@ def post_ln_warmup_warning(model_config: Any, settings: TrainingSettings) -> str
 
 
 class StopOnCtrlC(TrainerCallback):
-    """Ctrl-C stops training even when its ``KeyboardInterrupt`` is lost. Python raises it in whatever code runs when
-    the signal comes; inside a finalizer (``__del__``, a weakref callback: garbage collection runs them anywhere) it
-    is printed as "Exception ignored" and dropped, and training went on. While the block runs, SIGINT also sets a
-    flag, and the next step, evaluation, save or log raises ``KeyboardInterrupt`` again if it is still set."""
+    """Ctrl-C stops training at the next step (or evaluation batch, evaluation, save or log), cleanly. Python raises
+    a signal's ``KeyboardInterrupt`` in whatever code runs when it comes; inside a finalizer (``__del__``, a weakref
+    callback: garbage collection runs them anywhere) it is printed with a traceback and dropped, and training went on.
+    So while the block runs, the first SIGINT only sets a flag, which the Trainer's next callback turns into
+    ``KeyboardInterrupt``; a second SIGINT raises at once."""
 
     def __init__(self) -> None:
         self.interrupted = False
@@ -241,14 +242,15 @@ class StopOnCtrlC(TrainerCallback):
             signal.signal(signal.SIGINT, self.previous)
 
     def handle(self, signum: int, frame: Any) -> None:
+        if self.interrupted:  # pressed again: do not wait for the step to end
+            raise KeyboardInterrupt
         self.interrupted = True
-        raise KeyboardInterrupt
 
     def check(self, *args: Any, **kwargs: Any) -> None:
         if self.interrupted:
             raise KeyboardInterrupt
 
-    on_step_end = on_evaluate = on_save = on_log = check
+    on_step_begin = on_step_end = on_substep_end = on_prediction_step = on_evaluate = on_save = on_log = check
 
 
 class SamplerEpoch(TrainerCallback):
