@@ -132,7 +132,8 @@ def method_text() -> str:
             f"--num_processes 2`, each with half the cores. Peak RSS is the largest any process of the run reached. "
             f"The demo Transformer translates 10k and 100k lines; a smaller one (d_model 64, 1 + 1 layers) every size "
             "up to 1M. Memory is what matters at size: it must not grow with the input. The Multi30k rows translate "
-            f"the 29,000 training sources of `{MULTI30K_DATA}` with the `transformer-small` recipe's model at beam 5, "
+            f"the 29,000 training sources of `{MULTI30K_DATA}` with a `transformer-small` recipe model "
+            f"(`{MULTI30K_MODEL}`, `MULTI30K_TRANSFORMER`) at beam 5, "
             "as distillation does, on one process with the machine's threads; CTranslate2 both through "
             "`encdec translate` (whose process imports torch: two OpenMP runtimes) and alone in a process that never "
             "imports torch.")
