@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 
 from encdec.cli import main
-from encdec.corpus import ChunkFile, count_lines, difference, paired_chunks
+from encdec.corpus import ChunkFile, difference, paired_chunks
 from encdec.data import make_date_pairs
 from encdec.errors import EncdecError
+from encdec.io_utils import count_lines
 from tiny_model_folders import DATE_TRANSFORMER, date_data, save_folder, train_on_dates
 
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "ENCDEC_THREADS": "1"}

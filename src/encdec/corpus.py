@@ -440,6 +440,6 @@ def open_output(output_path: str | None, input_path: str | None, models: list[st
     return ChunkFile(output_path, record, resume=resume, overwrite=overwrite)
 
 
-__all__ = ["Chunk", "ChunkFile", "Progress", "Shard", "StreamOutput", "TranslationOutput", "count_lines", "difference",
+__all__ = ["Chunk", "ChunkFile", "Progress", "Shard", "StreamOutput", "TranslationOutput", "difference",
            "file_identity", "model_identity", "on_main", "open_chunks", "open_output", "paired_chunks", "run_chunks",
            "translate_file"]

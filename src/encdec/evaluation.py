@@ -18,7 +18,6 @@ from .corpus import (
     Chunk,
     Progress,
     Shard,
-    count_lines,
     file_identity,
     on_main,
     open_chunks,
@@ -36,7 +35,7 @@ from .inference import (
     max_source_length,
     translate_chunk,
 )
-from .io_utils import atomic_write_json, read_aligned_lines, read_lines, refuse_overlap, require_file
+from .io_utils import atomic_write_json, count_lines, read_aligned_lines, read_lines, refuse_overlap, require_file
 from .metrics import load_metric
 
 logger = logging.getLogger(__name__)

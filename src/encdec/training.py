@@ -47,7 +47,6 @@ from .data import (
     load_data,
     pair_lengths,
     plan_summary,
-    token_batches,
     tokenize_dataset,
 )
 from .errors import EncdecError, OverwriteError
@@ -300,7 +299,7 @@ class EncdecTrainer(Seq2SeqTrainer):
                                     world_size=self.args.world_size, rank=self.args.process_index)
         self.token_sampler = sampler
         if self.is_world_process_zero():
-            plan = token_batches(sampler.lengths, self.max_tokens, self.args.seed, 0)
+            plan = sampler.batches(0)
             per_step = self.args.gradient_accumulation_steps * self.args.world_size  # batches an optimizer step
             logger.info("batches by tokens (max_tokens %d): %s; %d batches a step", self.max_tokens,
                         plan_summary(source, target, plan, per_step), per_step)

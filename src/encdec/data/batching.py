@@ -76,7 +76,7 @@ class TokenBatchSampler(BatchRebalanceSampler):
                               "and max_target_length.")
         self.lengths, self.max_tokens, self.seed = lengths, max_tokens, seed
         self.world_size, self.rank, self.epoch = world_size, rank, 0
-        self._count = len(token_batches(lengths, max_tokens, seed, 0))  # the same every epoch: it depends on lengths
+        self._first = token_batches(lengths, max_tokens, seed, 0)  # epoch 0's, built once (its count holds for all)
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -88,10 +88,14 @@ class TokenBatchSampler(BatchRebalanceSampler):
         return self
 
     def __len__(self) -> int:
-        return -(-self._count // self.world_size)  # batches per process
+        return -(-len(self._first) // self.world_size)  # batches per process
+
+    def batches(self, epoch: int) -> list[np.ndarray]:
+        """Every process's batches of ``epoch``, before they are split among processes."""
+        return self._first if epoch == 0 else token_batches(self.lengths, self.max_tokens, self.seed, epoch)
 
     def __iter__(self) -> Iterator[list[int]]:
-        batches = token_batches(self.lengths, self.max_tokens, self.seed, self.epoch)
+        batches = self.batches(self.epoch)
         padded = batches + batches[:len(self) * self.world_size - len(batches)]  # every process steps alike
         for batch in padded[self.rank::self.world_size]:
             yield batch.tolist()
