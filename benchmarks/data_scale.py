@@ -6,8 +6,8 @@ wall time (loading, tokenizer training, tokenization, model set-up, one step) an
 largest of its processes). Three runs per size:
 
 - *first*: empty `datasets` and tokenization caches;
-- *rerun*: the same command in a new output folder (a second seed, say): the tokenizer is trained again (it comes
-  out the same), the tokenized corpus comes from the cache;
+- *rerun*: the same command in a new output folder (a second seed, say): the trained tokenizer and the tokenized
+  corpus come from the cache;
 - *rerun, given tokenizer*: `tokenizer.path` names the first run's tokenizer (a new recipe on the same data): only
   the cache is read.
 
@@ -94,8 +94,8 @@ def method_text(made_of: str) -> str:
             f"{made_of}, each command a fresh process. Seconds: the whole command (loading into the memory-mapped "
             "`datasets` cache, training the tokenizer, tokenizing on every core, building the model, one step). Peak "
             "RSS: the largest of its processes. *first*: empty caches; *rerun*: the same command in a new output "
-            "folder (the tokenizer is trained again and comes out the same; the tokenized corpus is read from the "
-            "cache); *rerun, given tokenizer*: `tokenizer.path` names the first run's tokenizer.")
+            "folder (the trained tokenizer and the tokenized corpus are read from the cache); *rerun, given "
+            "tokenizer*: `tokenizer.path` names the first run's tokenizer.")
 
 
 def table(rows: list[tuple]) -> str:

@@ -21,6 +21,7 @@ import transformers
 
 from encdec.io_utils import atomic_write_text
 
+from .batching import batching
 from .common import FIRST_ORDINARY_ID, BenchmarkSettings, Section, count
 from .corpus import corpus
 from .data_scale import data_scale
@@ -44,6 +45,7 @@ SECTIONS: dict[str, Callable[[BenchmarkSettings], Section | None]] = {
     "threads": threads,
     "corpus": corpus,  # the Multi30k rows need the trained Transformer and the data
     "data": data_scale,  # corpora of 100k to 5M pairs (Multi30k repeated when it is there)
+    "batching": batching,  # max_tokens against group_by_length on Multi30k (skipped without the data)
 }
 
 

@@ -9,7 +9,7 @@ set -euo pipefail
 recipe=$1
 shift
 data=${MULTI30K_DIR:-data/multi30k}
-out=runs/multi30k-$recipe
+out=${OUT:-runs/multi30k-$recipe}   # OUT=DIR writes the run elsewhere
 python -m encdec train "configs/multi30k-$recipe.yaml" --training.output_dir "$out" "$@"
 score() {
   python -m encdec evaluate --model "$out" --source-file "$data/test2016.de" --reference-file "$data/test2016.en" \

@@ -10,9 +10,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from datasets import Dataset
 from safetensors.torch import load_file
+from transformers.trainer_pt_utils import LengthGroupedSampler
 
+from encdec import training as training_module
 from encdec.data import (
+    LengthGroupedPairs,
     TokenBatchSampler,
     load_text_pair,
     make_date_pairs,
@@ -86,6 +90,33 @@ def test_tokenization_is_cached_and_a_changed_file_is_tokenized_again(tmp_path, 
     assert not [p for p in cache.iterdir() if p.name.startswith(".")]  # no work folders left behind
 
 
+def test_a_rerun_reuses_the_trained_tokenizer_until_the_data_or_its_settings_change(tmp_path, monkeypatch) -> None:
+    """Training a tokenizer on millions of pairs takes minutes; a rerun on the same split with the same settings
+    (a second seed, a new recipe) loads it from the cache instead, and gets the same ids."""
+    source, _ = write_pairs(tmp_path / "data", make_date_pairs(60, seed=9))
+    data = {"format": "text", "data_dir": str(tmp_path / "data"), "source_lang": "src", "target_lang": "tgt",
+            "splits": {"train": "train"}, "cache_dir": str(tmp_path / "cache")}
+    trained = []
+    original = training_module.train_tokenizer
+    monkeypatch.setattr(training_module, "train_tokenizer", lambda *a, **k: trained.append(1) or original(*a, **k))
+
+    def run(name: str, **tokenizer) -> Path:
+        out = tmp_path / name
+        path = run_config(tmp_path, "transformer", out, data=data, tokenizer=tokenizer,
+                          training={"max_steps": 1, "eval_strategy": "no"})
+        train(load_run_config(path))
+        return out / "tokenizer" / "tokenizer.json"
+
+    first = run("first")
+    assert (run("second").read_text(), len(trained)) == (first.read_text(), 1)  # loaded from the cache
+    run("third", vocab_size=100)  # another setting: trained again
+    assert len(trained) == 2
+    source.write_text(source.read_text().replace("\n", " extra\n", 1))  # the file changed: trained again
+    run("fourth")
+    assert len(trained) == 3
+    assert not [p for p in (tmp_path / "cache" / "tokenizers").iterdir() if p.name.startswith(".")]
+
+
 def test_several_processes_tokenize_as_one_does(tmp_path, tokenizer) -> None:
     data = load_text_pair(*write_pairs(tmp_path, make_date_pairs(60, seed=5)))
     one, report = tokenize_dataset(data, tokenizer, num_proc=1, use_cache=False)
@@ -147,6 +178,33 @@ def test_pair_lengths_read_the_tokenized_columns(tmp_path, tokenizer) -> None:
     assert target.tolist() == [len(ids) for ids in tokenized["train"]["labels"]]
     picked = tokenized["train"].select([5, 2])  # an indices mapping: read in its order
     assert pair_lengths(picked)[0].tolist() == [source[5], source[2]]
+
+
+@pytest.mark.parametrize(("pairs", "batch_size"), [(7, 64), (1000, 8), (5000, 3), (29000, 64)])
+def test_length_grouped_pairs_is_the_trainers_order(pairs: int, batch_size: int) -> None:
+    """``group_by_length`` keeps transformers' order for the same seed, index for index (mega-batches sorted by
+    length, the longest pair first), with lengths from an array instead of a pass over the examples."""
+    lengths = np.random.default_rng(pairs).integers(1, 40, pairs)
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        theirs = list(LengthGroupedSampler(batch_size, lengths=lengths.tolist()))
+        torch.manual_seed(seed)
+        ours = list(LengthGroupedPairs(batch_size, lengths))
+        assert ours == theirs
+        assert lengths[ours[0]] == lengths.max()
+
+
+def test_a_run_grouped_by_length_never_reads_the_examples_one_by_one(tmp_path, monkeypatch) -> None:
+    """transformers' sampler learns lengths by iterating the dataset (``for feature in dataset``): a minute and a
+    growing share of memory at 5M pairs. ``encdec train`` gives it the Arrow lengths instead."""
+    path = run_config(tmp_path, "transformer", tmp_path / "run", training={"group_by_length": True, "max_steps": 2,
+                                                                          "eval_strategy": "no"})
+    orders = []
+    original_iter = LengthGroupedPairs.__iter__
+    monkeypatch.setattr(LengthGroupedPairs, "__iter__", lambda self: orders.append(len(self)) or original_iter(self))
+    monkeypatch.setattr(Dataset, "__iter__", lambda self: pytest.fail("a dataset was read example by example"))
+    train(load_run_config(path))
+    assert orders and orders[0] > 0
 
 
 # --- in encdec train -------------------------------------------------------------------------------------------------

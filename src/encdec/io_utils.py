@@ -7,7 +7,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -45,6 +45,22 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
 
 def atomic_write_json(path: str | os.PathLike, data: Any) -> None:
     atomic_write_text(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+
+
+def publish_folder(save: Callable[[Path], Any], folder: Path) -> None:
+    """``save(tmp)`` into a folder beside ``folder``, then renamed to it: an interrupted run leaves no half folder,
+    and when another process published the same key first, theirs (the same) is kept."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.", suffix=".tmp"))
+    try:
+        save(tmp)
+        try:
+            os.replace(tmp, folder)
+        except OSError:  # another process saved the same key first: theirs is the same
+            shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
 
 
 def ensure_output_dir(path: str | os.PathLike, overwrite: bool, what: str = "output directory") -> Path:

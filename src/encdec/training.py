@@ -15,14 +15,14 @@ import shlex
 import shutil
 import signal
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from datasets import DatasetDict, disable_progress_bars
+from datasets import Dataset, DatasetDict, disable_progress_bars
 from transformers import (
     AutoConfig,
     AutoModelForSeq2SeqLM,
@@ -42,16 +42,18 @@ from .cards import training_summary, write_model_card
 from .config_io import apply_overrides, from_dict, load_yaml
 from .data import (
     DataSpec,
+    LengthGroupedPairs,
     TokenBatchSampler,
     format_report,
     load_data,
     pair_lengths,
     plan_summary,
     tokenize_dataset,
+    trained_tokenizer_folder,
 )
 from .errors import EncdecError, OverwriteError
 from .folders import WEIGHTS_NAME, save_for_pipeline
-from .io_utils import atomic_write_json, refuse_overlap, require_file
+from .io_utils import atomic_write_json, publish_folder, refuse_overlap, require_file
 from .metrics import build_compute_metrics
 from .parallel import cpu_processes, process_state, unsharded_copy
 from .progress import TrainingProgress, quiet_transformers_bars
@@ -290,10 +292,15 @@ class EncdecTrainer(Seq2SeqTrainer):
             config.max_length = max_length
 
     def _get_train_sampler(self, train_dataset: Any = None) -> Any:
-        """With ``max_tokens``, batches by tokens (``encdec.data.batching``) instead of a fixed sentence count."""
-        if self.max_tokens is None:
-            return super()._get_train_sampler(train_dataset)
+        """With ``max_tokens``, batches by tokens (``encdec.data.batching``) instead of a fixed sentence count; with
+        ``group_by_length``, the Trainer's length-grouped order with the lengths read from Arrow, not example by
+        example (``LengthGroupedPairs``)."""
         dataset = train_dataset if train_dataset is not None else self.train_dataset
+        if self.max_tokens is None:
+            if self._groups_tokenized(dataset):
+                return LengthGroupedPairs(self.args.train_batch_size * self.args.gradient_accumulation_steps,
+                                          pair_lengths(dataset)[0])
+            return super()._get_train_sampler(train_dataset)
         source, target = pair_lengths(dataset)
         sampler = TokenBatchSampler(np.maximum(source, target), self.max_tokens, seed=self.args.seed,
                                     world_size=self.args.world_size, rank=self.args.process_index)
@@ -304,6 +311,19 @@ class EncdecTrainer(Seq2SeqTrainer):
             logger.info("batches by tokens (max_tokens %d): %s; %d batches a step", self.max_tokens,
                         plan_summary(source, target, plan, per_step), per_step)
         return sampler
+
+    def _groups_tokenized(self, dataset: Any) -> bool:
+        """``group_by_length`` is on and ``dataset`` is a tokenized ``datasets.Dataset`` (its lengths are in Arrow)."""
+        return _groups_by_length(self.args) and isinstance(dataset, Dataset) and "input_ids" in dataset.column_names
+
+    def _get_eval_sampler(self, eval_dataset: Any) -> Any:
+        """With ``group_by_length`` the Trainer orders evaluation by length too (seeded): the same order, with the
+        lengths read from Arrow (``LengthGroupedPairs``)."""
+        if self._groups_tokenized(eval_dataset):
+            seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
+            return LengthGroupedPairs(self.args.eval_batch_size, pair_lengths(eval_dataset)[0],
+                                      generator=torch.Generator().manual_seed(seed))
+        return super()._get_eval_sampler(eval_dataset)
 
     def _issue_warnings_after_load(self, load_result: Any) -> None:
         """Loading the best checkpoint at the end: with tied embeddings the checkpoint stores the shared matrix once
@@ -372,8 +392,9 @@ def training_texts(train_split: Any, batch_size: int = 10_000) -> Iterator[str]:
             yield from batch[column]
 
 
-def get_tokenizer(config: RunConfig, train_texts: Iterable[str], output_dir: Path):
-    """Load the configured tokenizer, reuse the one a resumed run saved, or train one on the training split."""
+def get_tokenizer(config: RunConfig, train_split: Any, output_dir: Path):
+    """Load the configured tokenizer, reuse the one a resumed run saved or an earlier run trained on the same
+    split with the same settings (kept in ``data.cache_dir``), or train one on the training split."""
     saved = output_dir / TOKENIZER_SUBDIR
     if config.tokenizer.path:
         return load_tokenizer(config.tokenizer.path)
@@ -382,10 +403,16 @@ def get_tokenizer(config: RunConfig, train_texts: Iterable[str], output_dir: Pat
         if saved.is_dir():
             return load_tokenizer(saved)
         s = config.tokenizer
-        tokenizer = train_tokenizer(train_texts, vocab_size=s.vocab_size, algorithm=s.algorithm,
-                                    pre_tokenizer=s.pre_tokenizer, min_frequency=s.min_frequency,
-                                    model_max_length=max(config.training.max_source_length,
-                                                         config.training.max_target_length))
+        settings = {"vocab_size": s.vocab_size, "algorithm": s.algorithm, "pre_tokenizer": s.pre_tokenizer,
+                    "min_frequency": s.min_frequency,
+                    "model_max_length": max(config.training.max_source_length, config.training.max_target_length)}
+        cached = trained_tokenizer_folder(train_split, settings, config.data.cache_dir)
+        if (cached / "tokenizer.json").is_file():
+            logger.info("tokenizer: reused %s (trained on this training split with these settings)", cached)
+            tokenizer = load_tokenizer(cached)
+        else:
+            tokenizer = train_tokenizer(training_texts(train_split), **settings)
+            publish_folder(tokenizer.save_pretrained, cached)
         if state.num_processes > 1:
             tokenizer.save_pretrained(saved)
     return tokenizer  # one process: train() saves it to <output_dir>/tokenizer once the run is set up
@@ -409,6 +436,12 @@ def report_to(setting: str) -> list[str]:
     if setting == "auto":
         return ["tensorboard"] if importlib.util.find_spec("tensorboard") else []
     return [] if setting == "none" else [setting]
+
+
+def _groups_by_length(args: Seq2SeqTrainingArguments) -> bool:
+    """Whether the arguments ask for the Trainer's length-grouped order (either name, see ``length_grouping``)."""
+    return getattr(args, "train_sampling_strategy", None) == "group_by_length" or bool(getattr(args, "group_by_length",
+                                                                                               False))
 
 
 def length_grouping(enabled: bool) -> dict[str, Any]:
@@ -708,7 +741,7 @@ def train(config: RunConfig) -> dict:
     output_dir = prepare_output_dir(config.training, run_inputs(config))
     with process_state().main_process_first():  # several processes: the main one fills the datasets cache
         datasets = load_data(config.data)
-    tokenizer = get_tokenizer(config, training_texts(datasets["train"]), output_dir)
+    tokenizer = get_tokenizer(config, datasets["train"], output_dir)
     model_config = build_model_config(config, tokenizer)
     check_positions(config, model_config)
     if (warning := post_ln_warmup_warning(model_config, config.training)) and process_state().is_main_process:

@@ -6,6 +6,9 @@ small and lets memory peak on the longest. Every NMT toolkit batches by tokens i
 ``batch_type: token``. transformers' Trainer has ``group_by_length`` only (it declined ``max_tokens``:
 transformers#21325), so this sampler is written here.
 
+``LengthGroupedPairs`` is the Trainer's own ``group_by_length`` sampler fed from the Arrow length column: transformers'
+reads every example in Python to learn its length (a minute and a growing share of memory at 5M pairs).
+
 ``TokenBatchSampler`` does what fairseq does. Each epoch it orders the pairs by length (ties in a seeded random
 order), cuts that order into batches whose padded size, the longest source or target times the number of pairs,
 stays within ``max_tokens``, and shuffles the batches. The same seed and epoch give the same batches on every
@@ -22,19 +25,60 @@ from collections.abc import Iterator
 
 import numpy as np
 import pyarrow.compute as pc
+import torch
 from datasets import Dataset
-from transformers.trainer_pt_utils import BatchRebalanceSampler
+from transformers.trainer_pt_utils import BatchRebalanceSampler, LengthGroupedSampler
 
 from ..errors import EncdecError
 
 
 def pair_lengths(dataset: Dataset) -> tuple[np.ndarray, np.ndarray]:
     """Each pair's source (``input_ids``) and target (``labels``) length in tokens, read from the Arrow columns
-    without building Python lists."""
-    table = dataset.data.table if dataset._indices is None else dataset.with_format("arrow")[:]
+    without building Python lists (or copying the rows of a ``select``-ed dataset)."""
+    table = dataset.data.table
     source, target = (pc.list_value_length(table.column(name)).to_numpy(zero_copy_only=False).astype(np.int64)
                       for name in ("input_ids", "labels"))
+    if dataset._indices is not None:  # a view through an indices mapping: its rows' lengths, in its order
+        rows = dataset._indices.column(0).to_numpy(zero_copy_only=False)
+        source, target = source[rows], target[rows]
     return source, target
+
+
+def length_grouped_order(lengths: np.ndarray, batch_size: int, generator: torch.Generator | None = None
+                         ) -> np.ndarray:
+    """transformers' ``get_length_grouped_indices`` in NumPy, index for index: a random permutation (torch's, so the
+    Trainer's seeding holds) cut into mega-batches of ``min(50, n // (4 x batch_size))`` batches, each sorted by
+    length, longest first, then the longest pair of all swapped to the front (an out-of-memory error comes at once).
+    The original builds Python lists of every index: about 36 bytes a pair, 180 MB at 5M pairs."""
+    mult = max(min(len(lengths) // (batch_size * 4), 50), 1)
+    size = mult * batch_size
+    order = torch.randperm(len(lengths), generator=generator).numpy()
+    longest, longest_at = -1, 0
+    for start in range(0, len(order), size):
+        mega = order[start:start + size]
+        mega[:] = mega[np.argsort(-lengths[mega], kind="stable")]  # stable, like sorted(reverse=True)
+        if lengths[mega[0]] > longest:  # the first of equal maxima, like torch.argmax
+            longest, longest_at = int(lengths[mega[0]]), start
+    order[0], order[longest_at] = order[longest_at], order[0]
+    return order
+
+
+class LengthGroupedPairs(LengthGroupedSampler):
+    """The Trainer's ``group_by_length`` sampler (``LengthGroupedSampler``, same order for the same seed) with the
+    source lengths given as an array (``pair_lengths``) and the order computed in NumPy (``length_grouped_order``).
+
+    :param batch_size: pairs per optimizer step and process (batch size x gradient accumulation)
+    :param lengths: each pair's source length
+    """
+
+    def __init__(self, batch_size: int, lengths: np.ndarray, generator: torch.Generator | None = None) -> None:
+        # LengthGroupedSampler.__init__ would turn the lengths into a Python list: not called
+        self.batch_size, self.lengths, self.generator = batch_size, lengths, generator
+
+    def __iter__(self) -> Iterator[int]:
+        order = length_grouped_order(self.lengths, self.batch_size, self.generator)
+        for start in range(0, len(order), 65_536):  # Python ints a slice at a time, not a list of the corpus
+            yield from order[start:start + 65_536].tolist()
 
 
 def token_batches(lengths: np.ndarray, max_tokens: int, seed: int, epoch: int) -> list[np.ndarray]:
@@ -117,4 +161,5 @@ def plan_summary(source: np.ndarray, target: np.ndarray, batches: list[np.ndarra
             " of target tokens")
 
 
-__all__ = ["TokenBatchSampler", "padding_share", "pair_lengths", "plan_summary", "token_batches"]
+__all__ = ["LengthGroupedPairs", "TokenBatchSampler", "length_grouped_order", "padding_share", "pair_lengths",
+           "plan_summary", "token_batches"]

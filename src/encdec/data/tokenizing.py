@@ -15,7 +15,6 @@ import hashlib
 import json
 import logging
 import os
-import shutil
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,6 +24,7 @@ import pyarrow.compute as pc
 from datasets import Dataset, DatasetDict
 
 from ..errors import EncdecError
+from ..io_utils import publish_folder
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -169,21 +169,24 @@ def _tokenize(data: Dataset, encode: Any, split: str, num_proc: int | None, sett
 
 
 def _keep(encoded: Dataset, report: dict[str, int], folder: Path) -> Dataset:
-    """Save a tokenized split into the cache ``folder`` (written beside it, then renamed: an interrupted run leaves
-    no half folder) and return it, memory-mapped from there."""
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.", suffix=".tmp"))
-    try:
+    """Save a tokenized split into the cache ``folder`` and return it, memory-mapped from there."""
+
+    def save(tmp: Path) -> None:
         encoded.save_to_disk(str(tmp))
         (tmp / "report.json").write_text(json.dumps(report), encoding="utf-8")
-        try:
-            os.replace(tmp, folder)
-        except OSError:  # another process saved the same key first: theirs is the same
-            shutil.rmtree(tmp, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+
+    publish_folder(save, folder)
     return Dataset.load_from_disk(str(folder))
+
+
+def trained_tokenizer_folder(data: Dataset, settings: dict[str, Any], cache_dir: str | os.PathLike | None = None
+                             ) -> Path:
+    """Where the tokenizer trained on the split ``data`` with the trainer ``settings`` is kept for reruns:
+    ``tokenizers/<hash>`` in the cache folder, the hash of the split's fingerprint (for files: their path, size and
+    modification time) and the settings. Training one takes minutes on millions of pairs, and comes out the same."""
+    folder = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    record = {"version": CACHE_VERSION, "data": data._fingerprint, **settings}
+    return folder / "tokenizers" / hashlib.sha256(json.dumps(record, sort_keys=True).encode("utf-8")).hexdigest()[:32]
 
 
 def format_report(report: dict[str, dict[str, int]]) -> str:
