@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -56,6 +57,31 @@ def cmd_train(args: argparse.Namespace) -> None:
             if split in results:
                 print(f"{split}: {format_scores(results[split])}")
         print(f"model folder: {config.training.output_dir} (every score: eval_results.json there)")
+
+
+def cmd_distill(args: argparse.Namespace) -> None:
+    from encdec.distill import STUDENT_SUBDIR, distill, load_distill_config
+    from encdec.parallel import process_state
+    from encdec.progress import format_scores
+
+    config = load_distill_config(args.config, args.overrides)
+    try:
+        results = distill(config)
+    except KeyboardInterrupt:  # Ctrl-C: every stage resumes, so the same command goes on
+        close_progress_bars()
+        if process_state().is_main_process:
+            print(f"\nencdec distill: stopped; every finished stage is kept in {config.output_dir}. Go on with: "
+                  f"{shlex.join(['encdec', 'distill', args.config, *args.overrides])}", file=sys.stderr)
+        raise SystemExit(130) from None
+    if process_state().is_main_process:
+        counts = results["stages"]["corpus"]
+        print(f"distilled corpus: {counts['distilled']:,} of {counts['translated']:,} teacher translations kept "
+              f"({counts['empty']:,} empty, {counts['below_min_score']:,} below min_score), {counts['original']:,} "
+              f"original pairs added; manifest: {Path(config.output_dir) / 'corpus' / 'manifest.json'}")
+        for split in ("validation", "test"):
+            if split in results["student"]:
+                print(f"student {split}: {format_scores(results['student'][split])}")
+        print(f"student model folder: {Path(config.output_dir) / STUDENT_SUBDIR}")
 
 
 def close_progress_bars() -> None:
@@ -258,6 +284,13 @@ def add_training_commands(commands: argparse._SubParsersAction) -> None:
                    help="--section.key value pairs, e.g. --training.max_steps 100")
     add_threads_option(p)
     p.set_defaults(func=cmd_train)
+    p = commands.add_parser("distill", help="distil a teacher (one model or an ensemble) into a student: the teacher "
+                                            "translates the training sources, the student trains on them")
+    p.add_argument("config", help="distillation recipe (YAML), e.g. configs/distill-multi30k-transformer-small.yaml")
+    p.add_argument("overrides", nargs=argparse.REMAINDER,
+                   help="--key value pairs, e.g. --teacher.num_beams 4 --output_dir runs/other")
+    add_threads_option(p)
+    p.set_defaults(func=cmd_distill)
     p = commands.add_parser("average", help="average the weights of checkpoints of one run into a model folder")
     p.add_argument("checkpoints", nargs="+",
                    help="checkpoint or model folders of one model, e.g. runs/X/checkpoints/checkpoint-{7500,9000}")
@@ -386,7 +419,7 @@ def add_threads_option(p: argparse.ArgumentParser) -> None:
 def configure_threads(args: argparse.Namespace) -> None:
     """The commands that compute choose their thread count (``encdec.threads``) before they start, and say it when
     it is below the core count. ``encdec train``'s ``--threads`` may also come after the config."""
-    if args.command == "train":
+    if args.command in ("train", "distill"):
         args.threads, args.overrides = pop_option(args.overrides, "--threads", args.threads)
     if not hasattr(args, "threads"):
         return

@@ -116,6 +116,9 @@ def training_summary(train_metrics: Mapping[str, Any]) -> dict[str, Any]:
                "mean training loss": train_metrics.get("train_loss")}
     if train_metrics.get("final_weights"):  # training.average_last
         summary["final weights (chosen on validation)"] = train_metrics["final_weights"]
+    if train_metrics.get("distilled_from"):  # encdec distill
+        summary["distilled from (sequence-level knowledge distillation, Kim and Rush 2016)"] = \
+            train_metrics["distilled_from"]
     return summary
 
 

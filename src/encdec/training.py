@@ -760,6 +760,8 @@ def train(config: RunConfig) -> dict:
     with quiet_transformers_bars(), stop_on_ctrl_c:  # checkpoints and the final folder: no "Writing shards" bar
         train_output = trainer.train(resume_from_checkpoint=resume)
         results = final_results(trainer, tokenized, config, counts, train_output, snapshot_dir)
+        if config.data.distilled_from:  # encdec distill: the model card names the teacher
+            results["train"]["distilled_from"] = config.data.distilled_from
         # FSDP (GPUs only): every process takes part in gathering the sharded weights, the main one saves them
         full_state = trainer.accelerator.get_state_dict(trainer.model) if trainer.is_fsdp_enabled else None
         if trainer.is_world_process_zero():

@@ -354,6 +354,10 @@ class DataSpec:
     the length settings, so that a rerun skips tokenization. Default (null): encdec-tokenized in the datasets cache
     (HF_DATASETS_CACHE)."""
 
+    distilled_from: str | None = None
+    """Set by encdec distill: the model folder(s) whose translations are the training targets. The model card
+    says so; nothing else changes."""
+
     def __post_init__(self) -> None:
         if self.format not in FORMATS:
             raise EncdecError(f"data.format must be one of {list(FORMATS)}, got {self.format!r}.")

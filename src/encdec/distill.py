@@ -1,0 +1,350 @@
+"""``encdec distill``: sequence-level knowledge distillation of a teacher (one model or an ensemble) into a student.
+
+Kim and Rush (2016), "Sequence-Level Knowledge Distillation" (EMNLP): the teacher translates the training sources
+with beam search, and the student is trained on those translations instead of (or beside) the references. A student
+learns the teacher's one mode of each distribution instead of the spread of human references, which is easier; it is
+how the small fast CPU models of Marian and Bergamot are made. The workflow runs in four stages, each resumable and
+none redone once finished:
+
+1. **sources**: the student's splits (from its run config's ``data`` section, any format) are written as aligned
+   text files in ``<output_dir>/corpus``: ``original.{src,tgt}`` (the training split) and ``validation`` /
+   ``test`` as they are;
+2. **translation**: the teacher translates ``original.src`` with ``encdec translate``'s corpus path
+   (``encdec.corpus.translate_file``: streamed in chunks, resumable after ``kill -9``, shared out over the
+   processes of ``accelerate launch``), each line with the teacher's log-probability: ``teacher.scored``;
+3. **corpus**: ``train.{src,tgt}``, the distilled pairs. A pair whose translation is empty, or whose log-probability
+   per token is below ``min_score``, is dropped; with ``mix_original`` the original pairs follow the distilled ones
+   (the teacher's and the human targets side by side, as in Kim and Rush's and later students);
+4. **student**: ``encdec train`` of the student's run config on that folder, into ``<output_dir>/student``, resumed
+   from its latest checkpoint after an interruption. Its model card says which teacher it was distilled from.
+
+``<output_dir>/corpus/manifest.json`` records what the corpus was made from: the teacher folders and the SHA-256 of
+their files, the decoding options, the student's data, the filter and mix options, and each stage's line counts.
+Running again with a recipe that differs in any of these is refused, naming the difference.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import math
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .config_io import apply_overrides, from_dict, load_yaml
+from .corpus import TranslationOutput, difference, translate_file
+from .data import DataSpec, load_data
+from .ensemble import check_same_tokenizer, tokenizer_difference
+from .errors import EncdecError
+from .inference import CHUNK_SIZE
+from .io_utils import atomic_output, atomic_write_json, batched, require_file
+from .parallel import process_state
+from .tokenization import load_tokenizer
+from .training import CHECKPOINT_SUBDIR, RunConfig, latest_complete_checkpoint, load_run_config, train
+
+logger = logging.getLogger(__name__)
+
+MANIFEST_VERSION = 1
+CORPUS_SUBDIR, STUDENT_SUBDIR = "corpus", "student"
+SCORED = "teacher.scored"  # the teacher's output: "TRANSLATION ||| LOG-PROBABILITY" a line
+
+
+@dataclass
+class TeacherSettings:
+    """The ``teacher`` section: the model(s) that translate and how they decode."""
+
+    models: list[str]  # one model folder, or several: an ensemble (the mean of their log-probabilities each step)
+    num_beams: int | None = None  # default: the first model's generation config
+    length_penalty: float | None = None  # beam search length normalisation exponent; default: the generation config
+    max_new_tokens: int | None = None  # default: the generation config's, else from the source length
+    batch_size: int = 32  # sentences per generate() call
+    engine: str = "torch"  # torch | ctranslate2 (a folder from `encdec export`)
+    quantize: str | None = None  # the engine's quantization (torch: dynamic int8; ctranslate2: compute type)
+
+    def __post_init__(self) -> None:
+        if not self.models:
+            raise EncdecError("teacher.models is empty: name one model folder, or several for an ensemble.")
+        if self.batch_size < 1:
+            raise EncdecError(f"teacher.batch_size must be at least 1, got {self.batch_size}.")
+
+
+@dataclass
+class DistillConfig:
+    """A distillation recipe (YAML). Input paths (``teacher.models``, ``student``) are relative to the YAML's
+    folder; ``output_dir`` is relative to the current folder, as ``training.output_dir`` is."""
+
+    teacher: TeacherSettings
+    student: str  # the student's run config (YAML): its model, tokenizer, training settings and data
+    output_dir: str  # corpus/ (the distilled corpus and its manifest) and student/ (the model) go here
+    student_overrides: list[str] = field(default_factory=list)  # `--section.key value` items for the student config
+    mix_original: bool = False  # train on the distilled pairs and the original ones
+    min_score: float | None = None  # drop pairs whose teacher log-probability per token is below this (e.g. -1.5)
+    chunk_size: int = CHUNK_SIZE  # lines the teacher translates between two resumable saves
+
+    def __post_init__(self) -> None:
+        if self.chunk_size < 1:
+            raise EncdecError(f"chunk_size must be at least 1, got {self.chunk_size}.")
+        if self.min_score is not None and (math.isnan(self.min_score) or self.min_score > 0):
+            raise EncdecError(f"min_score is a log-probability per token, so at most 0; got {self.min_score}.")
+
+
+def load_distill_config(path: str | Path, overrides: list[str] | None = None) -> DistillConfig:
+    """Read a distillation recipe, apply ``--key value`` overrides (``--teacher.num_beams 4``), check every key."""
+    data = load_yaml(path)
+    base = Path(path).resolve().parent
+    teacher = data.get("teacher")
+    if isinstance(teacher, dict) and isinstance(teacher.get("models"), str):
+        teacher["models"] = [teacher["models"]]
+    if isinstance(teacher, dict) and isinstance(teacher.get("models"), list):
+        teacher["models"] = [_anchored(base, model) for model in teacher["models"]]
+    if isinstance(data.get("student"), str):
+        data["student"] = _anchored(base, data["student"])
+    return from_dict(DistillConfig, apply_overrides(data, overrides or []), where="distill")
+
+
+def _anchored(base: Path, value: Any) -> Any:
+    return value if not isinstance(value, str) or Path(value).is_absolute() else str(base / value)
+
+
+# --- what the corpus is made from --------------------------------------------------------------------------------
+
+def folder_hashes(folder: str | Path) -> dict[str, Any]:
+    """A model folder's path and the SHA-256 of each of its files (read in blocks)."""
+    folder = Path(folder)
+    hashes: dict[str, Any] = {"path": str(folder.resolve())}
+    for path in sorted(p for p in folder.iterdir() if p.is_file() and p.name != "README.md"):
+        digest = hashlib.sha256()
+        with open(path, "rb") as f:
+            while block := f.read(1 << 20):
+                digest.update(block)
+        hashes[path.name] = digest.hexdigest()
+    return hashes
+
+
+def recipe_record(config: DistillConfig, student: RunConfig) -> dict[str, Any]:
+    """What decides the distilled corpus: compared with the manifest's on every rerun."""
+    decoding = dataclasses.asdict(config.teacher)
+    decoding.pop("models")
+    data = dataclasses.asdict(student.data)
+    for key in ("num_proc", "cache_dir"):  # how, not what
+        data.pop(key)
+    return {"teacher": [folder_hashes(model) for model in config.teacher.models], "decoding": decoding,
+            "data": data, "mix_original": config.mix_original, "min_score": config.min_score,
+            "chunk_size": config.chunk_size}
+
+
+def check_manifest(path: Path, record: dict[str, Any]) -> dict[str, Any]:
+    """The manifest to go on with: a new one, or the existing one if it was made from the same ``record``."""
+    if not path.is_file():
+        return {"version": MANIFEST_VERSION, "recipe": record, "stages": {}}
+    manifest = read_manifest(path)
+    found = difference(manifest.get("recipe"), record)
+    if manifest.get("version") != MANIFEST_VERSION:
+        found = f"manifest version {manifest.get('version')} before, {MANIFEST_VERSION} now"
+    if found:
+        raise EncdecError(f"The distilled corpus in {path.parent} was made from a different recipe ({found}); use "
+                          f"another output_dir, or delete {path.parent} to start over.")
+    return manifest
+
+
+def read_manifest(path: Path) -> dict[str, Any]:
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise EncdecError(f"{path} (the distillation manifest) is not readable JSON ({err}); delete {path.parent} "
+                          "to start over.") from err
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("stages"), dict):
+        raise EncdecError(f"{path} is not a distillation manifest; delete {path.parent} to start over.")
+    return manifest
+
+
+def check_tokenizers(config: DistillConfig, student: RunConfig) -> Any:
+    """The teacher's tokenizer; teachers must share one (as an ensemble must), and a student given a tokenizer must
+    be given the teacher's."""
+    tokenizers = [load_tokenizer(model) for model in config.teacher.models]
+    check_same_tokenizer(tokenizers, config.teacher.models)
+    if student.tokenizer.path:
+        found = tokenizer_difference(tokenizers[0], load_tokenizer(student.tokenizer.path))
+        if found:
+            raise EncdecError(f"The student's tokenizer.path ({student.tokenizer.path}) is not the teacher's "
+                              f"({config.teacher.models[0]}): {found}. Give it the teacher's folder, or set it to "
+                              "null so that the student trains its own on the distilled corpus.")
+    elif process_state().is_main_process:
+        logger.warning("the student trains its own tokenizer on the distilled corpus (tokenizer.path is null)")
+    return tokenizers[0]
+
+
+# --- the stages ----------------------------------------------------------------------------------------------------
+
+def languages(data: DataSpec) -> tuple[str, str]:
+    """The corpus files' suffixes: the student's languages where its data names them."""
+    return data.source_lang or "src", data.target_lang or "tgt"
+
+
+def write_sources(student: RunConfig, corpus: Path) -> dict[str, int]:
+    """Stage 1: every split of the student's data as aligned text files (``original`` for the training split),
+    streamed from the ``datasets`` cache; returns the line counts."""
+    src, tgt = languages(student.data)
+    counts = {}
+    for split, data in load_data(student.data).items():
+        name = "original" if split == "train" else split
+        with atomic_output(corpus / f"{name}.{src}") as s, atomic_output(corpus / f"{name}.{tgt}") as t, \
+                open(s, "w", encoding="utf-8") as source_file, open(t, "w", encoding="utf-8") as target_file:
+            counts[split] = 0
+            for batch in data.iter(batch_size=10_000):
+                for source, target in zip(batch["source"], batch["target"], strict=True):
+                    source_file.write(_one_line(source, split, counts[split]) + "\n")
+                    target_file.write(_one_line(target, split, counts[split]) + "\n")
+                    counts[split] += 1
+    if not counts.get("train"):
+        raise EncdecError("The student's data has no training pairs to distil (its `data` section gives no train "
+                          "split, or an empty one).")
+    return counts
+
+
+def _one_line(text: str, split: str, row: int) -> str:
+    if "\n" in text or "\r" in text:
+        raise EncdecError(f"Row {row} of the {split!r} split holds a line break; a corpus of aligned lines cannot "
+                          "keep it. Remove line breaks from the data first.")
+    return text
+
+
+def translate_sources(config: DistillConfig, corpus: Path, src: str) -> None:
+    """Stage 2: the teacher's translation of ``original.src``, each line with its log-probability, resumable."""
+    output = corpus / SCORED
+    options = {key: value for key, value in (("num_beams", config.teacher.num_beams),
+                                             ("length_penalty", config.teacher.length_penalty),
+                                             ("max_new_tokens", config.teacher.max_new_tokens)) if value is not None}
+    resume = output.with_name(output.name + ".partial.json").is_file()
+    translate_file(config.teacher.models, str(corpus / f"original.{src}"), str(output),
+                   form=TranslationOutput(scores=True), chunk_size=config.chunk_size, resume=resume,
+                   engine=config.teacher.engine, quantize=config.teacher.quantize,
+                   batch_size=config.teacher.batch_size, **options)
+
+
+def scored_lines(path: Path) -> Iterator[tuple[str, float | None]]:
+    """``teacher.scored``'s (translation, log-probability) pairs; a blank source's line has no score."""
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            text, _, score = line.rstrip("\n").rpartition(" ||| ")
+            yield text, float(score) if score else None
+
+
+def build_corpus(config: DistillConfig, corpus: Path, tokenizer: Any, src: str, tgt: str) -> dict[str, int]:
+    """Stage 3: ``train.src`` / ``train.tgt`` from the teacher's translations (filtered), then, with
+    ``mix_original``, the original pairs; returns the counts."""
+    counts = {"translated": 0, "empty": 0, "below_min_score": 0, "distilled": 0, "original": 0}
+    with atomic_output(corpus / f"train.{src}") as s, atomic_output(corpus / f"train.{tgt}") as t, \
+            open(s, "w", encoding="utf-8") as source_file, open(t, "w", encoding="utf-8") as target_file:
+        pairs = zip(_lines(corpus / f"original.{src}"), scored_lines(corpus / SCORED), strict=True)
+        for batch in batched(pairs, 1000):
+            for (source, (text, _)), per_token in zip(batch, _per_token(tokenizer, batch), strict=True):
+                counts["translated"] += 1
+                if not text.strip() or per_token is None:
+                    counts["empty"] += 1
+                elif config.min_score is not None and per_token < config.min_score:
+                    counts["below_min_score"] += 1
+                else:
+                    source_file.write(source + "\n")
+                    target_file.write(text + "\n")
+                    counts["distilled"] += 1
+        if config.mix_original:
+            for source, target in zip(_lines(corpus / f"original.{src}"), _lines(corpus / f"original.{tgt}"),
+                                      strict=True):
+                source_file.write(source + "\n")
+                target_file.write(target + "\n")
+                counts["original"] += 1
+    if counts["distilled"] + counts["original"] == 0:
+        raise EncdecError(f"No distilled pair is left: {counts['empty']} translations were empty and "
+                          f"{counts['below_min_score']} scored below min_score={config.min_score}; lower min_score "
+                          "(or set it to null).")
+    return counts
+
+
+def _lines(path: Path) -> Iterator[str]:
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            yield line.rstrip("\n")
+
+
+def _per_token(tokenizer: Any, batch: list[tuple[str, tuple[str, float | None]]]) -> Iterable[float | None]:
+    """The teacher's log-probability per target token (its tokens and ``</s>``, as the score counts them)."""
+    texts = [text for _, (text, _) in batch]
+    lengths = [len(ids) for ids in tokenizer(text_target=texts)["input_ids"]]
+    return [None if score is None else score / length for (_, (_, score)), length in zip(batch, lengths, strict=True)]
+
+
+def teacher_description(config: DistillConfig) -> str:
+    """The teacher as the student's model card names it: its folder(s) and decoding."""
+    t = config.teacher
+    decoding = ", ".join(f"{name} {value}" for name, value in (("beam", t.num_beams), ("length penalty",
+                         t.length_penalty), ("engine", t.engine if t.engine != "torch" else None)) if value is not None)
+    kind = "the ensemble of " if len(t.models) > 1 else ""
+    return f"{kind}{' + '.join(t.models)}" + (f" ({decoding})" if decoding else "")
+
+
+def student_config(config: DistillConfig, student: RunConfig, corpus: Path, splits: Iterable[str]) -> RunConfig:
+    """The student's run config with the distilled corpus as its data, training into ``<output_dir>/student``."""
+    src, tgt = languages(student.data)
+    data = DataSpec(format="text", data_dir=str(corpus), source_lang=src, target_lang=tgt,
+                    splits={split: split for split in splits} | {"train": "train"}, num_proc=student.data.num_proc,
+                    cache_dir=student.data.cache_dir, distilled_from=teacher_description(config))
+    output_dir = Path(config.output_dir) / STUDENT_SUBDIR
+    resume = latest_complete_checkpoint(output_dir / CHECKPOINT_SUBDIR) is not None
+    training = dataclasses.replace(student.training, output_dir=str(output_dir),
+                                   resume_from_checkpoint=resume or student.training.resume_from_checkpoint)
+    return dataclasses.replace(student, data=data, training=training)
+
+
+# --- the workflow --------------------------------------------------------------------------------------------------
+
+def distill(config: DistillConfig) -> dict[str, Any]:
+    """Run the stages that are not finished yet (see the module docstring); returns the manifest, with the
+    student's results under ``student``."""
+    student = load_run_config(config.student, config.student_overrides)
+    for model in config.teacher.models:
+        require_file(Path(model) / "config.json", "teacher model config")
+    tokenizer = check_tokenizers(config, student)
+    corpus = Path(config.output_dir) / CORPUS_SUBDIR
+    manifest = check_manifest(corpus / "manifest.json", recipe_record(config, student))  # before anything is written
+    src, tgt = languages(student.data)
+    if "sources" not in manifest["stages"]:
+        manifest = on_main_then_all(corpus, manifest, "sources", lambda: write_sources(student, corpus))
+    if "corpus" not in manifest["stages"]:
+        if not (corpus / SCORED).is_file():
+            began, resumed = time.perf_counter(), (corpus / f"{SCORED}.partial.json").is_file()
+            translate_sources(config, corpus, src)  # every process takes its share of the chunks
+            manifest["stages"]["translation"] = {"seconds": round(time.perf_counter() - began, 1),
+                                                 "resumed": resumed, "processes": process_state().num_processes}
+        manifest = on_main_then_all(corpus, manifest, "corpus",
+                                    lambda: build_corpus(config, corpus, tokenizer, src, tgt))
+    splits = [split for split in manifest["stages"]["sources"] if split != "train"]
+    run = student_config(config, student, corpus, splits)
+    results_path = Path(run.training.output_dir) / "eval_results.json"
+    if results_path.is_file():
+        logger.info("student: already trained in %s", run.training.output_dir)
+        results = json.loads(results_path.read_text(encoding="utf-8"))
+    else:
+        results = train(run)
+    return {**manifest, "student": results}
+
+
+def on_main_then_all(corpus: Path, manifest: dict[str, Any], stage: str, run: Any) -> dict[str, Any]:
+    """``run()`` on the main process, its result recorded as ``stage`` in the manifest (written atomically); every
+    process then reads that manifest."""
+    state = process_state()
+    if state.is_main_process:
+        corpus.mkdir(parents=True, exist_ok=True)
+        manifest["stages"][stage] = run()
+        atomic_write_json(corpus / "manifest.json", manifest)
+    state.wait_for_everyone()
+    return read_manifest(corpus / "manifest.json")
+
+
+__all__ = ["CORPUS_SUBDIR", "STUDENT_SUBDIR", "DistillConfig", "TeacherSettings", "distill", "folder_hashes",
+           "load_distill_config"]

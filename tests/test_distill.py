@@ -1,0 +1,211 @@
+"""Sequence-level distillation (encdec.distill) on the built-in date task with tiny models: the whole workflow, the
+distilled corpus equal to `encdec translate`'s output, kill -9 in the translation or the training stage then the same
+command to the same student, and the refusals (another recipe on an existing corpus, mismatched tokenizers)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from encdec.distill import distill, load_distill_config
+from encdec.errors import EncdecError
+from encdec.tokenization import load_tokenizer
+from test_training import run_config
+from tiny_model_folders import DATE_TRANSFORMER, date_data, date_tokenizer, save_folder, train_on_dates
+
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "ENCDEC_THREADS": "1"}
+DATA = {"builtin_train": 600, "builtin_validation": 20, "builtin_test": 20}
+STUDENT_TRAINING = {"max_steps": 150, "eval_steps": 50, "logging_steps": 50, "save_total_limit": 3}
+
+
+@pytest.fixture(scope="module")
+def teacher(tmp_path_factory) -> Path:
+    """A tiny Transformer trained on dates for a moment."""
+    dates = date_data()
+    model = train_on_dates({**DATE_TRANSFORMER, "encoder_layers": 1, "decoder_layers": 1}, dates, steps=150, lr=3e-3)
+    return save_folder(model, dates[0], tmp_path_factory.mktemp("teacher") / "teacher")
+
+
+def write_recipe(root: Path, teacher: Path | list[Path], **options) -> Path:
+    """A recipe in ``root``: the teacher(s) with beam 2, a tiny student on 600 built-in dates, output in root/out."""
+    sections = options.pop("student_sections", {})
+    training = {**STUDENT_TRAINING, **sections.pop("training", {})}
+    student = run_config(root, "transformer", root / "unused", data=DATA, training=training, **sections)
+    models = [str(path) for path in (teacher if isinstance(teacher, list) else [teacher])]
+    recipe = {"teacher": {"models": models, "num_beams": 2}, "student": student.name, "output_dir": str(root / "out"),
+              "chunk_size": 40, **options}
+    path = root / "distill.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    return path
+
+
+def encdec_distill(recipe: Path, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "encdec", "distill", str(recipe), *extra], env=ENV,
+                          capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def finished(teacher, tmp_path_factory) -> Path:
+    """An uninterrupted `encdec distill` run: its output folder."""
+    root = tmp_path_factory.mktemp("distill")
+    done = encdec_distill(write_recipe(root, teacher))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "distilled corpus: 600 of 600 teacher translations kept" in done.stdout
+    return root / "out"
+
+
+def test_the_workflow_writes_a_corpus_a_manifest_and_a_student_that_names_its_teacher(finished, teacher) -> None:
+    corpus = finished / "corpus"
+    manifest = json.loads((corpus / "manifest.json").read_text())
+    assert manifest["stages"]["sources"] == {"train": 600, "validation": 20, "test": 20}
+    assert manifest["stages"]["corpus"] == {"translated": 600, "empty": 0, "below_min_score": 0, "distilled": 600,
+                                            "original": 0}
+    assert manifest["recipe"]["teacher"][0]["path"] == str(teacher.resolve())
+    assert len(manifest["recipe"]["teacher"][0]["model.safetensors"]) == 64  # its SHA-256
+    assert manifest["recipe"]["decoding"]["num_beams"] == 2
+    for name in ("train", "original", "validation", "test"):
+        sources = (corpus / f"{name}.src").read_text().splitlines()
+        assert len(sources) == len((corpus / f"{name}.tgt").read_text().splitlines()) > 0
+    assert (corpus / "original.src").read_text() == (corpus / "train.src").read_text()
+    assert (corpus / "original.tgt").read_text() != (corpus / "train.tgt").read_text()  # the teacher's, not these
+    student = finished / "student"
+    assert (student / "model.safetensors").is_file()
+    card = (student / "README.md").read_text()
+    assert "distilled from" in card and f"{teacher} (beam 2)" in card
+    results = json.loads((student / "eval_results.json").read_text())
+    assert results["train"]["global_step"] == STUDENT_TRAINING["max_steps"]
+
+
+def test_the_distilled_corpus_is_encdec_translate_of_the_sources(finished, teacher, tmp_path) -> None:
+    corpus = finished / "corpus"
+    out = tmp_path / "translated.txt"
+    done = subprocess.run([sys.executable, "-m", "encdec", "translate", "--model", str(teacher), "--input",
+                           str(corpus / "original.src"), "--output", str(out), "--num-beams", "2"],
+                          env=ENV, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert out.read_text() == (corpus / "train.tgt").read_text()
+    scores = [float(line.rsplit(" ||| ", 1)[1]) for line in (corpus / "teacher.scored").read_text().splitlines()]
+    assert len(scores) == 600 and all(score < 0 for score in scores)
+
+
+def test_a_finished_run_is_not_redone(finished, tmp_path, monkeypatch) -> None:
+    recipe = finished.parent / "distill.yaml"
+    before = {path: path.stat().st_mtime_ns for path in finished.rglob("*") if path.is_file()}
+    monkeypatch.setattr("encdec.distill.train", lambda *a: pytest.fail("the student was trained again"))
+    monkeypatch.setattr("encdec.distill.translate_file", lambda *a, **k: pytest.fail("translated again"))
+    result = distill(load_distill_config(recipe))
+    assert result["student"]["train"]["global_step"] == STUDENT_TRAINING["max_steps"]
+    assert {path: path.stat().st_mtime_ns for path in finished.rglob("*") if path.is_file()} == before
+
+
+def kill_when(command: list[str], ready) -> None:
+    """Start ``command``; kill -9 it once ``ready()`` is true."""
+    process = subprocess.Popen(command, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    try:
+        while not ready():
+            assert process.poll() is None, f"finished before it was killed: {process.stderr.read()[-2000:]}"
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+    finally:
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+
+
+def translated_lines(corpus: Path) -> int:
+    try:
+        return json.loads((corpus / "teacher.scored.partial.json").read_text())["lines"]
+    except (OSError, ValueError, KeyError):
+        return 0
+
+
+@pytest.mark.parametrize("stage", ["translation", "training"])
+def test_kill_9_then_the_same_command_gives_the_same_student(finished, teacher, tmp_path, stage: str) -> None:
+    recipe = write_recipe(tmp_path, teacher)
+    corpus, checkpoint = tmp_path / "out" / "corpus", tmp_path / "out" / "student" / "checkpoints" / "checkpoint-50"
+    ready = (lambda: translated_lines(corpus) >= 120) if stage == "translation" else \
+        (lambda: (checkpoint / "trainer_state.json").is_file())
+    kill_when([sys.executable, "-m", "encdec", "distill", str(recipe)], ready)
+    if stage == "translation":
+        assert not (corpus / "teacher.scored").exists() and (corpus / "teacher.scored.partial").is_file()
+    else:
+        assert not (tmp_path / "out" / "student" / "model.safetensors").exists()
+    done = encdec_distill(recipe)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for name in ("corpus/teacher.scored", "corpus/train.tgt", "student/model.safetensors"):
+        assert (tmp_path / "out" / name).read_bytes() == (finished / name).read_bytes(), name
+
+
+def test_another_recipe_on_an_existing_corpus_is_refused_naming_the_difference(finished) -> None:
+    recipe = finished.parent / "distill.yaml"
+    with pytest.raises(EncdecError, match=r"different recipe \(decoding num_beams: 2 before, 3 now\)"):
+        distill(load_distill_config(recipe, ["--teacher.num_beams", "3"]))
+    with pytest.raises(EncdecError, match=r"different recipe \(min_score: null before, -2.0 now\)"):
+        distill(load_distill_config(recipe, ["--min_score", "-2"]))
+
+
+def test_changed_teacher_weights_are_refused(teacher, tmp_path) -> None:
+    copy = shutil.copytree(teacher, tmp_path / "teacher")
+    recipe = write_recipe(tmp_path, copy, student_sections={"training": {"max_steps": 2, "eval_strategy": "no"}})
+    distill(load_distill_config(recipe))
+    weights = copy / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-4] + b"\0\0\0\0")
+    with pytest.raises(EncdecError, match=r"different recipe \(teacher 1 model.safetensors: "):
+        distill(load_distill_config(recipe))
+
+
+def test_filters_and_mixing_the_original_pairs(finished, teacher, tmp_path) -> None:
+    """``min_score`` drops the pairs whose log-probability per target token (``</s>`` included) is below it, here
+    the median of the finished run's; ``mix_original`` appends the original pairs."""
+    lines = (finished / "corpus" / "teacher.scored").read_text().splitlines()
+    texts, scores = zip(*(line.rsplit(" ||| ", 1) for line in lines), strict=True)
+    lengths = [len(ids) for ids in load_tokenizer(teacher)(text_target=list(texts))["input_ids"]]
+    per_token = sorted(float(score) / length for score, length in zip(scores, lengths, strict=True))
+    median = per_token[len(per_token) // 2]
+    recipe = write_recipe(tmp_path, teacher, mix_original=True, min_score=median,
+                          student_sections={"training": {"max_steps": 2, "eval_strategy": "no"}})
+    counts = distill(load_distill_config(recipe))["stages"]["corpus"]
+    below = sum(value < median for value in per_token)
+    assert counts == {"translated": 600, "empty": 0, "below_min_score": below, "distilled": 600 - below,
+                      "original": 600}
+    assert 200 < below < 400
+    corpus = tmp_path / "out" / "corpus"
+    train = (corpus / "train.tgt").read_text().splitlines()
+    assert len(train) == 1200 - below
+    assert train[600 - below:] == (corpus / "original.tgt").read_text().splitlines()
+
+
+def test_a_filter_that_leaves_nothing_is_refused_naming_it(teacher, tmp_path) -> None:
+    recipe = write_recipe(tmp_path, teacher, min_score=-1e-9)
+    with pytest.raises(EncdecError, match=r"No distilled pair is left: .* below min_score=-1e-09"):
+        distill(load_distill_config(recipe))
+
+
+def test_mismatched_tokenizers_are_refused_before_anything_is_written(teacher, tmp_path) -> None:
+    other = tmp_path / "other-teacher"
+    shutil.copytree(teacher, other)
+    date_tokenizer(num_pairs=300, vocab_size=100).save_pretrained(other)
+    with pytest.raises(EncdecError, match="tokenizer"):
+        distill(load_distill_config(write_recipe(tmp_path, [teacher, other])))
+    assert not (tmp_path / "out").exists()
+    recipe = write_recipe(tmp_path, teacher, student_sections={"tokenizer": {"path": str(other)}})
+    with pytest.raises(EncdecError, match=r"The student's tokenizer.path .* is not the teacher's"):
+        distill(load_distill_config(recipe))
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_student_given_the_teachers_tokenizer_keeps_it(teacher, tmp_path) -> None:
+    recipe = write_recipe(tmp_path, teacher, student_sections={"tokenizer": {"path": str(teacher)},
+                                                               "training": {"max_steps": 2, "eval_strategy": "no"}})
+    distill(load_distill_config(recipe))
+    student = tmp_path / "out" / "student"
+    assert (student / "tokenizer.json").read_text() == (teacher / "tokenizer.json").read_text()
