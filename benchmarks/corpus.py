@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import subprocess
 import sys
 import tempfile
@@ -62,10 +63,18 @@ def timed(command: list[str], env: dict[str, str]) -> tuple[float, float]:
     return float(seconds), int(kib) / 1024
 
 
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
 def translate_command(model: Path, source: Path, output: Path, processes: int, extra: list[str]) -> list[str]:
+    # CPU processes come from the repository's cpu-2proc.yaml (its torchrun launcher): `accelerate launch --cpu
+    # --num_processes N` starts a single process
     launch = ([sys.executable, "-m", "encdec"] if processes == 1 else
-              [sys.executable, "-m", "accelerate.commands.launch", "--cpu", "--num_processes", str(processes),
-               "-m", "encdec"])
+              [sys.executable, "-m", "accelerate.commands.launch", "--config_file", "configs/accelerate/cpu-2proc.yaml",
+               "--num_processes", str(processes), "--main_process_port", str(free_port()), "-m", "encdec"])
     return [*launch, "translate", "--model", str(model), "--input", str(source), "--output", str(output),
             "--overwrite", "--quiet", *extra]
 
@@ -128,8 +137,9 @@ def corpus(settings: BenchmarkSettings) -> Section:
 
 def method_text() -> str:
     return (f"`encdec translate --input FILE --output FILE` on generated dates (one per line), greedy, chunks of "
-            f"1,000 lines, the whole command timed (loading included); two processes are `accelerate launch --cpu "
-            f"--num_processes 2`, each with half the cores. Peak RSS is the largest any process of the run reached. "
+            "1,000 lines, the whole command timed (loading included); two processes are `accelerate launch "
+            "--config_file configs/accelerate/cpu-2proc.yaml`, each with half the cores. Peak RSS is the largest any "
+            "process of the run reached. "
             f"The demo Transformer translates 10k and 100k lines; a smaller one (d_model 64, 1 + 1 layers) every size "
             "up to 1M. Memory is what matters at size: it must not grow with the input. The Multi30k rows translate "
             f"the 29,000 training sources of `{MULTI30K_DATA}` with a `transformer-small` recipe model "

@@ -18,6 +18,7 @@ from encdec.corpus import ChunkFile, difference, paired_chunks
 from encdec.data import make_date_pairs
 from encdec.errors import EncdecError
 from encdec.io_utils import count_lines
+from test_distributed import launch
 from tiny_model_folders import DATE_TRANSFORMER, date_data, save_folder, train_on_dates
 
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "ENCDEC_THREADS": "1"}
@@ -113,22 +114,20 @@ def test_kill_9_then_resume_gives_the_same_bytes(model, corpus, reference, tmp_p
     kill_when_done([sys.executable, "-m", "encdec", *args], tmp_path / "out.txt.partial.json", 120)
     assert not out.exists() and (tmp_path / "out.txt.partial").is_file()
     assert encdec(*args).returncode == 2  # without --resume the interrupted run is not thrown away
-    launch = [] if resume_with == "one process" else ["-m", "accelerate.commands.launch", "--cpu",
-                                                      "--num_processes", "2", "-m", "encdec"]
-    done = subprocess.run([sys.executable, *(launch or ["-m", "encdec"]), *args, "--resume"], env=ENV,
-                          capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
+    if resume_with == "one process":
+        done = subprocess.run([sys.executable, "-m", "encdec", *args, "--resume"], env=ENV, capture_output=True,
+                              text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+    else:  # two CPU processes (`accelerate launch --cpu` alone starts one)
+        launch(["encdec", *args, "--resume"], accelerate=True, timeout=600)
     assert out.read_bytes() == reference
     assert not (tmp_path / "out.txt.partial").exists() and not (tmp_path / "out.txt.partial.json").exists()
 
 
 def test_two_processes_give_one_process_output(model, corpus, reference, tmp_path) -> None:
     out = tmp_path / "two.txt"
-    done = subprocess.run([sys.executable, "-m", "accelerate.commands.launch", "--cpu", "--num_processes", "2", "-m",
-                           "encdec", "translate", "--model", str(model), "--input", str(corpus), "--output", str(out),
-                           "--chunk-size", "40", "--num-beams", "1"], env=ENV, capture_output=True, text=True,
-                          timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
+    launch(["encdec", "translate", "--model", str(model), "--input", str(corpus), "--output", str(out),
+                   "--chunk-size", "40", "--num-beams", "1"], accelerate=True, timeout=600)
     assert out.read_bytes() == reference
 
 
