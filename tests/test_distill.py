@@ -19,8 +19,10 @@ import yaml
 from encdec.distill import distill, load_distill_config
 from encdec.errors import EncdecError
 from encdec.tokenization import load_tokenizer
+from encdec.training import load_run_config
+from test_distributed import launch
 from test_training import run_config
-from tiny_model_folders import DATE_TRANSFORMER, date_data, date_tokenizer, save_folder, train_on_dates
+from tiny_model_folders import DATE_TRANSFORMER, REPO_ROOT, date_data, date_tokenizer, save_folder, train_on_dates
 
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "ENCDEC_THREADS": "1"}
 DATA = {"builtin_train": 600, "builtin_validation": 20, "builtin_test": 20}
@@ -209,3 +211,25 @@ def test_a_student_given_the_teachers_tokenizer_keeps_it(teacher, tmp_path) -> N
     distill(load_distill_config(recipe))
     student = tmp_path / "out" / "student"
     assert (student / "tokenizer.json").read_text() == (teacher / "tokenizer.json").read_text()
+
+
+@pytest.mark.parametrize("student", ["transformer-small", "transformer-fast", "lstm-bahdanau"])
+def test_the_multi30k_recipes_load_and_name_the_ensemble_teacher(student: str) -> None:
+    config = load_distill_config(REPO_ROOT / "configs" / f"distill-multi30k-{student}.yaml")
+    assert [Path(model).name for model in config.teacher.models] == ["multi30k-transformer-small",
+                                                                     "multi30k-lstm-bahdanau"]
+    assert config.teacher.num_beams == 5 and not config.mix_original and config.min_score is None
+    run = load_run_config(config.student, config.student_overrides)
+    assert run.data.format == "text" and Path(run.data.data_dir).name == "multi30k"
+    assert Path(run.model).is_file()
+
+
+def test_two_processes_distil_the_same_corpus_as_one(finished, teacher, tmp_path) -> None:
+    """Under `accelerate launch` each process translates its share of the chunks, and the student trains on both."""
+    recipe = write_recipe(tmp_path, teacher, student_sections={"training": {"max_steps": 4, "eval_strategy": "no"}})
+    launch(["encdec", "distill", str(recipe)], accelerate=True, timeout=600)
+    for name in ("teacher.scored", "train.src", "train.tgt", "validation.tgt"):
+        assert (tmp_path / "out" / "corpus" / name).read_bytes() == (finished / "corpus" / name).read_bytes(), name
+    manifest = json.loads((tmp_path / "out" / "corpus" / "manifest.json").read_text())
+    assert manifest["stages"]["translation"]["processes"] == 2
+    assert (tmp_path / "out" / "student" / "model.safetensors").is_file()
