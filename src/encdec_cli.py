@@ -211,8 +211,10 @@ def cmd_serve(args: argparse.Namespace) -> None:
 
 def add_serve_command(commands: argparse._SubParsersAction) -> None:
     p = commands.add_parser("serve", help="serve a model over HTTP: POST /translate, a web page with the alignment")
-    p.add_argument("--model", required=True,
-                   help="model folder (for --engine ctranslate2: a folder written by `encdec export`)")
+    p.add_argument("--model", required=True, action="append",
+                   help="a model folder (for --engine ctranslate2: one written by `encdec export`); repeat it to serve "
+                        "several, each as SRC-TGT=DIR (e.g. de-en=runs/a), optionally with its own ,engine=E "
+                        ",quantize=Q ,dtype=D; a plain DIR takes its pair from its model card")
     p.add_argument("--engine", choices=["torch", "ctranslate2"], default="torch")
     p.add_argument("--quantize", choices=["int8"], default=None, help="as for `encdec translate`")
     p.add_argument("--dtype", choices=["float32", "bfloat16"], default=None, help="as for `encdec translate`")

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from huggingface_hub import ModelCard
 
 from encdec.distill import distill, load_distill_config
 from encdec.errors import EncdecError
@@ -83,6 +84,7 @@ def test_the_workflow_writes_a_corpus_a_manifest_and_a_student_that_names_its_te
     assert (student / "model.safetensors").is_file()
     card = (student / "README.md").read_text()
     assert "distilled from" in card and f"{teacher} (beam 2)" in card
+    assert ModelCard.load(student / "README.md").data.language == ["src", "tgt"]  # the corpus files' languages
     results = json.loads((student / "eval_results.json").read_text())
     assert results["train"]["global_step"] == STUDENT_TRAINING["max_steps"]
 

@@ -240,7 +240,8 @@ def test_health_info_page_and_schema(folders, tmp_path) -> None:
     assert "src=\"http" not in page and "href=\"http" not in page and "@import" not in page  # no external assets
     request_schema = schema["components"]["schemas"]["TranslateRequest"]
     assert set(request_schema["properties"]) == {"text", "num_beams", "max_new_tokens", "length_penalty", "n_best",
-                                                 "return_scores", "return_alignments"}
+                                                 "return_scores", "return_alignments", "source", "target", "model"}
+    assert [(m["name"], m["source"], m["family"]) for m in info["models"]] == [("rnn", None, "rnn_seq2seq")]
     assert all(p.get("description") for p in request_schema["properties"].values())
     assert request_schema["additionalProperties"] is False
     beams = request_schema["properties"]["num_beams"]["anyOf"][0]

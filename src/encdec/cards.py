@@ -61,7 +61,8 @@ def fill_template(template: str, **values: Any) -> str:
 def render_model_card(model_dir_or_model: str | os.PathLike | PreTrainedModel, *, family: str | None = None,
                       dataset_name: str | None = None, dataset_id: str | None = None,
                       metrics: Mapping[str, Any] | None = None, training_summary: Mapping[str, Any] | None = None,
-                      repo_id: str | None = None, license: str = "apache-2.0") -> str:  # noqa: A002 (a Hub key)
+                      repo_id: str | None = None, license: str = "apache-2.0",  # noqa: A002 (a Hub key)
+                      languages: list[str] | None = None) -> str:
     """The README.md model card of a model (object or saved folder) from its family's template.
 
     :param family: ``transformer_seq2seq`` or ``rnn_seq2seq``; default: the config's ``model_type`` (must agree)
@@ -72,6 +73,8 @@ def render_model_card(model_dir_or_model: str | os.PathLike | PreTrainedModel, *
         go into the ``model-index`` as a translation result
     :param training_summary: free-form ``{label: value}`` rows (steps, epochs, hardware, wall time, ...)
     :param repo_id: the Hub id used in the usage snippet and as the model name
+    :param languages: ``[source, target]`` language codes (the Hub's ``language``; ``encdec serve`` takes a model's
+        language pair from it)
     """
     config, num_parameters, default_name = config_and_size(model_dir_or_model)
     family = family or config.model_type
@@ -86,7 +89,7 @@ def render_model_card(model_dir_or_model: str | os.PathLike | PreTrainedModel, *
         raise EncdecError("`metrics` need the data they were measured on: pass `dataset_name` (or `dataset_id`).")
     model_name = repo_id.split("/")[-1] if repo_id else default_name
     card_data = ModelCardData(
-        license=license, library_name="transformers", pipeline_tag="translation",
+        license=license, library_name="transformers", pipeline_tag="translation", language=languages or None,
         tags=["translation", "seq2seq", "encdec", family], datasets=[dataset_id] if dataset_id else None,
         metrics=sorted({key.split("_")[0] for key in scores}) or None,  # Hub metric ids: bleu, chrf
         model_name=model_name,
@@ -107,6 +110,12 @@ def render_model_card(model_dir_or_model: str | os.PathLike | PreTrainedModel, *
 
 def _slug(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "custom"
+
+
+def data_languages(data: Mapping[str, Any]) -> list[str] | None:
+    """``[source, target]`` from a run config's ``data`` section when it names both languages, else None."""
+    pair = [data.get("source_lang"), data.get("target_lang")]
+    return pair if all(isinstance(code, str) and code for code in pair) and pair[0] != pair[1] else None
 
 
 def training_summary(train_metrics: Mapping[str, Any]) -> dict[str, Any]:
@@ -138,10 +147,13 @@ def record_scores_in_card(model_dir: str | os.PathLike, results: Mapping[str, An
     ``model-index``, keeping the training rows that ``encdec train`` recorded in ``eval_results.json``."""
     model_dir = require_dir(model_dir)
     recorded = model_dir / "eval_results.json"
-    train = read_json(recorded, "the training results").get("train", {}) if recorded.is_file() else {}
+    run = read_json(recorded, "the training results") if recorded.is_file() else {}
+    train = run.get("train", {})
     return write_model_card(model_dir, overwrite=True, metrics={**results, "split": split},
                             dataset_name=dataset_name, dataset_id=dataset_id,
-                            training_summary=training_summary(train) if train else None)
+                            training_summary=training_summary(train) if train else None,
+                            languages=data_languages(run.get("config", {}).get("data", {})))
 
 
-__all__ = ["card_template", "record_scores_in_card", "render_model_card", "training_summary", "write_model_card"]
+__all__ = ["card_template", "data_languages", "record_scores_in_card", "render_model_card", "training_summary",
+           "write_model_card"]

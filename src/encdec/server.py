@@ -25,9 +25,20 @@ from contextlib import asynccontextmanager
 from importlib import resources
 from typing import Any
 
+import psutil
+
 from .errors import EncdecError
 from .inference import load_engine
-from .serving import LENGTH_PENALTY_RANGE, DynamicBatcher, RequestError, ServeLimits, TranslationService
+from .serving import (
+    LENGTH_PENALTY_RANGE,
+    DynamicBatcher,
+    ModelSpec,
+    RequestError,
+    ServedModels,
+    ServeLimits,
+    TranslationService,
+    served_as,
+)
 
 SERVE_INSTALL = "pip install 'encdec[serve]'"
 try:
@@ -129,6 +140,12 @@ def request_schema(limits: ServeLimits) -> type[BaseModel]:
                                   description="Also return the n best translations (n <= num_beams).")),
         return_scores=(bool, Field(False, description="Add each translation's log-probability.")),
         return_alignments=(bool, Field(False, description="Add the source x target cross-attention matrix.")),
+        source=(str | None, Field(None, description="Several models served: the source language of the model to "
+                                                    "use (with `target`); see `/info`.", examples=["de"])),
+        target=(str | None, Field(None, description="Several models served: the target language of the model to "
+                                                    "use (with `source`).", examples=["en"])),
+        model=(str | None, Field(None, description="Several models served: the name of the model to use (its pair, "
+                                                   "`de-en`, or its folder's name); instead of source and target.")),
     )
 
 
@@ -330,47 +347,68 @@ class BodyTooLarge(StarletteHTTPException):
         super().__init__(413)
 
 
-def create_app(service: TranslationService, api_key: str | None = None) -> Any:
-    """The ASGI app over ``service``: its batcher starts with the app and drains when it stops. ``/docs`` (Swagger
-    UI) serves its script from the package ``fastapi-offline``: no CDN, so it works offline."""
-    limits = service.limits
-    batcher = DynamicBatcher(service.decode, limits.max_batch_size, limits.max_wait_ms)
+def create_app(served: TranslationService | ServedModels, api_key: str | None = None) -> Any:
+    """The ASGI app over one service or several (``ServedModels``): each model's batcher starts with the app and
+    drains when it stops. ``/docs`` (Swagger UI) serves its script from the package ``fastapi-offline``: no CDN, so
+    it works offline."""
+    models = served if isinstance(served, ServedModels) else ServedModels([served_as(served)])
+    first = next(iter(models.models.values())).service
+    limits = first.limits
+    batchers = {name: DynamicBatcher(model.service.decode, model.service.limits.max_batch_size,
+                                     model.service.limits.max_wait_ms) for name, model in models.models.items()}
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        batcher.start()
+        for batcher in batchers.values():
+            batcher.start()
         logger.info("batching up to %d texts, waiting up to %s ms", limits.max_batch_size, limits.max_wait_ms)
         yield
-        await asyncio.to_thread(batcher.stop)  # every job submitted is answered first
+        for batcher in batchers.values():  # every job submitted is answered first
+            await asyncio.to_thread(batcher.stop)
 
-    app = FastAPIOffline(title="encdec translation server", version=service.info()["encdec_version"],
+    app = FastAPIOffline(title="encdec translation server", version=first.info()["encdec_version"],
                          lifespan=lifespan, redoc_url=None,
                          description="Translate with an encdec model. Every error is an `ErrorResponse`, "
                                      "`{error, field, request_id}`:\n\n"
                                      + "\n".join(f"- {status}: {text}" for status, text in ERROR_STATUSES.items()))
-    app.state.batcher = batcher
+    app.state.models, app.state.batchers = models, batchers
+    app.state.batcher = batchers[next(iter(batchers))]  # the first model's (one model: the server's)
     schema = request_schema(limits)
     add_error_handlers(app, value_hints(schema))
     guarded = (401,) if api_key else ()
-    add_translate(app, service, schema, error_responses(400, *guarded, 413, 415, 422, 500))
-    add_pages(app, service, guarded)
+    add_translate(app, schema, error_responses(400, *guarded, 413, 415, 422, 500))
+    add_pages(app, models, guarded)
     return Guard(app, api_key, limits.max_body_bytes)
 
 
-def add_translate(app: Any, service: TranslationService, schema: type[BaseModel],
-                  errors: dict[int | str, dict[str, Any]]) -> None:
-    """``POST /translate``: check the request into jobs, and answer once the batcher has decoded them all."""
+def add_translate(app: Any, schema: type[BaseModel], errors: dict[int | str, dict[str, Any]]) -> None:
+    """``POST /translate``: pick the model, check the request into jobs, and answer once its batcher has decoded
+    them all."""
 
     async def translate(body: schema) -> TranslateResponse:  # type: ignore[valid-type]
-        jobs = service.jobs(**body.model_dump())
-        answers = await asyncio.gather(*(asyncio.wrap_future(f) for f in app.state.batcher.submit(jobs)))
+        request = body.model_dump()
+        served = app.state.models.pick(request.pop("source"), request.pop("target"), request.pop("model"))
+        jobs = served.service.jobs(**request)
+        futures = app.state.batchers[served.name].submit(jobs)
+        answers = await asyncio.gather(*(asyncio.wrap_future(f) for f in futures))
         return TranslateResponse(translations=[Translation(**answer) for answer in answers])
 
     app.post("/translate", response_model=TranslateResponse, response_model_exclude_none=True, responses=errors,
              summary="Translate a text or a list of texts")(translate)
 
 
-def add_pages(app: Any, service: TranslationService, guarded: tuple[int, ...]) -> None:
+def models_info(models: ServedModels) -> dict[str, Any]:
+    """``GET /info``: the first model's description (one model: the server's, as before), and every model's under
+    ``models``, each with its name and language pair."""
+    described = []
+    for name, model in models.models.items():
+        info = model.service.info()
+        described.append({**info, "folder": info["name"], "name": name, "source": model.source,
+                          "target": model.target})
+    return {**described[0], "models": described}
+
+
+def add_pages(app: Any, models: ServedModels, guarded: tuple[int, ...]) -> None:
     """``GET /health``, ``/info``, the page at ``/`` and its icon; ``guarded``: (401,) behind an API key."""
     page = resources.files("encdec").joinpath(PAGE).read_text(encoding="utf-8")
     icon = resources.files("encdec").joinpath(FAVICON).read_bytes()
@@ -383,7 +421,7 @@ def add_pages(app: Any, service: TranslationService, guarded: tuple[int, ...]) -
     @app.get("/info", summary="The model: family, size, languages, card metrics; the engine, defaults and limits",
              responses=errors)
     async def info() -> dict[str, Any]:
-        return service.info()
+        return models_info(models)
 
     @app.get("/", response_class=HTMLResponse, summary="A page that translates and shows the alignment",
              responses=error_responses(*guarded, json_route=False))
@@ -422,26 +460,41 @@ def add_error_handlers(app: Any, hints: dict[str, str]) -> None:
                               field, getattr(error, "headers", None))
 
 
-def build_service(model_dir: str, engine: str = "torch", quantize: str | None = None, dtype: str | None = None,
-                  limits: ServeLimits | None = None) -> TranslationService:
-    translator, tokenizer = load_engine(model_dir, engine, quantize=quantize, dtype=dtype)
+def build_service(model_dir: str, engine: str | None = "torch", quantize: str | None = None,
+                  dtype: str | None = None, limits: ServeLimits | None = None) -> TranslationService:
+    translator, tokenizer = load_engine(model_dir, engine or "torch", quantize=quantize, dtype=dtype)
     return TranslationService(translator, tokenizer, limits, model_dir=model_dir)
 
 
-def serve(model_dir: str, engine: str = "torch", quantize: str | None = None, dtype: str | None = None,
+def load_models(models: str | list[str], engine: str = "torch", quantize: str | None = None,
+                dtype: str | None = None, limits: ServeLimits | None = None) -> ServedModels:
+    """The ``--model`` arguments (``[SRC-TGT=]DIR[,engine=E,quantize=Q,dtype=D]``), each loaded once, with the
+    command's engine options as defaults; every refusal (a malformed value, two models for one pair, a pair that the
+    card contradicts) comes before the server starts."""
+    specs = [ModelSpec.parse(value) for value in ([models] if isinstance(models, str) else models)]
+    defaults = {"engine": engine, "quantize": quantize, "dtype": dtype}
+    return ServedModels.load(specs, lambda model_dir, options: build_service(model_dir, limits=limits, **options),
+                             defaults)
+
+
+def serve(models: str | list[str], engine: str = "torch", quantize: str | None = None, dtype: str | None = None,
           host: str = "127.0.0.1", port: int = 8000, api_key: str | None = None, limits: ServeLimits | None = None,
           log_level: str = "info") -> None:
-    """Load the model and serve it until SIGINT or SIGTERM (``encdec serve``)."""
+    """Load the models and serve them until SIGINT or SIGTERM (``encdec serve``)."""
     api_key = api_key or os.environ.get(API_KEY_ENV) or None
     check_bind(host, api_key)
-    service = build_service(model_dir, engine, quantize, dtype, limits)
+    served = load_models(models, engine, quantize, dtype, limits)
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    info = service.info()
-    print(f"encdec serve: {info['family']} model {model_dir} ({info['engine']} engine) on http://{host}:{port} "
-          f"- page at /, API docs at /docs", flush=True)
-    uvicorn.run(create_app(service, api_key), host=host, port=port, log_level=log_level,
+    for name, model in served.models.items():
+        info = model.service.info()
+        print(f"encdec serve: {info['family']} model {model.service.model_dir} ({info['engine']} engine) as {name}",
+              flush=True)
+    resident = psutil.Process().memory_info().rss / 2**20
+    print(f"encdec serve: {len(served.models)} model(s) loaded, {resident:,.0f} MiB resident; on "
+          f"http://{host}:{port} - page at /, API docs at /docs", flush=True)
+    uvicorn.run(create_app(served, api_key), host=host, port=port, log_level=log_level,
                 timeout_graceful_shutdown=None)  # in-flight requests always finish
 
 
 __all__ = ["API_KEY_ENV", "SERVE_INSTALL", "ErrorResponse", "TranslateResponse", "build_service", "check_bind",
-           "create_app", "request_schema", "serve"]
+           "create_app", "load_models", "request_schema", "serve"]

@@ -38,7 +38,7 @@ from transformers import (
 )
 
 from .averaging import WeightSnapshots, average_state_dicts, load_weights, snapshot_folders, snapshot_step
-from .cards import training_summary, write_model_card
+from .cards import data_languages, training_summary, write_model_card
 from .config_io import apply_overrides, from_dict, load_yaml
 from .data import (
     DataSpec,
@@ -604,7 +604,8 @@ def save_final_folder(trainer: Seq2SeqTrainer, tokenizer, output_dir: Path, resu
     metrics = {"split": split, **results[split]} if split in results else None
     write_model_card(staging, metrics=metrics, dataset_name=dataset_name(config.data),
                      dataset_id=config.data.hub_name if config.data.format == "hub" else None,
-                     training_summary=training_summary(results["train"]))
+                     training_summary=training_summary(results["train"]),
+                     languages=data_languages(dataclasses.asdict(config.data)))
     for item in staging.iterdir():
         target = output_dir / item.name
         if target.is_dir():
