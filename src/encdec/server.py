@@ -1,5 +1,9 @@
 """``encdec serve``: a translation server (FastAPI on uvicorn, the optional extra ``encdec[serve]``).
 
+One server serves one model or several (``ServedModels``, by language pair), each with its own dynamic batcher.
+Under ``/libretranslate/`` it also speaks LibreTranslate's API (``encdec.libretranslate``) over the same models
+and batchers.
+
 Endpoints: ``POST /translate``, ``GET /health``, ``GET /info`` and ``GET /``, a page that translates and shows the
 alignment as a heatmap (one HTML file, no external assets), and the API page ``/docs`` (Swagger UI), whose script
 and styles come from the package ``fastapi-offline`` rather than a CDN, so that all of it works offline. ReDoc
@@ -52,7 +56,10 @@ try:
 except ImportError as missing:  # the CLI prints this as one line
     raise EncdecError(f"`encdec serve` needs FastAPI and uvicorn; install the extra with `{SERVE_INSTALL}`.") \
         from missing
+from .libretranslate import CORS_HEADERS, LibreTranslateAPI  # noqa: E402
+from .libretranslate import PREFIX as LIBRETRANSLATE_PREFIX  # noqa: E402 (needs FastAPI, checked above)
 
+CORS = [(name.lower().encode(), value.encode()) for name, value in CORS_HEADERS.items()]  # LibreTranslate's API
 logger = logging.getLogger("encdec.serve")
 API_KEY_ENV = "ENCDEC_API_KEY"
 PAGE = "web/index.html"
@@ -290,14 +297,16 @@ class Guard:
         headers = dict(scope["headers"])
         started = False
 
+        cors = CORS if scope.get("path", "").startswith(LIBRETRANSLATE_PREFIX) else []
+
         async def send_with_id(message: dict) -> None:
             nonlocal started
             if message["type"] == "http.response.start":
                 started = True
-                message.setdefault("headers", []).append((b"x-request-id", rid.encode()))
+                message.setdefault("headers", []).extend([(b"x-request-id", rid.encode()), *cors])
             await send(message)
 
-        refusal = self.refusal(headers)
+        refusal = self.refusal(headers, scope.get("path", ""))
         if refusal is not None:
             status, text, extra = refusal
             field = None if status == 401 else "body"
@@ -311,8 +320,10 @@ class Guard:
                 await JSONResponse({"error": INTERNAL_ERROR, "field": None, "request_id": rid}, 500)(
                     scope, receive, send_with_id)
 
-    def refusal(self, headers: dict[bytes, bytes]) -> tuple[int, str, dict[str, str]] | None:
-        if self.api_key:
+    def refusal(self, headers: dict[bytes, bytes], path: str = "") -> tuple[int, str, dict[str, str]] | None:
+        # LibreTranslate's clients send the key in the body, and browsers send CORS preflights without one: the
+        # adapter checks the key itself (encdec.libretranslate)
+        if self.api_key and not path.startswith(LIBRETRANSLATE_PREFIX):
             key = presented_key(headers)
             if key is None or not hmac.compare_digest(key.encode(), self.api_key.encode()):
                 return 401, "a valid API key is required: send `Authorization: Bearer KEY` or `X-API-Key: KEY`.", \
@@ -378,6 +389,7 @@ def create_app(served: TranslationService | ServedModels, api_key: str | None = 
     guarded = (401,) if api_key else ()
     add_translate(app, schema, error_responses(400, *guarded, 413, 415, 422, 500))
     add_pages(app, models, guarded)
+    LibreTranslateAPI(models, batchers, api_key, presented_key).mount(app)
     return Guard(app, api_key, limits.max_body_bytes)
 
 

@@ -1,0 +1,265 @@
+"""LibreTranslate's HTTP API in front of ``encdec serve``'s models, under ``/libretranslate/``.
+
+The clients people already translate with (Weblate, SearXNG, deep-translator, browser extensions, the LibreTranslate
+libraries for Python, JavaScript, .NET and Dart) speak LibreTranslate's API. This adapter answers it with the field
+names, types, status codes and error shapes of LibreTranslate's own server (``libretranslate/app.py``), over the same
+models and dynamic batchers as the native ``/translate``: a request becomes jobs like any other, under the same
+limits.
+
+- ``POST /translate``: ``q`` (a string or a list), ``source``, ``target``, ``format`` (``text``, or ``html``: the
+  tags are kept and the text between them translated), ``alternatives`` (that many more translations, from beam
+  search), ``api_key``; JSON or form-encoded. ``source: "auto"`` takes the one served pair into ``target``, if there
+  is exactly one (there is no language detection), and says so in ``detectedLanguage``.
+- ``GET /languages``, ``GET /frontend/settings``, ``GET /health``.
+- Every error is ``{"error": "..."}`` with LibreTranslate's status: 400 for a bad request, 403 for a wrong API key.
+- CORS headers as LibreTranslate sends them, on every answer under the prefix, so that browser clients work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import html
+import json
+from html.parser import HTMLParser
+from typing import Any
+
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+
+from .serving import LANGUAGE_NAMES, RequestError, ServedModel, ServedModels
+
+PREFIX = "/libretranslate"
+CORS_HEADERS = {"Access-Control-Allow-Origin": "*", "Access-Control-Allow-Headers": "Authorization, Content-Type",
+                "Access-Control-Expose-Headers": "Authorization", "Access-Control-Allow-Methods": "GET, POST",
+                "Access-Control-Allow-Credentials": "true", "Access-Control-Max-Age": str(60 * 60 * 24 * 20)}
+FORMATS = ("text", "html")
+ERROR_SCHEMA = {"content": {"application/json": {"schema": {  # LibreTranslate's error answer, for /docs
+    "type": "object", "properties": {"error": {"type": "string"}}, "required": ["error"]}}}}
+NO_TRANSLATION = {"script", "style"}  # HTML elements whose content is not text to translate
+
+
+class Refusal(Exception):
+    """A request LibreTranslate would refuse: ``{"error": message}`` with ``status``."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def name_of(code: str) -> str:
+    return LANGUAGE_NAMES.get(code, code)
+
+
+def choose(models: ServedModels, source: str, target: str) -> ServedModel:
+    """The served model for ``source`` -> ``target``, refused in LibreTranslate's words; ``auto`` is the only
+    served pair into ``target``."""
+    pairs = [model for model in models.models.values() if model.source]
+    if source == "auto":
+        into = [model for model in pairs if model.target == target]
+        if len(into) != 1:
+            raise Refusal(f"source 'auto' needs exactly one served model into {target}, and there are {len(into)}: "
+                          "this server detects no languages; give the source language.")
+        return into[0]
+    if source not in {model.source for model in pairs}:
+        raise Refusal(f"{source} is not supported")
+    if target not in {model.target for model in pairs}:
+        raise Refusal(f"{target} is not supported")
+    for model in pairs:
+        if (model.source, model.target) == (source, target):
+            return model
+    raise Refusal(f"{name_of(target)} ({target}) is not available as a target language from {name_of(source)} "
+                  f"({source})")
+
+
+class Segments(HTMLParser):
+    """HTML cut into markup, kept as written, and text between tags, to translate (not inside script or style)."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.parts: list[tuple[bool, str]] = []  # (is text to translate, the piece)
+        self.skipping = 0
+
+    def handle_starttag(self, tag: str, attrs: Any) -> None:
+        self.parts.append((False, self.get_starttag_text() or ""))
+        self.skipping += tag in NO_TRANSLATION
+
+    def handle_startendtag(self, tag: str, attrs: Any) -> None:
+        self.parts.append((False, self.get_starttag_text() or ""))
+
+    def handle_endtag(self, tag: str) -> None:
+        self.parts.append((False, f"</{tag}>"))
+        self.skipping -= tag in NO_TRANSLATION and self.skipping > 0
+
+    def handle_data(self, data: str) -> None:
+        translate = not self.skipping and bool(data.strip())
+        self.parts.append((translate, data if translate else html.escape(data, quote=False)))
+
+    def handle_comment(self, data: str) -> None:
+        self.parts.append((False, f"<!--{data}-->"))
+
+    def handle_decl(self, decl: str) -> None:
+        self.parts.append((False, f"<!{decl}>"))
+
+    def handle_pi(self, data: str) -> None:
+        self.parts.append((False, f"<?{data}>"))
+
+
+def html_parts(text: str) -> list[tuple[bool, str]]:
+    parser = Segments()
+    parser.feed(text)
+    parser.close()
+    return parser.parts
+
+
+async def read_body(request: Request) -> dict[str, Any]:
+    """A JSON object, or a form's fields (``q`` repeated: a list), as LibreTranslate reads either."""
+    if request.headers.get("content-type", "").split(";")[0].strip() == "application/json":
+        try:
+            body = json.loads(await request.body())
+        except (ValueError, UnicodeDecodeError):
+            raise Refusal("Invalid JSON format") from None
+        if not isinstance(body, dict):
+            raise Refusal("Invalid JSON format")
+        return body
+    form = await request.form()
+    body: dict[str, Any] = {key: form.get(key) for key in form}
+    texts = form.getlist("q")
+    if len(texts) > 1:
+        body["q"] = texts
+    return body
+
+
+def alternatives_of(body: dict[str, Any], limit: int) -> int:
+    value = body.get("alternatives", 0) or 0
+    try:
+        count = max(0, int(value))
+    except (TypeError, ValueError):
+        raise Refusal("Invalid request: alternatives parameter is not a number") from None
+    if count > limit:
+        raise Refusal(f"Invalid request: alternatives parameter must be <= {limit}")
+    return count
+
+
+def check_request(body: dict[str, Any], max_texts: int) -> tuple[list[str], bool, str]:
+    """The texts of ``q``, whether it was a list, and the format; refused in LibreTranslate's words."""
+    for name in ("q", "source", "target"):
+        if not body.get(name):
+            raise Refusal(f"Invalid request: missing {name} parameter")
+    q = body["q"]
+    batch = isinstance(q, list)
+    texts = q if batch else [q]
+    if not all(isinstance(text, str) for text in texts) or not isinstance(body["source"], str) \
+            or not isinstance(body["target"], str):
+        raise Refusal("Invalid request: q must be a string or a list of strings; source and target strings")
+    if batch and len(texts) > max_texts:
+        raise Refusal(f"Invalid request: request ({len(texts)}) exceeds text limit ({max_texts})")
+    text_format = body.get("format") or "text"
+    if text_format not in FORMATS:
+        raise Refusal(f"{text_format} format is not supported")
+    return texts, batch, text_format
+
+
+async def translate_texts(model: ServedModel, batcher: Any, texts: list[str], alternatives: int,
+                          as_list: bool = False) -> list[list[str]]:
+    """Each text's translation and its alternatives (best first), decoded by the model's batcher."""
+    service = model.service
+    options = {"num_beams": max(service.default_beams, alternatives + 1), "n_best": alternatives + 1} \
+        if alternatives else {}
+    try:  # a list is checked as one request (its limits, and the field q[i] at fault); HTML pieces one by one
+        jobs = (service.jobs(texts, **options) if as_list else
+                [job for text in texts for job in service.jobs(text, **options)])
+    except RequestError as error:
+        raise Refusal(f"Invalid request: q{str(error).removeprefix('text')}") from None
+    answers = await asyncio.gather(*(asyncio.wrap_future(f) for f in batcher.submit(jobs)))
+    return [[item["text"] for item in answer["n_best"]] if alternatives else [answer["text"]] for answer in answers]
+
+
+async def translate_html(model: ServedModel, batcher: Any, document: str) -> str:
+    parts = html_parts(document)
+    texts = [piece.strip() for translate, piece in parts if translate]
+    done = iter(await translate_texts(model, batcher, texts, 0)) if texts else iter(())
+    out = []
+    for translate, piece in parts:
+        if translate:  # the text's own leading and trailing spaces stay around its translation
+            core = piece.strip()
+            start = piece.index(core)
+            out.append(piece[:start] + html.escape(next(done)[0], quote=False) + piece[start + len(core):])
+        else:
+            out.append(piece)
+    return "".join(out)
+
+
+class LibreTranslateAPI:
+    """The routes under ``/libretranslate`` over ``models`` and their ``batchers``; ``presented_key(headers)``
+    reads an API key from a request's headers (the body's ``api_key`` comes first, as in LibreTranslate)."""
+
+    def __init__(self, models: ServedModels, batchers: dict[str, Any], api_key: str | None,
+                 presented_key: Any) -> None:
+        self.models, self.batchers, self.api_key, self.presented_key = models, batchers, api_key, presented_key
+        self.limits = next(iter(models.models.values())).service.limits
+
+    def mount(self, app: FastAPI) -> None:
+        router = APIRouter(prefix=PREFIX, tags=["LibreTranslate API"])
+        errors = {400: ERROR_SCHEMA | {"description": "A bad request, in LibreTranslate's words"}}
+        if self.api_key:
+            errors[403] = ERROR_SCHEMA | {"description": "A wrong API key (`api_key` in the body, or a header)"}
+        router.add_api_route("/translate", self.translate, methods=["POST"], responses=errors,
+                             summary="LibreTranslate: translate q from source to target (JSON or form body)")
+        router.add_api_route("/languages", self.languages, summary="LibreTranslate: the served languages")
+        router.add_api_route("/frontend/settings", self.settings, summary="LibreTranslate: front-end settings")
+        router.add_api_route("/health", self.health, summary="LibreTranslate: liveness")
+        router.add_api_route("/{path:path}", self.preflight, methods=["OPTIONS"], include_in_schema=False)
+        app.include_router(router)
+        app.add_exception_handler(Refusal, self.refused)  # the CORS headers: encdec.server.Guard, on every answer
+
+    async def translate(self, request: Request) -> JSONResponse:
+        body = await read_body(request)
+        self.check_key(body, request)
+        texts, batch, text_format = check_request(body, self.limits.max_texts)
+        alternatives = alternatives_of(body, self.limits.max_beams - 1) if text_format == "text" else 0
+        model = choose(self.models, body["source"], body["target"])
+        batcher = self.batchers[model.name]
+        if text_format == "html":
+            results = [[await translate_html(model, batcher, text)] for text in texts]
+        else:
+            results = await translate_texts(model, batcher, texts, alternatives, as_list=batch)
+        answer: dict[str, Any] = {"translatedText": [r[0] for r in results] if batch else results[0][0]}
+        if alternatives or "alternatives" in body:
+            answer["alternatives"] = [r[1:] for r in results] if batch else results[0][1:]
+        if body["source"] == "auto":
+            detected = {"confidence": 100.0, "language": model.source}
+            answer["detectedLanguage"] = [detected] * len(texts) if batch else detected
+        return JSONResponse(answer)
+
+    def check_key(self, body: dict[str, Any], request: Request) -> None:
+        if not self.api_key:
+            return
+        key = body.get("api_key") or self.presented_key(dict(request.scope["headers"]))
+        if not key:
+            raise Refusal("Please contact the server operator to get an API key")
+        if not isinstance(key, str) or not hmac.compare_digest(key.encode(), self.api_key.encode()):
+            raise Refusal("Invalid API key", 403)
+
+    async def languages(self) -> JSONResponse:
+        return JSONResponse(self.models.languages())
+
+    async def settings(self) -> JSONResponse:
+        first = next((model for model in self.models.models.values() if model.source), None)
+        pair = ([{"code": code, "name": name_of(code)} for code in (first.source, first.target)] if first else
+                [{"code": "auto", "name": "Auto Detect"}, {"code": "", "name": ""}])
+        return JSONResponse({"charLimit": -1, "frontendTimeout": 500, "apiKeys": bool(self.api_key),
+                             "keyRequired": bool(self.api_key), "suggestions": False, "filesTranslation": False,
+                             "supportedFilesFormat": [], "language": {"source": pair[0], "target": pair[1]}})
+
+    async def health(self) -> JSONResponse:
+        return JSONResponse({"status": "ok"})
+
+    async def preflight(self, path: str) -> Response:  # a browser's CORS preflight, sent without a key
+        return Response(status_code=200)
+
+    async def refused(self, request: Request, error: Exception) -> JSONResponse:
+        return JSONResponse({"error": str(error)}, getattr(error, "status", 400))
+
+
+__all__ = ["CORS_HEADERS", "PREFIX", "LibreTranslateAPI", "html_parts"]

@@ -1,0 +1,193 @@
+"""LibreTranslate's API on `encdec serve` (encdec.libretranslate): the answers `encdec translate` gives for the pair,
+in JSON and form bodies, with `q` a string or a list, alternatives and HTML; its languages, settings and health;
+CORS; its error shapes and statuses; the API key in the body; and the two APIs batched together under load."""
+
+from __future__ import annotations
+
+import json
+import urllib.parse
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from encdec.folders import save_for_pipeline
+from encdec.inference import load_model_and_tokenizer, translate, translate_n_best
+from encdec.libretranslate import CORS_HEADERS, html_parts
+from encdec.server import create_app, load_models
+from encdec.serving import ServeLimits
+from test_serve import Server, request
+from tiny_model_folders import DATE_RNN, DATE_TRANSFORMER, date_data, train_on_dates
+
+URL = "/libretranslate"
+
+
+@pytest.fixture(scope="module")
+def pairs(tmp_path_factory):
+    """de-en: a Transformer, en-de: an RNN, each trained on dates for a moment (they answer differently)."""
+    dates = date_data()
+    root = tmp_path_factory.mktemp("libretranslate")
+    return {"de-en": save_for_pipeline(train_on_dates(DATE_TRANSFORMER, dates, 150, 3e-3), dates[0], root / "a"),
+            "en-de": save_for_pipeline(train_on_dates(DATE_RNN, dates, 150, 5e-3), dates[0], root / "b")}
+
+
+@pytest.fixture(scope="module")
+def texts():
+    return [source for source, _ in date_data()[2][:4]]
+
+
+def serve(pairs, api_key: str | None = None, **limits) -> Server:
+    models = load_models([f"{pair}={path}" for pair, path in pairs.items()], limits=ServeLimits(**limits))
+    return Server(create_app(models, api_key=api_key))
+
+
+def alone(pairs, pair: str, texts: list[str], **options) -> list[str]:
+    return translate(*load_model_and_tokenizer(str(pairs[pair])), texts, **options)
+
+
+def form(url: str, fields: list[tuple[str, str]], headers: dict | None = None) -> tuple[int, dict, dict]:
+    raw = urllib.parse.urlencode(fields).encode()
+    return request(url, raw=raw, headers={"Content-Type": "application/x-www-form-urlencoded", **(headers or {})})
+
+
+def test_translate_answers_as_encdec_translate_in_json_and_form_bodies(pairs, texts) -> None:
+    with serve(pairs) as server:
+        status, one, headers = request(f"{server.url}{URL}/translate", {"q": texts[0], "source": "de",
+                                                                         "target": "en"})
+        _, many, _ = request(f"{server.url}{URL}/translate", {"q": texts, "source": "en", "target": "de",
+                                                               "format": "text"})
+        _, by_form, _ = form(f"{server.url}{URL}/translate", [("q", texts[1]), ("source", "de"), ("target", "en")])
+    assert status == 200 and one == {"translatedText": alone(pairs, "de-en", texts[:1])[0]}
+    assert many == {"translatedText": alone(pairs, "en-de", texts)}
+    assert by_form == {"translatedText": alone(pairs, "de-en", texts[1:2])[0]}
+    got = {name.lower(): value for name, value in headers.items()}
+    assert all(got.get(name.lower()) == value for name, value in CORS_HEADERS.items())
+
+
+def test_alternatives_come_from_beam_search(pairs, texts) -> None:
+    with serve(pairs) as server:
+        _, single, _ = request(f"{server.url}{URL}/translate", {"q": texts[0], "source": "de", "target": "en",
+                                                                "alternatives": 2})
+        _, batch, _ = request(f"{server.url}{URL}/translate", {"q": texts[:2], "source": "de", "target": "en",
+                                                               "alternatives": 2})
+    best = translate_n_best(*load_model_and_tokenizer(str(pairs["de-en"])), texts[:2], n_best=3, num_beams=3)
+    assert single == {"translatedText": best[0][0], "alternatives": best[0][1:]}
+    assert batch == {"translatedText": [best[0][0], best[1][0]], "alternatives": [best[0][1:], best[1][1:]]}
+
+
+def test_html_keeps_the_markup_and_translates_the_text_between_tags(pairs, texts) -> None:
+    document = (f'<p class="x">{texts[0]}</p>\n<ul><li> {texts[1]} </li><li><b>{texts[2]}</b></li></ul>'
+                f'<script>var a = "{texts[3]}";</script><!-- {texts[3]} --><br/>')
+    assert "".join(piece for _, piece in html_parts(document)) == document  # nothing lost in the cut
+    with serve(pairs) as server:
+        _, answer, _ = request(f"{server.url}{URL}/translate", {"q": document, "source": "de", "target": "en",
+                                                                "format": "html"})
+    t = alone(pairs, "de-en", texts[:3])
+    assert answer["translatedText"] == (f'<p class="x">{t[0]}</p>\n<ul><li> {t[1]} </li><li><b>{t[2]}</b></li></ul>'
+                                        f'<script>var a = "{texts[3]}";</script><!-- {texts[3]} --><br/>')
+
+
+def test_languages_settings_health_and_cors_preflight(pairs) -> None:
+    with serve(pairs) as server:
+        _, languages, _ = request(f"{server.url}{URL}/languages")
+        _, settings, _ = request(f"{server.url}{URL}/frontend/settings")
+        health = request(f"{server.url}{URL}/health")
+        preflight = request(f"{server.url}{URL}/translate", method="OPTIONS",
+                            headers={"Origin": "http://example.org", "Access-Control-Request-Method": "POST"})
+    assert languages == [{"code": "de", "name": "German", "targets": ["en"]},
+                         {"code": "en", "name": "English", "targets": ["de"]}]
+    assert settings["language"] == {"source": {"code": "de", "name": "German"},
+                                    "target": {"code": "en", "name": "English"}}
+    assert settings["apiKeys"] is False and settings["charLimit"] == -1
+    assert health[:2] == (200, {"status": "ok"})
+    assert preflight[0] == 200 and {k.lower(): v for k, v in preflight[2].items()}["access-control-allow-origin"] == "*"
+
+
+def test_source_auto_takes_the_only_pair_into_the_target(pairs, texts) -> None:
+    with serve(pairs) as server:
+        status, answer, _ = request(f"{server.url}{URL}/translate", {"q": texts[0], "source": "auto",
+                                                                     "target": "de"})
+    assert status == 200 and answer == {"translatedText": alone(pairs, "en-de", texts[:1])[0],
+                                        "detectedLanguage": {"confidence": 100.0, "language": "en"}}
+
+
+@pytest.mark.parametrize(("body", "status", "message"), [
+    ({"source": "de", "target": "en"}, 400, "Invalid request: missing q parameter"),
+    ({"q": "", "source": "de", "target": "en"}, 400, "Invalid request: missing q parameter"),
+    ({"q": "x", "target": "en"}, 400, "Invalid request: missing source parameter"),
+    ({"q": "x", "source": "de"}, 400, "Invalid request: missing target parameter"),
+    ({"q": ["a", "b", "c"], "source": "de", "target": "en"}, 400,
+     "Invalid request: request (3) exceeds text limit (2)"),
+    ({"q": ["a", " "], "source": "de", "target": "en"}, 400, "Invalid request: q[1]: the text is empty"),
+    ({"q": "x", "source": "de", "target": "en", "format": "pdf"}, 400, "pdf format is not supported"),
+    ({"q": "x", "source": "de", "target": "en", "alternatives": 9}, 400,
+     "Invalid request: alternatives parameter must be <= 3"),
+    ({"q": "x", "source": "de", "target": "en", "alternatives": "many"}, 400,
+     "Invalid request: alternatives parameter is not a number"),
+    ({"q": "x", "source": "fr", "target": "en"}, 400, "fr is not supported"),
+    ({"q": "x", "source": "de", "target": "fr"}, 400, "fr is not supported"),
+    ({"q": "x", "source": "de", "target": "de"}, 400,
+     "German (de) is not available as a target language from German (de)"),
+    ({"q": "x", "source": "auto", "target": "fr"}, 400, "source 'auto' needs exactly one served model into fr"),
+    ([1, 2], 400, "Invalid JSON format"),
+])
+def test_bad_requests_get_libretranslates_error_and_the_server_goes_on(pairs, texts, body, status: int,
+                                                                       message: str) -> None:
+    with serve(pairs, max_texts=2, max_beams=4) as server:
+        got, answer, _ = request(f"{server.url}{URL}/translate", body)
+        after, _, _ = request(f"{server.url}{URL}/translate", {"q": texts[0], "source": "de", "target": "en"})
+    assert got == status and set(answer) == {"error"} and answer["error"].startswith(message)
+    assert after == 200
+
+
+def test_the_api_key_goes_in_the_body_or_a_header(pairs, texts) -> None:
+    body = {"q": texts[0], "source": "de", "target": "en"}
+    with serve(pairs, api_key="sesame") as server:
+        given = request(f"{server.url}{URL}/translate", {**body, "api_key": "sesame"})
+        by_form = form(f"{server.url}{URL}/translate", [*body.items(), ("api_key", "sesame")])
+        by_header = request(f"{server.url}{URL}/translate", body, headers={"Authorization": "Bearer sesame"})
+        wrong = request(f"{server.url}{URL}/translate", {**body, "api_key": "open"})
+        missing = request(f"{server.url}{URL}/translate", body)
+        native = request(f"{server.url}/translate", {"text": texts[0], "model": "de-en", "api_key": "sesame"})
+        _, settings, _ = request(f"{server.url}{URL}/frontend/settings")
+    assert given[0] == by_form[0] == by_header[0] == 200
+    assert wrong[:2] == (403, {"error": "Invalid API key"})
+    assert missing[0] == 400 and "API key" in missing[1]["error"]
+    assert native[0] == 401  # the native API keeps its header key
+    assert settings["keyRequired"] is True
+
+
+def test_both_apis_under_concurrent_clients_batch_as_translating_alone(pairs, texts) -> None:
+    """Clients of the native API and of LibreTranslate's at once: each answer is what translating alone gives, and
+    the batchers did batch (some batch held several texts)."""
+    expected = {pair: alone(pairs, pair, texts) for pair in pairs}
+    calls = [(api, pair, i) for api in ("native", "libre") for pair in pairs for i in range(len(texts))] * 3
+
+    def call(item):
+        api, pair, i = item
+        source, target = pair.split("-")
+        if api == "native":
+            _, body, _ = request(f"{server.url}/translate", {"text": texts[i], "source": source, "target": target})
+            return body["translations"][0]["text"]
+        _, body, _ = request(f"{server.url}{URL}/translate", {"q": texts[i], "source": source, "target": target})
+        return body["translatedText"]
+
+    with serve(pairs, max_wait_ms=50) as server:
+        with ThreadPoolExecutor(8) as pool:
+            answers = list(pool.map(call, calls))
+        batchers = server.server.config.app.app.state.batchers
+        sizes = [size for batcher in batchers.values() for size in batcher.batches]
+    assert answers == [expected[pair][i] for _, pair, i in calls]
+    assert max(sizes) > 1 and sum(sizes) == len(calls)
+    assert json.dumps(answers)  # plain strings
+
+
+def test_a_libretranslate_client_library_works_unchanged(pairs, texts) -> None:
+    """libretranslatepy, pointed at `encdec serve`'s LibreTranslate base URL: form bodies, its key, /languages."""
+    from libretranslatepy import LibreTranslateAPI
+
+    with serve(pairs, api_key="sesame") as server:
+        client = LibreTranslateAPI(f"{server.url}{URL}/", api_key="sesame")
+        translated = client.translate(texts[0], "en", "de")
+        languages = client.languages()
+    assert translated == alone(pairs, "en-de", texts[:1])[0]
+    assert [language["code"] for language in languages] == ["de", "en"]
