@@ -15,7 +15,7 @@ from encdec.inference import load_model_and_tokenizer, translate, translate_n_be
 from encdec.libretranslate import CORS_HEADERS, html_parts
 from encdec.server import create_app, load_models
 from encdec.serving import ServeLimits
-from test_serve import Server, request
+from test_serve import Server, assert_local_and_found, chromium_driver, page_requests, request
 from tiny_model_folders import DATE_RNN, DATE_TRANSFORMER, date_data, train_on_dates
 
 URL = "/libretranslate"
@@ -191,3 +191,32 @@ def test_a_libretranslate_client_library_works_unchanged(pairs, texts) -> None:
         languages = client.languages()
     assert translated == alone(pairs, "en-de", texts[:1])[0]
     assert [language["code"] for language in languages] == ["de", "en"]
+
+
+def test_the_page_has_a_language_pair_selector_in_chromium(pairs, texts) -> None:
+    """Several models: the page lists their pairs, and translates with the chosen one (as /translate would)."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+
+    driver = chromium_driver()
+    try:
+        with serve(pairs) as server:
+            expected = {pair: request(f"{server.url}/translate", {"text": texts[0], "model": pair})[1][
+                "translations"][0]["text"] for pair in pairs}
+            assert len(set(expected.values())) == 2  # the pairs' models answer differently: the choice shows
+            driver.get(f"{server.url}/")
+            wait = WebDriverWait(driver, 30)
+            wait.until(lambda d: d.find_element(By.ID, "pair").is_displayed())
+            pair = Select(driver.find_element(By.ID, "pair"))
+            assert [option.text for option in pair.options] == ["de \u2192 en", "en \u2192 de"]
+            driver.find_element(By.ID, "source").send_keys(texts[0])
+            for index, name in enumerate(pairs):
+                pair.select_by_index(index)
+                driver.find_element(By.ID, "translate").click()
+                wait.until(lambda d, n=name: d.execute_script(  # read at once: the lines are redrawn
+                    "return [...document.querySelectorAll('#translation .line')].map(l => l.textContent)")
+                    == [expected[n]])
+            assert driver.find_element(By.ID, "error").text == ""
+            assert_local_and_found(page_requests(driver), server.url)
+    finally:
+        driver.quit()
