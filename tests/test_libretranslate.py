@@ -5,6 +5,7 @@ CORS; its error shapes and statuses; the API key in the body; and the two APIs b
 from __future__ import annotations
 
 import json
+import re
 import urllib.parse
 from concurrent.futures import ThreadPoolExecutor
 
@@ -15,7 +16,7 @@ from encdec.inference import load_model_and_tokenizer, translate, translate_n_be
 from encdec.libretranslate import CORS_HEADERS, html_parts
 from encdec.server import create_app, load_models
 from encdec.serving import ServeLimits
-from test_serve import Server, assert_local_and_found, chromium_driver, page_requests, request
+from test_serve import ServeProcess, Server, assert_local_and_found, chromium_driver, page_requests, request
 from tiny_model_folders import DATE_RNN, DATE_TRANSFORMER, date_data, train_on_dates
 
 URL = "/libretranslate"
@@ -220,3 +221,17 @@ def test_the_page_has_a_language_pair_selector_in_chromium(pairs, texts) -> None
             assert_local_and_found(page_requests(driver), server.url)
     finally:
         driver.quit()
+
+
+def test_the_command_serves_several_models_and_says_what_they_take(pairs) -> None:
+    """`encdec serve --model de-en=A --model en-de=B,dtype=float32`: each model named at start, their memory
+    said once they are loaded, and both pairs served."""
+    with ServeProcess("--model", f"de-en={pairs['de-en']}", "--model", f"en-de={pairs['en-de']},dtype=float32") \
+            as server:
+        _, languages, _ = request(f"{server.url}{URL}/languages")
+        server.process.terminate()  # SIGTERM: a graceful stop
+        log = server.process.stdout.read()
+        server.process.wait(timeout=30)
+    assert [language["code"] for language in languages] == ["de", "en"]
+    assert f"model {pairs['de-en']} (torch engine) as de-en" in log and "as en-de" in log
+    assert re.search(r"2 model\(s\) loaded, [\d,]+ MiB resident", log), log
