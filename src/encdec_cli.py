@@ -77,7 +77,7 @@ def cmd_distill(args: argparse.Namespace) -> None:
         counts = results["stages"]["corpus"]
         print(f"distilled corpus: {counts['distilled']:,} of {counts['translated']:,} teacher translations kept "
               f"({counts['empty']:,} empty, {counts['below_min_score']:,} below min_score), {counts['original']:,} "
-              f"original pairs added; manifest: {Path(config.output_dir) / 'corpus' / 'manifest.json'}")
+              f"original pairs added; manifest: {config.corpus / 'manifest.json'}")
         for split in ("validation", "test"):
             if split in results["student"]:
                 print(f"student {split}: {format_scores(results['student'][split])}")

@@ -220,6 +220,7 @@ def test_the_multi30k_recipes_load_and_name_the_ensemble_teacher(student: str) -
     config = load_distill_config(REPO_ROOT / "configs" / f"distill-multi30k-{student}.yaml")
     assert [Path(model).name for model in config.teacher.models] == ["multi30k-transformer-small",
                                                                      "multi30k-lstm-bahdanau"]
+    assert config.corpus == Path("runs/distill-multi30k-corpus")  # one translation for the three students
     assert config.teacher.num_beams == 5 and not config.mix_original and config.min_score is None
     run = load_run_config(config.student, config.student_overrides)
     assert run.data.format == "text" and Path(run.data.data_dir).name == "multi30k"
@@ -235,3 +236,14 @@ def test_two_processes_distil_the_same_corpus_as_one(finished, teacher, tmp_path
     manifest = json.loads((tmp_path / "out" / "corpus" / "manifest.json").read_text())
     assert manifest["stages"]["translation"]["processes"] == 2
     assert (tmp_path / "out" / "student" / "model.safetensors").is_file()
+
+
+def test_students_of_one_teacher_share_a_corpus_dir(finished, teacher, tmp_path, monkeypatch) -> None:
+    """A second recipe naming the finished run's corpus (same teacher, decoding and data) trains its student on it
+    without translating again."""
+    recipe = write_recipe(tmp_path, teacher, corpus_dir=str(finished / "corpus"),
+                          student_sections={"training": {"max_steps": 2, "eval_strategy": "no"}})
+    monkeypatch.setattr("encdec.distill.translate_file", lambda *a, **k: pytest.fail("translated again"))
+    result = distill(load_distill_config(recipe))
+    assert result["stages"]["corpus"]["distilled"] == 600
+    assert (tmp_path / "out" / "student" / "model.safetensors").is_file() and not (tmp_path / "out" / "corpus").exists()

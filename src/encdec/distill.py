@@ -18,6 +18,8 @@ none redone once finished:
 4. **student**: ``encdec train`` of the student's run config on that folder, into ``<output_dir>/student``, resumed
    from its latest checkpoint after an interruption. Its model card says which teacher it was distilled from.
 
+The corpus goes to ``corpus_dir`` when the recipe names one: several students of one teacher then share a single
+translation of the sources (run the first to the end of its translation before starting the others).
 ``<output_dir>/corpus/manifest.json`` records what the corpus was made from: the teacher folders and the SHA-256 of
 their files, the decoding options, the student's data, the filter and mix options, and each stage's line counts.
 Running again with a recipe that differs in any of these is refused, naming the difference.
@@ -85,6 +87,12 @@ class DistillConfig:
     mix_original: bool = False  # train on the distilled pairs and the original ones
     min_score: float | None = None  # drop pairs whose teacher log-probability per token is below this (e.g. -1.5)
     chunk_size: int = CHUNK_SIZE  # lines the teacher translates between two resumable saves
+    corpus_dir: str | None = None  # the distilled corpus; null: <output_dir>/corpus. Students of one teacher on one
+    #                                data can share one (the manifest must match): the teacher translates once
+
+    @property
+    def corpus(self) -> Path:
+        return Path(self.corpus_dir) if self.corpus_dir else Path(self.output_dir) / CORPUS_SUBDIR
 
     def __post_init__(self) -> None:
         if self.chunk_size < 1:
@@ -310,7 +318,7 @@ def distill(config: DistillConfig) -> dict[str, Any]:
     for model in config.teacher.models:
         require_file(Path(model) / "config.json", "teacher model config")
     tokenizer = check_tokenizers(config, student)
-    corpus = Path(config.output_dir) / CORPUS_SUBDIR
+    corpus = config.corpus
     manifest = check_manifest(corpus / "manifest.json", recipe_record(config, student))  # before anything is written
     src, tgt = languages(student.data)
     if "sources" not in manifest["stages"]:
