@@ -76,15 +76,15 @@ def test_the_workflow_writes_a_corpus_a_manifest_and_a_student_that_names_its_te
     assert len(manifest["recipe"]["teacher"][0]["model.safetensors"]) == 64  # its SHA-256
     assert manifest["recipe"]["decoding"]["num_beams"] == 2
     for name in ("train", "original", "validation", "test"):
-        sources = (corpus / f"{name}.src").read_text().splitlines()
-        assert len(sources) == len((corpus / f"{name}.tgt").read_text().splitlines()) > 0
-    assert (corpus / "original.src").read_text() == (corpus / "train.src").read_text()
-    assert (corpus / "original.tgt").read_text() != (corpus / "train.tgt").read_text()  # the teacher's, not these
+        sources = (corpus / f"{name}.source").read_text().splitlines()
+        assert len(sources) == len((corpus / f"{name}.target").read_text().splitlines()) > 0
+    assert (corpus / "original.source").read_text() == (corpus / "train.source").read_text()
+    assert (corpus / "original.target").read_text() != (corpus / "train.target").read_text()  # the teacher's
     student = finished / "student"
     assert (student / "model.safetensors").is_file()
     card = (student / "README.md").read_text()
     assert "distilled from" in card and f"{teacher} (beam 2)" in card
-    assert ModelCard.load(student / "README.md").data.language == ["src", "tgt"]  # the corpus files' languages
+    assert ModelCard.load(student / "README.md").data.language is None  # dates name no languages: none claimed
     results = json.loads((student / "eval_results.json").read_text())
     assert results["train"]["global_step"] == STUDENT_TRAINING["max_steps"]
 
@@ -93,10 +93,10 @@ def test_the_distilled_corpus_is_encdec_translate_of_the_sources(finished, teach
     corpus = finished / "corpus"
     out = tmp_path / "translated.txt"
     done = subprocess.run([sys.executable, "-m", "encdec", "translate", "--model", str(teacher), "--input",
-                           str(corpus / "original.src"), "--output", str(out), "--num-beams", "2"],
+                           str(corpus / "original.source"), "--output", str(out), "--num-beams", "2"],
                           env=ENV, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert out.read_text() == (corpus / "train.tgt").read_text()
+    assert out.read_text() == (corpus / "train.target").read_text()
     scores = [float(line.rsplit(" ||| ", 1)[1]) for line in (corpus / "teacher.scored").read_text().splitlines()]
     assert len(scores) == 600 and all(score < 0 for score in scores)
 
@@ -145,7 +145,7 @@ def test_kill_9_then_the_same_command_gives_the_same_student(finished, teacher, 
         assert not (tmp_path / "out" / "student" / "model.safetensors").exists()
     done = encdec_distill(recipe)
     assert done.returncode == 0, done.stderr[-3000:]
-    for name in ("corpus/teacher.scored", "corpus/train.tgt", "student/model.safetensors"):
+    for name in ("corpus/teacher.scored", "corpus/train.target", "student/model.safetensors"):
         assert (tmp_path / "out" / name).read_bytes() == (finished / name).read_bytes(), name
 
 
@@ -183,9 +183,9 @@ def test_filters_and_mixing_the_original_pairs(finished, teacher, tmp_path) -> N
                       "original": 600}
     assert 200 < below < 400
     corpus = tmp_path / "out" / "corpus"
-    train = (corpus / "train.tgt").read_text().splitlines()
+    train = (corpus / "train.target").read_text().splitlines()
     assert len(train) == 1200 - below
-    assert train[600 - below:] == (corpus / "original.tgt").read_text().splitlines()
+    assert train[600 - below:] == (corpus / "original.target").read_text().splitlines()
 
 
 def test_a_filter_that_leaves_nothing_is_refused_naming_it(teacher, tmp_path) -> None:
@@ -231,7 +231,7 @@ def test_two_processes_distil_the_same_corpus_as_one(finished, teacher, tmp_path
     """Under `accelerate launch` each process translates its share of the chunks, and the student trains on both."""
     recipe = write_recipe(tmp_path, teacher, student_sections={"training": {"max_steps": 4, "eval_strategy": "no"}})
     launch(["encdec", "distill", str(recipe)], accelerate=True, timeout=600)
-    for name in ("teacher.scored", "train.src", "train.tgt", "validation.tgt"):
+    for name in ("teacher.scored", "train.source", "train.target", "validation.target"):
         assert (tmp_path / "out" / "corpus" / name).read_bytes() == (finished / "corpus" / name).read_bytes(), name
     manifest = json.loads((tmp_path / "out" / "corpus" / "manifest.json").read_text())
     assert manifest["stages"]["translation"]["processes"] == 2
@@ -247,3 +247,35 @@ def test_students_of_one_teacher_share_a_corpus_dir(finished, teacher, tmp_path,
     result = distill(load_distill_config(recipe))
     assert result["stages"]["corpus"]["distilled"] == 600
     assert (tmp_path / "out" / "student" / "model.safetensors").is_file() and not (tmp_path / "out" / "corpus").exists()
+
+
+def test_a_student_stopped_before_its_first_checkpoint_goes_on(finished, teacher, tmp_path) -> None:
+    """Killed during set-up or its first steps, the student's folder holds files but no checkpoint: the same
+    command trains it from step 0 instead of refusing the folder."""
+    recipe = write_recipe(tmp_path, teacher, corpus_dir=str(finished / "corpus"),
+                          student_sections={"training": {"max_steps": 2, "eval_strategy": "no"}})
+    (tmp_path / "out" / "student" / "runs").mkdir(parents=True)  # what an early kill leaves: logs, no checkpoint
+    distill(load_distill_config(recipe))
+    assert (tmp_path / "out" / "student" / "model.safetensors").is_file()
+
+
+def test_two_runs_never_write_one_corpus_at_once(teacher, tmp_path) -> None:
+    import fcntl
+
+    recipe = write_recipe(tmp_path, teacher)
+    corpus = tmp_path / "out" / "corpus"
+    corpus.mkdir(parents=True)
+    with open(corpus / ".lock", "w") as held:  # another run is translating into it
+        fcntl.flock(held, fcntl.LOCK_EX)
+        with pytest.raises(EncdecError, match=r"Another encdec distill is writing the corpus in .*\.lock"):
+            distill(load_distill_config(recipe))
+
+
+def test_scores_written_into_a_teacher_folder_do_not_change_its_identity(teacher, tmp_path) -> None:
+    """`encdec evaluate --output` and `--card-dataset` write into the teacher's folder: the corpus stays valid."""
+    copy = shutil.copytree(teacher, tmp_path / "teacher")
+    recipe = write_recipe(tmp_path, copy, student_sections={"training": {"max_steps": 2, "eval_strategy": "no"}})
+    distill(load_distill_config(recipe))
+    (copy / "test2016-beam5.json").write_text("{}")
+    (copy / "README.md").write_text("a new card")
+    assert distill(load_distill_config(recipe))["stages"]["corpus"]["distilled"] == 600

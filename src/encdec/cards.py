@@ -112,10 +112,15 @@ def _slug(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "custom"
 
 
+LANGUAGE_CODE = re.compile(r"[a-z]{2,3}(?:_[A-Za-z]{2,4})?")  # ISO 639-1 or 639-3, optionally a script or region
+
+
 def data_languages(data: Mapping[str, Any]) -> list[str] | None:
-    """``[source, target]`` from a run config's ``data`` section when it names both languages, else None."""
+    """``[source, target]`` from a run config's ``data`` section when it names two languages by their codes (``de``,
+    ``zh_Hant``), else None: a file suffix such as ``source`` is no language."""
     pair = [data.get("source_lang"), data.get("target_lang")]
-    return pair if all(isinstance(code, str) and code for code in pair) and pair[0] != pair[1] else None
+    codes = all(isinstance(code, str) and LANGUAGE_CODE.fullmatch(code) for code in pair)
+    return pair if codes and pair[0] != pair[1] else None
 
 
 def training_summary(train_metrics: Mapping[str, Any]) -> dict[str, Any]:

@@ -27,7 +27,9 @@ Running again with a recipe that differs in any of these is refused, naming the 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import fcntl
 import hashlib
 import json
 import logging
@@ -39,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from .config_io import apply_overrides, from_dict, load_yaml
-from .corpus import TranslationOutput, difference, translate_file
+from .corpus import Shard, TranslationOutput, difference, on_main, translate_file
 from .data import DataSpec, load_data
 from .ensemble import check_same_tokenizer, tokenizer_difference
 from .errors import EncdecError
@@ -47,7 +49,7 @@ from .inference import CHUNK_SIZE
 from .io_utils import atomic_output, atomic_write_json, batched, require_file
 from .parallel import process_state
 from .tokenization import load_tokenizer
-from .training import CHECKPOINT_SUBDIR, RunConfig, latest_complete_checkpoint, load_run_config, train
+from .training import RunConfig, load_run_config, train
 
 logger = logging.getLogger(__name__)
 
@@ -121,11 +123,17 @@ def _anchored(base: Path, value: Any) -> Any:
 
 # --- what the corpus is made from --------------------------------------------------------------------------------
 
+TEACHER_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
+                 "special_tokens_map.json")
+
+
 def folder_hashes(folder: str | Path) -> dict[str, Any]:
-    """A model folder's path and the SHA-256 of each of its files (read in blocks)."""
+    """A model folder's path and the SHA-256 of the files that decide its translations (read in blocks): configs,
+    tokenizer, weights and vocabularies, not the scores and cards that evaluation writes beside them."""
     folder = Path(folder)
     hashes: dict[str, Any] = {"path": str(folder.resolve())}
-    for path in sorted(p for p in folder.iterdir() if p.is_file() and p.name != "README.md"):
+    for path in sorted(p for p in folder.iterdir() if p.is_file() and (
+            p.name in TEACHER_FILES or p.suffix in (".safetensors", ".bin") or "vocabulary" in p.name)):
         digest = hashlib.sha256()
         with open(path, "rb") as f:
             while block := f.read(1 << 20):
@@ -190,8 +198,9 @@ def check_tokenizers(config: DistillConfig, student: RunConfig) -> Any:
 # --- the stages ----------------------------------------------------------------------------------------------------
 
 def languages(data: DataSpec) -> tuple[str, str]:
-    """The corpus files' suffixes: the student's languages where its data names them."""
-    return data.source_lang or "src", data.target_lang or "tgt"
+    """The corpus files' suffixes: the student's languages where its data names them, else ``source`` and
+    ``target`` (no language code, so the student's model card claims no languages)."""
+    return data.source_lang or "source", data.target_lang or "target"
 
 
 def write_sources(student: RunConfig, corpus: Path) -> dict[str, int]:
@@ -237,9 +246,9 @@ def translate_sources(config: DistillConfig, corpus: Path, src: str) -> None:
 
 def scored_lines(path: Path) -> Iterator[tuple[str, float | None]]:
     """``teacher.scored``'s (translation, log-probability) pairs; a blank source's line has no score."""
-    with open(path, encoding="utf-8") as f:
+    with open(path, encoding="utf-8", newline="") as f:  # only \n ends a line: a \r stays in its translation
         for line in f:
-            text, _, score = line.rstrip("\n").rpartition(" ||| ")
+            text, _, score = line.removesuffix("\n").rpartition(" ||| ")
             yield text, float(score) if score else None
 
 
@@ -275,9 +284,9 @@ def build_corpus(config: DistillConfig, corpus: Path, tokenizer: Any, src: str, 
 
 
 def _lines(path: Path) -> Iterator[str]:
-    with open(path, encoding="utf-8") as f:
+    with open(path, encoding="utf-8", newline="") as f:
         for line in f:
-            yield line.rstrip("\n")
+            yield line.removesuffix("\n")
 
 
 def _per_token(tokenizer: Any, batch: list[tuple[str, tuple[str, float | None]]]) -> Iterable[float | None]:
@@ -303,7 +312,8 @@ def student_config(config: DistillConfig, student: RunConfig, corpus: Path, spli
                     splits={split: split for split in splits} | {"train": "train"}, num_proc=student.data.num_proc,
                     cache_dir=student.data.cache_dir, distilled_from=teacher_description(config))
     output_dir = Path(config.output_dir) / STUDENT_SUBDIR
-    resume = latest_complete_checkpoint(output_dir / CHECKPOINT_SUBDIR) is not None
+    # an interrupted student (with or without a checkpoint yet) goes on: from step 0 when none was kept
+    resume = output_dir.is_dir() and any(output_dir.iterdir())
     training = dataclasses.replace(student.training, output_dir=str(output_dir),
                                    resume_from_checkpoint=resume or student.training.resume_from_checkpoint)
     return dataclasses.replace(student, data=data, training=training)
@@ -320,20 +330,11 @@ def distill(config: DistillConfig) -> dict[str, Any]:
     tokenizer = check_tokenizers(config, student)
     corpus = config.corpus
     manifest = check_manifest(corpus / "manifest.json", recipe_record(config, student))  # before anything is written
-    src, tgt = languages(student.data)
-    if "sources" not in manifest["stages"]:
-        manifest = on_main_then_all(corpus, manifest, "sources", lambda: write_sources(student, corpus))
     if "corpus" not in manifest["stages"]:
-        if not (corpus / SCORED).is_file():
-            began, resumed = time.perf_counter(), (corpus / f"{SCORED}.partial.json").is_file()
-            translate_sources(config, corpus, src)  # every process takes its share of the chunks
-            manifest["stages"]["translation"] = {"seconds": round(time.perf_counter() - began, 1),
-                                                 "resumed": resumed, "processes": process_state().num_processes}
-        manifest = on_main_then_all(corpus, manifest, "corpus",
-                                    lambda: build_corpus(config, corpus, tokenizer, src, tgt))
+        manifest = make_corpus(config, corpus, manifest, tokenizer, student)
     splits = [split for split in manifest["stages"]["sources"] if split != "train"]
     run = student_config(config, student, corpus, splits)
-    results_path = Path(run.training.output_dir) / "eval_results.json"
+    results_path = Path(run.training.output_dir) / "eval_results.json"  # the last file a finished run writes
     if results_path.is_file():
         logger.info("student: already trained in %s", run.training.output_dir)
         results = json.loads(results_path.read_text(encoding="utf-8"))
@@ -342,16 +343,55 @@ def distill(config: DistillConfig) -> dict[str, Any]:
     return {**manifest, "student": results}
 
 
+def make_corpus(config: DistillConfig, corpus: Path, manifest: dict[str, Any], tokenizer: Any,
+                student: RunConfig) -> dict[str, Any]:
+    """Stages 1 to 3, those not done yet, holding the corpus lock."""
+    src, tgt = languages(student.data)
+    with corpus_lock(corpus):
+        manifest = read_manifest(corpus / "manifest.json") if (corpus / "manifest.json").is_file() else manifest
+        if "sources" not in manifest["stages"]:
+            manifest = on_main_then_all(corpus, manifest, "sources", lambda: write_sources(student, corpus))
+        if "corpus" in manifest["stages"]:  # another run finished it while this one waited
+            return manifest
+        if not (corpus / SCORED).is_file():
+            began, resumed = time.perf_counter(), (corpus / f"{SCORED}.partial.json").is_file()
+            translate_sources(config, corpus, src)  # every process takes its share of the chunks
+            manifest["stages"]["translation"] = {"seconds": round(time.perf_counter() - began, 1),
+                                                 "resumed": resumed, "processes": process_state().num_processes}
+        return on_main_then_all(corpus, manifest, "corpus", lambda: build_corpus(config, corpus, tokenizer, src, tgt))
+
+
 def on_main_then_all(corpus: Path, manifest: dict[str, Any], stage: str, run: Any) -> dict[str, Any]:
     """``run()`` on the main process, its result recorded as ``stage`` in the manifest (written atomically); every
-    process then reads that manifest."""
-    state = process_state()
-    if state.is_main_process:
+    process then reads that manifest. A refusal on the main process is raised on every process."""
+    def make() -> None:
         corpus.mkdir(parents=True, exist_ok=True)
         manifest["stages"][stage] = run()
         atomic_write_json(corpus / "manifest.json", manifest)
-    state.wait_for_everyone()
+
+    on_main(Shard(), make)
+    process_state().wait_for_everyone()
     return read_manifest(corpus / "manifest.json")
+
+
+@contextlib.contextmanager
+def corpus_lock(corpus: Path) -> Iterator[None]:
+    """Hold ``corpus/.lock`` while writing the corpus: two runs that share a ``corpus_dir`` must not both translate
+    into it. The second is refused at once (on the main process; the others follow it)."""
+    if not Shard().is_main:
+        yield
+        return
+    corpus.mkdir(parents=True, exist_ok=True)
+    with open(corpus / ".lock", "w") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise EncdecError(f"Another encdec distill is writing the corpus in {corpus} (it holds {corpus}/.lock); "
+                              "run this one once that one has finished its translation.") from None
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 __all__ = ["CORPUS_SUBDIR", "STUDENT_SUBDIR", "DistillConfig", "TeacherSettings", "distill", "folder_hashes",

@@ -37,6 +37,7 @@ from huggingface_hub import ModelCard
 from transformers import PreTrainedTokenizerBase
 
 from . import __version__
+from .cards import LANGUAGE_CODE as CARD_LANGUAGE_CODE
 from .engines import CTranslate2Engine, TorchEngine
 from .errors import EncdecError
 from .inference import Engine, auto_max_new_tokens, default_beams, generation_settings, max_source_length, output_ids
@@ -284,7 +285,7 @@ class TranslationService:
 
 # --- several models, by language pair -------------------------------------------------------------------------
 
-LANGUAGE_CODE = r"[a-z]{2,3}(?:_[A-Za-z]{2,4})?"  # ISO 639-1 or 639-3, optionally a script or region: zh_Hant
+LANGUAGE_CODE = CARD_LANGUAGE_CODE.pattern  # ISO 639-1 or 639-3, optionally a script or region: zh_Hant
 MODEL_SPEC = re.compile(rf"^(?:(?P<source>{LANGUAGE_CODE})-(?P<target>{LANGUAGE_CODE})=)?(?P<dir>[^,=]+)"
                         r"(?P<options>(?:,[a-z_]+=[^,]*)*)$")
 ENGINE_CHOICES = {"engine": ("torch", "ctranslate2"), "quantize": ("int8",), "dtype": ("float32", "bfloat16")}

@@ -400,7 +400,7 @@ def get_tokenizer(config: RunConfig, train_split: Any, output_dir: Path):
         return load_tokenizer(config.tokenizer.path)
     state = process_state()
     with state.main_process_first():  # several processes: the main one trains and saves it, the others load it
-        if saved.is_dir():
+        if (saved / "tokenizer_config.json").is_file():  # saved whole (publish_folder), or not at all
             return load_tokenizer(saved)
         s = config.tokenizer
         settings = {"vocab_size": s.vocab_size, "algorithm": s.algorithm, "pre_tokenizer": s.pre_tokenizer,
@@ -413,8 +413,8 @@ def get_tokenizer(config: RunConfig, train_split: Any, output_dir: Path):
         else:
             tokenizer = train_tokenizer(training_texts(train_split), **settings)
             publish_folder(tokenizer.save_pretrained, cached)
-        if state.num_processes > 1:
-            tokenizer.save_pretrained(saved)
+        if state.num_processes > 1 and not (saved / "tokenizer_config.json").is_file():
+            publish_folder(tokenizer.save_pretrained, saved)
     return tokenizer  # one process: train() saves it to <output_dir>/tokenizer once the run is set up
 
 
@@ -606,8 +606,8 @@ def save_final_folder(trainer: Seq2SeqTrainer, tokenizer, output_dir: Path, resu
                      dataset_id=config.data.hub_name if config.data.format == "hub" else None,
                      training_summary=training_summary(results["train"]),
                      languages=data_languages(dataclasses.asdict(config.data)))
-    for item in staging.iterdir():
-        target = output_dir / item.name
+    for item in sorted(staging.iterdir(), key=lambda item: item.name == "eval_results.json"):  # it last: the
+        target = output_dir / item.name  # sign of a finished folder (encdec distill relies on it)
         if target.is_dir():
             shutil.rmtree(target)
         os.replace(item, target)
@@ -754,8 +754,10 @@ def train(config: RunConfig) -> dict:
     snapshot_dir = output_dir / CHECKPOINT_SUBDIR / SNAPSHOT_SUBDIR
     trainer = build_trainer(config, model, tokenizer, tokenized, output_dir, snapshot_dir)
     resume = checkpoint_to_resume(config.training, output_dir)
-    if not config.tokenizer.path and not (output_dir / TOKENIZER_SUBDIR).is_dir() and trainer.is_world_process_zero():
-        tokenizer.save_pretrained(output_dir / TOKENIZER_SUBDIR)  # only now: a setup error leaves output_dir empty
+    # saved only now (a setup error leaves output_dir empty), and whole or not at all (a kill leaves no half folder)
+    if not config.tokenizer.path and not (output_dir / TOKENIZER_SUBDIR / "tokenizer_config.json").is_file() \
+            and trainer.is_world_process_zero():
+        publish_folder(tokenizer.save_pretrained, output_dir / TOKENIZER_SUBDIR)
     stop_on_ctrl_c = StopOnCtrlC()
     trainer.add_callback(stop_on_ctrl_c)
     with quiet_transformers_bars(), stop_on_ctrl_c:  # checkpoints and the final folder: no "Writing shards" bar
