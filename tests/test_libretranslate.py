@@ -4,6 +4,7 @@ CORS; its error shapes and statuses; the API key in the body; and the two APIs b
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import urllib.parse
@@ -75,16 +76,41 @@ def test_alternatives_come_from_beam_search(pairs, texts) -> None:
     assert batch == {"translatedText": [best[0][0], best[1][0]], "alternatives": [best[0][1:], best[1][1:]]}
 
 
+def test_lines_blank_texts_and_the_alternatives_key(pairs, texts) -> None:
+    """Each line of a text is translated on its own (a sentence-level model would drop the others); a blank text
+    stays blank; `alternatives` is answered only when asked, distinct and apart from the translation."""
+    with serve(pairs) as server:
+        _, lines, _ = request(f"{server.url}{URL}/translate", {"q": f"{texts[0]}\n\n{texts[1]}", "source": "de",
+                                                               "target": "en"})
+        _, blank, _ = request(f"{server.url}{URL}/translate", {"q": [texts[0], " "], "source": "de", "target": "en",
+                                                               "alternatives": 0})
+        _, three, _ = request(f"{server.url}{URL}/translate?source=de&target=en", raw=urllib.parse.urlencode(
+            {"q": texts[2], "alternatives": 3}).encode(), headers={"Content-Type": "application/x-www-form-urlencoded"})
+    t = alone(pairs, "de-en", texts[:3])
+    assert lines == {"translatedText": f"{t[0]}\n\n{t[1]}"}
+    assert blank == {"translatedText": [t[0], " "]}  # no alternatives key: none asked
+    best = translate_n_best(*load_model_and_tokenizer(str(pairs["de-en"])), texts[2:3], n_best=4, num_beams=4)[0]
+    distinct = list(dict.fromkeys(b for b in best[1:] if b != best[0]))
+    assert three == {"translatedText": best[0], "alternatives": distinct}
+
+
 def test_html_keeps_the_markup_and_translates_the_text_between_tags(pairs, texts) -> None:
     document = (f'<p class="x">{texts[0]}</p>\n<ul><li> {texts[1]} </li><li><b>{texts[2]}</b></li></ul>'
-                f'<script>var a = "{texts[3]}";</script><!-- {texts[3]} --><br/>')
+                f'<script>if (a < b && c) {{ var a = "{texts[3]}"; }}</script><!-- {texts[3]} --><br/>'
+                f'<![CDATA[{texts[3]}]]>')
     assert "".join(piece for _, piece in html_parts(document)) == document  # nothing lost in the cut
     with serve(pairs) as server:
         _, answer, _ = request(f"{server.url}{URL}/translate", {"q": document, "source": "de", "target": "en",
                                                                 "format": "html"})
     t = alone(pairs, "de-en", texts[:3])
     assert answer["translatedText"] == (f'<p class="x">{t[0]}</p>\n<ul><li> {t[1]} </li><li><b>{t[2]}</b></li></ul>'
-                                        f'<script>var a = "{texts[3]}";</script><!-- {texts[3]} --><br/>')
+                                        f'<script>if (a < b && c) {{ var a = "{texts[3]}"; }}</script>'
+                                        f'<!-- {texts[3]} --><br/><![CDATA[{texts[3]}]]>')
+    with serve(pairs) as server:  # text split by a "<" that opens no tag is one piece, and comes back escaped
+        _, hearts, _ = request(f"{server.url}{URL}/translate", {"q": f"<b>{texts[0]} & {texts[1]} <3</b>",
+                                                                "source": "de", "target": "en", "format": "html"})
+    whole = alone(pairs, "de-en", [f"{texts[0]} & {texts[1]} <3"])[0]
+    assert hearts["translatedText"] == f"<b>{html.escape(whole, quote=False)}</b>"
 
 
 def test_languages_settings_health_and_cors_preflight(pairs) -> None:
@@ -118,7 +144,9 @@ def test_source_auto_takes_the_only_pair_into_the_target(pairs, texts) -> None:
     ({"q": "x", "source": "de"}, 400, "Invalid request: missing target parameter"),
     ({"q": ["a", "b", "c"], "source": "de", "target": "en"}, 400,
      "Invalid request: request (3) exceeds text limit (2)"),
-    ({"q": ["a", " "], "source": "de", "target": "en"}, 400, "Invalid request: q[1]: the text is empty"),
+    ({"q": ["a", "x" * 3000], "source": "de", "target": "en"}, 400, "Invalid request: q[1]: "),
+    ({"q": "x", "source": "de", "target": "en", "alternatives": 1e400}, 400,
+     "Invalid request: alternatives parameter is not a number"),
     ({"q": "x", "source": "de", "target": "en", "format": "pdf"}, 400, "pdf format is not supported"),
     ({"q": "x", "source": "de", "target": "en", "alternatives": 9}, 400,
      "Invalid request: alternatives parameter must be <= 3"),
@@ -134,7 +162,8 @@ def test_source_auto_takes_the_only_pair_into_the_target(pairs, texts) -> None:
 def test_bad_requests_get_libretranslates_error_and_the_server_goes_on(pairs, texts, body, status: int,
                                                                        message: str) -> None:
     with serve(pairs, max_texts=2, max_beams=4) as server:
-        got, answer, _ = request(f"{server.url}{URL}/translate", body)
+        raw = json.dumps(body).replace("Infinity", "1e400").encode()  # JSON has no infinity: a number too large
+        got, answer, _ = request(f"{server.url}{URL}/translate", raw=raw)
         after, _, _ = request(f"{server.url}{URL}/translate", {"q": texts[0], "source": "de", "target": "en"})
     assert got == status and set(answer) == {"error"} and answer["error"].startswith(message)
     assert after == 200

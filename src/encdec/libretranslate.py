@@ -73,43 +73,66 @@ def choose(models: ServedModels, source: str, target: str) -> ServedModel:
 
 
 class Segments(HTMLParser):
-    """HTML cut into markup, kept as written, and text between tags, to translate (not inside script or style)."""
+    """HTML cut into markup (kept as written), text (between tags, entities decoded: to translate when it is not
+    blank) and raw content (of script and style elements, kept as written)."""
 
     def __init__(self) -> None:
         super().__init__(convert_charrefs=True)
-        self.parts: list[tuple[bool, str]] = []  # (is text to translate, the piece)
+        self.parts: list[tuple[str, str]] = []  # (markup | text | raw, the piece)
         self.skipping = 0
 
+    def add(self, kind: str, piece: str) -> None:
+        if kind == "text" and self.parts and self.parts[-1][0] == "text":  # "Tom & Jerry <3" comes in three calls
+            self.parts[-1] = ("text", self.parts[-1][1] + piece)
+        else:
+            self.parts.append((kind, piece))
+
     def handle_starttag(self, tag: str, attrs: Any) -> None:
-        self.parts.append((False, self.get_starttag_text() or ""))
+        self.add("markup", self.get_starttag_text() or "")
         self.skipping += tag in NO_TRANSLATION
 
     def handle_startendtag(self, tag: str, attrs: Any) -> None:
-        self.parts.append((False, self.get_starttag_text() or ""))
+        self.add("markup", self.get_starttag_text() or "")
 
     def handle_endtag(self, tag: str) -> None:
-        self.parts.append((False, f"</{tag}>"))
+        self.add("markup", f"</{tag}>")
         self.skipping -= tag in NO_TRANSLATION and self.skipping > 0
 
     def handle_data(self, data: str) -> None:
-        translate = not self.skipping and bool(data.strip())
-        self.parts.append((translate, data if translate else html.escape(data, quote=False)))
+        self.add("raw" if self.skipping else "text", data)
 
     def handle_comment(self, data: str) -> None:
-        self.parts.append((False, f"<!--{data}-->"))
+        self.add("markup", f"<!--{data}-->")
 
     def handle_decl(self, decl: str) -> None:
-        self.parts.append((False, f"<!{decl}>"))
+        self.add("markup", f"<!{decl}>")
+
+    def unknown_decl(self, data: str) -> None:  # <![CDATA[x]]> comes as "CDATA[x"; <![if x]> as "if x"
+        self.add("markup", f"<![{data}]]>" if data.startswith("CDATA[") else f"<![{data}]>")
 
     def handle_pi(self, data: str) -> None:
-        self.parts.append((False, f"<?{data}>"))
+        self.add("markup", f"<?{data}>")
 
 
 def html_parts(text: str) -> list[tuple[bool, str]]:
+    """(to translate, piece) of an HTML text: text between tags to translate (entities decoded), everything else
+    as it is to be written back (markup and script as written, blank text with its entities)."""
     parser = Segments()
     parser.feed(text)
     parser.close()
-    return parser.parts
+    return [(True, piece) if kind == "text" and piece.strip() else
+            (False, html.escape(piece, quote=False) if kind == "text" else piece) for kind, piece in parser.parts]
+
+
+def text_parts(text: str) -> list[tuple[bool, str]]:
+    """(to translate, piece) of a plain text: each non-blank line on its own (a sentence-level model would drop
+    the lines after the first), the line breaks and blank lines kept."""
+    parts: list[tuple[bool, str]] = []
+    for k, line in enumerate(text.split("\n")):
+        if k:
+            parts.append((False, "\n"))
+        parts.append((bool(line.strip()), line))
+    return parts
 
 
 async def read_body(request: Request) -> dict[str, Any]:
@@ -123,8 +146,8 @@ async def read_body(request: Request) -> dict[str, Any]:
             raise Refusal("Invalid JSON format")
         return body
     form = await request.form()
-    body: dict[str, Any] = {key: form.get(key) for key in form}
-    texts = form.getlist("q")
+    body: dict[str, Any] = {**request.query_params, **{key: form.get(key) for key in form}}  # as request.values
+    texts = form.getlist("q") or request.query_params.getlist("q")
     if len(texts) > 1:
         body["q"] = texts
     return body
@@ -134,7 +157,7 @@ def alternatives_of(body: dict[str, Any], limit: int) -> int:
     value = body.get("alternatives", 0) or 0
     try:
         count = max(0, int(value))
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise Refusal("Invalid request: alternatives parameter is not a number") from None
     if count > limit:
         raise Refusal(f"Invalid request: alternatives parameter must be <= {limit}")
@@ -160,31 +183,49 @@ def check_request(body: dict[str, Any], max_texts: int) -> tuple[list[str], bool
     return texts, batch, text_format
 
 
-async def translate_texts(model: ServedModel, batcher: Any, texts: list[str], alternatives: int,
-                          as_list: bool = False) -> list[list[str]]:
-    """Each text's translation and its alternatives (best first), decoded by the model's batcher."""
+MAX_PIECES = 1024  # lines and HTML text pieces one request may hold (a body of 1 MB could hold 500,000)
+
+
+async def translate_parts(model: ServedModel, batcher: Any, texts: list[str], text_format: str,
+                          alternatives: int) -> list[list[str]]:
+    """Each text's translation, then its distinct alternatives: every piece to translate (a line, or the text
+    between two tags) decoded by the model's batcher, the rest of the text kept around the translations."""
+    cut = [html_parts(text) if text_format == "html" else text_parts(text) for text in texts]
+    todo = [(i, piece.strip()) for i, parts in enumerate(cut) for translate, piece in parts if translate]
+    if len(todo) > MAX_PIECES:
+        raise Refusal(f"Invalid request: {len(todo)} lines or pieces of text between tags exceed the limit of "
+                      f"{MAX_PIECES} per request; send them in several requests")
     service = model.service
     options = {"num_beams": max(service.default_beams, alternatives + 1), "n_best": alternatives + 1} \
         if alternatives else {}
-    try:  # a list is checked as one request (its limits, and the field q[i] at fault); HTML pieces one by one
-        jobs = (service.jobs(texts, **options) if as_list else
-                [job for text in texts for job in service.jobs(text, **options)])
-    except RequestError as error:
-        raise Refusal(f"Invalid request: q{str(error).removeprefix('text')}") from None
-    answers = await asyncio.gather(*(asyncio.wrap_future(f) for f in batcher.submit(jobs)))
-    return [[item["text"] for item in answer["n_best"]] if alternatives else [answer["text"]] for answer in answers]
+    jobs = []
+    for i, piece in todo:
+        try:
+            jobs += service.jobs(piece, **options)
+        except RequestError as error:
+            raise Refusal(f"Invalid request: q{f'[{i}]' if len(texts) > 1 else ''}"
+                          f"{str(error).removeprefix('text')}") from None
+    answers = iter(await asyncio.gather(*(asyncio.wrap_future(f) for f in batcher.submit(jobs))))
+    results = []
+    for parts in cut:
+        found = [[item["text"] for item in answer["n_best"]] if alternatives else [answer["text"]]
+                 for answer in (next(answers) for translate, _ in parts if translate)]
+        versions = [assemble(parts, [best[k] for best in found], text_format) for k in range(alternatives + 1)]
+        results.append([versions[0], *dict.fromkeys(v for v in versions[1:] if v != versions[0])])
+    return results
 
 
-async def translate_html(model: ServedModel, batcher: Any, document: str) -> str:
-    parts = html_parts(document)
-    texts = [piece.strip() for translate, piece in parts if translate]
-    done = iter(await translate_texts(model, batcher, texts, 0)) if texts else iter(())
-    out = []
+def assemble(parts: list[tuple[bool, str]], translations: list[str], text_format: str) -> str:
+    """The text again, each piece to translate replaced by its translation (within its own leading and trailing
+    spaces), HTML-escaped in HTML."""
+    done, out = iter(translations), []
     for translate, piece in parts:
-        if translate:  # the text's own leading and trailing spaces stay around its translation
+        if translate:
             core = piece.strip()
             start = piece.index(core)
-            out.append(piece[:start] + html.escape(next(done)[0], quote=False) + piece[start + len(core):])
+            text = next(done)
+            out.append(piece[:start] + (html.escape(text, quote=False) if text_format == "html" else text)
+                       + piece[start + len(core):])
         else:
             out.append(piece)
     return "".join(out)
@@ -219,13 +260,9 @@ class LibreTranslateAPI:
         texts, batch, text_format = check_request(body, self.limits.max_texts)
         alternatives = alternatives_of(body, self.limits.max_beams - 1) if text_format == "text" else 0
         model = choose(self.models, body["source"], body["target"])
-        batcher = self.batchers[model.name]
-        if text_format == "html":
-            results = [[await translate_html(model, batcher, text)] for text in texts]
-        else:
-            results = await translate_texts(model, batcher, texts, alternatives, as_list=batch)
+        results = await translate_parts(model, self.batchers[model.name], texts, text_format, alternatives)
         answer: dict[str, Any] = {"translatedText": [r[0] for r in results] if batch else results[0][0]}
-        if alternatives or "alternatives" in body:
+        if alternatives:
             answer["alternatives"] = [r[1:] for r in results] if batch else results[0][1:]
         if body["source"] == "auto":
             detected = {"confidence": 100.0, "language": model.source}

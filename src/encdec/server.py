@@ -19,6 +19,7 @@ Every error answer, 4xx or 500, is an ``ErrorResponse``: ``{"error": "<field>: <
 import asyncio
 import base64
 import binascii
+import dataclasses
 import hmac
 import ipaddress
 import json
@@ -384,7 +385,10 @@ def create_app(served: TranslationService | ServedModels, api_key: str | None = 
                                      + "\n".join(f"- {status}: {text}" for status, text in ERROR_STATUSES.items()))
     app.state.models, app.state.batchers = models, batchers
     app.state.batcher = batchers[next(iter(batchers))]  # the first model's (one model: the server's)
-    schema = request_schema(limits)
+    # the schema takes the largest limits of the models; each model's own are checked when its jobs are made
+    widest = {name: max(getattr(model.service.limits, name) for model in models.models.values())
+              for name in ("max_new_tokens", "max_source_tokens")}
+    schema = request_schema(dataclasses.replace(limits, **widest))
     add_error_handlers(app, value_hints(schema))
     guarded = (401,) if api_key else ()
     add_translate(app, schema, error_responses(400, *guarded, 413, 415, 422, 500))

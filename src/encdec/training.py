@@ -44,6 +44,7 @@ from .data import (
     DataSpec,
     LengthGroupedPairs,
     TokenBatchSampler,
+    column_lengths,
     format_report,
     load_data,
     pair_lengths,
@@ -299,7 +300,7 @@ class EncdecTrainer(Seq2SeqTrainer):
         if self.max_tokens is None:
             if self._groups_tokenized(dataset):
                 return LengthGroupedPairs(self.args.train_batch_size * self.args.gradient_accumulation_steps,
-                                          pair_lengths(dataset)[0])
+                                          column_lengths(dataset, "input_ids"))
             return super()._get_train_sampler(train_dataset)
         source, target = pair_lengths(dataset)
         sampler = TokenBatchSampler(np.maximum(source, target), self.max_tokens, seed=self.args.seed,
@@ -321,8 +322,8 @@ class EncdecTrainer(Seq2SeqTrainer):
         lengths read from Arrow (``LengthGroupedPairs``)."""
         if self._groups_tokenized(eval_dataset):
             seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
-            return LengthGroupedPairs(self.args.eval_batch_size, pair_lengths(eval_dataset)[0],
-                                      generator=torch.Generator().manual_seed(seed))
+            return LengthGroupedPairs(self.args.eval_batch_size, column_lengths(eval_dataset, "input_ids"),
+                                      generator=torch.Generator().manual_seed(seed))  # a split may lack labels
         return super()._get_eval_sampler(eval_dataset)
 
     def _issue_warnings_after_load(self, load_result: Any) -> None:

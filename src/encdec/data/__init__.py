@@ -9,7 +9,15 @@
 - ``batching``: batches by tokens (``training.max_tokens``), a batch sampler for the Trainer and accelerate.
 """
 
-from .batching import LengthGroupedPairs, TokenBatchSampler, padding_share, pair_lengths, plan_summary, token_batches
+from .batching import (
+    LengthGroupedPairs,
+    TokenBatchSampler,
+    column_lengths,
+    padding_share,
+    pair_lengths,
+    plan_summary,
+    token_batches,
+)
 from .dates import DATE_FORMATS, DATE_RANGE, MONTHS, WEEKDAYS, make_date_pairs, make_date_splits
 from .loading import (
     COLUMNS,
@@ -35,8 +43,8 @@ from .tokenizing import (
 )
 
 __all__ = ["COLUMNS", "DATE_FORMATS", "DATE_RANGE", "FORMATS", "MONTHS", "MULTI30K_SPLITS", "OVERLONG",
-           "TEXT_FEATURES", "WEEKDAYS", "DataSpec", "LengthGroupedPairs", "TokenBatchSampler", "default_cache_dir",
-           "format_report", "load_builtin_dates", "load_data", "load_delimited", "load_hub_dataset", "load_jsonl",
-           "load_parallel_corpus", "load_text_pair", "make_date_pairs", "make_date_splits", "padding_share",
-           "pair_lengths", "plan_summary", "token_batches", "tokenize_dataset", "tokenizer_identity",
-           "trained_tokenizer_folder"]
+           "TEXT_FEATURES", "WEEKDAYS", "DataSpec", "LengthGroupedPairs", "TokenBatchSampler", "column_lengths",
+           "default_cache_dir", "format_report", "load_builtin_dates", "load_data", "load_delimited",
+           "load_hub_dataset", "load_jsonl", "load_parallel_corpus", "load_text_pair", "make_date_pairs",
+           "make_date_splits", "padding_share", "pair_lengths", "plan_summary", "token_batches", "tokenize_dataset",
+           "tokenizer_identity", "trained_tokenizer_folder"]

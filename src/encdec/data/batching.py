@@ -32,16 +32,19 @@ from transformers.trainer_pt_utils import BatchRebalanceSampler, LengthGroupedSa
 from ..errors import EncdecError
 
 
-def pair_lengths(dataset: Dataset) -> tuple[np.ndarray, np.ndarray]:
-    """Each pair's source (``input_ids``) and target (``labels``) length in tokens, read from the Arrow columns
-    without building Python lists (or copying the rows of a ``select``-ed dataset)."""
-    table = dataset.data.table
-    source, target = (pc.list_value_length(table.column(name)).to_numpy(zero_copy_only=False).astype(np.int64)
-                      for name in ("input_ids", "labels"))
+def column_lengths(dataset: Dataset, column: str) -> np.ndarray:
+    """Each row's length of a list column (``input_ids``, ``labels``), read from Arrow without building Python
+    lists (or copying the rows of a ``select``-ed dataset)."""
+    lengths = pc.list_value_length(dataset.data.table.column(column)).to_numpy(zero_copy_only=False)
+    lengths = lengths.astype(np.int64)
     if dataset._indices is not None:  # a view through an indices mapping: its rows' lengths, in its order
-        rows = dataset._indices.column(0).to_numpy(zero_copy_only=False)
-        source, target = source[rows], target[rows]
-    return source, target
+        lengths = lengths[dataset._indices.column(0).to_numpy(zero_copy_only=False)]
+    return lengths
+
+
+def pair_lengths(dataset: Dataset) -> tuple[np.ndarray, np.ndarray]:
+    """Each pair's source (``input_ids``) and target (``labels``) length in tokens (``column_lengths``)."""
+    return column_lengths(dataset, "input_ids"), column_lengths(dataset, "labels")
 
 
 def length_grouped_order(lengths: np.ndarray, batch_size: int, generator: torch.Generator | None = None
@@ -161,5 +164,5 @@ def plan_summary(source: np.ndarray, target: np.ndarray, batches: list[np.ndarra
             " of target tokens")
 
 
-__all__ = ["LengthGroupedPairs", "TokenBatchSampler", "length_grouped_order", "padding_share", "pair_lengths",
-           "plan_summary", "token_batches"]
+__all__ = ["LengthGroupedPairs", "TokenBatchSampler", "column_lengths", "length_grouped_order", "padding_share",
+           "pair_lengths", "plan_summary", "token_batches"]
