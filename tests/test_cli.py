@@ -490,3 +490,20 @@ def test_missing_or_corrupt_weights(copy_of, test_files, tmp_path, capsys, fake_
     user_error(capsys, [command, "--model", str(folder), *argv], str(weights),
                "is missing" if damage == "missing" else "not a readable safetensors file")
     assert not png.exists() and fake_hub.commits == []
+
+
+def test_evaluate_keeps_its_scores_beside_the_model_but_never_over_it(copy_of, test_files, capsys) -> None:
+    """`scripts/multi30k.sh` writes test2016-beam5.json into the model folder: a new file there is fine (and may be
+    rewritten with --overwrite); a file that makes the model, or one in a subfolder, is refused before any work."""
+    folder = copy_of("rnn")
+    base = ["evaluate", "--model", str(folder), "--source-file", str(test_files.source), "--reference-file",
+            str(test_files.reference), "--num-beams", "1"]
+    assert main([*base, "--output", str(folder / "test-beam1.json")]) == 0
+    assert main([*base, "--output", str(folder / "test-beam1.json"), "--overwrite"]) == 0
+    assert json.loads((folder / "test-beam1.json").read_text())["bleu"] >= 0
+    config = (folder / "config.json").read_text()
+    for name in ("config.json", "model.safetensors", "tokenizer/x.json"):
+        capsys.readouterr()
+        assert main([*base, "--output", str(folder / name), "--overwrite"]) == 2
+        assert "is part of the model" in capsys.readouterr().err
+    assert (folder / "config.json").read_text() == config

@@ -35,7 +35,15 @@ from .inference import (
     max_source_length,
     translate_chunk,
 )
-from .io_utils import atomic_write_json, count_lines, read_aligned_lines, read_lines, refuse_overlap, require_file
+from .io_utils import (
+    atomic_write_json,
+    count_lines,
+    read_aligned_lines,
+    read_lines,
+    refuse_model_overwrite,
+    refuse_overlap,
+    require_file,
+)
 from .metrics import load_metric
 
 logger = logging.getLogger(__name__)
@@ -77,12 +85,14 @@ def score_translations(hypotheses: list[str], references: list[str]) -> dict[str
 
 
 def check_output_file(output_file: str | os.PathLike | None, overwrite: bool,
-                      inputs: Sequence[str | os.PathLike] = ()) -> Path | None:
+                      inputs: Sequence[str | os.PathLike] = (), models: Sequence[str | os.PathLike] = ()
+                      ) -> Path | None:
     """Refuse, before any work, an output file that is a folder, one of the ``inputs`` (or inside or around one),
-    or exists without ``overwrite``."""
+    one of the files of the ``models`` (a new file beside them is fine), or exists without ``overwrite``."""
     if output_file is None:
         return None
     refuse_overlap(output_file, inputs)
+    refuse_model_overwrite(output_file, models)
     output_file = Path(output_file)
     if output_file.is_dir():
         raise OverwriteError(f"The output file {output_file} is a folder; give a file path such as "
@@ -113,7 +123,7 @@ def evaluate_model(
         folder for ``engine="ctranslate2"``, or several model folders for an ensemble (``encdec.ensemble``)
     """
     models = [model_dir] if isinstance(model_dir, str | os.PathLike) else list(model_dir)
-    output_file = check_output_file(output_file, overwrite, [*models, source_file, reference_file])
+    output_file = check_output_file(output_file, overwrite, [source_file, reference_file], models)
     references = read_lines(reference_file, "reference file")
     check_line_counts(source_file, references, reference_file)
     shard = Shard()
