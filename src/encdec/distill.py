@@ -30,7 +30,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import fcntl
-import hashlib
 import json
 import logging
 import math
@@ -41,12 +40,12 @@ from pathlib import Path
 from typing import Any
 
 from .config_io import apply_overrides, from_dict, load_yaml
-from .corpus import Shard, TranslationOutput, difference, on_main, translate_file
+from .corpus import Shard, TranslationOutput, difference, file_identity, on_main, translate_file
 from .data import DataSpec, load_data
 from .ensemble import check_same_tokenizer, tokenizer_difference
 from .errors import EncdecError
 from .inference import CHUNK_SIZE
-from .io_utils import atomic_output, atomic_write_json, batched, require_file
+from .io_utils import MODEL_FOLDER_FILES, atomic_output, atomic_write_json, batched, require_file
 from .parallel import process_state
 from .tokenization import load_tokenizer
 from .training import RunConfig, load_run_config, train
@@ -123,8 +122,7 @@ def _anchored(base: Path, value: Any) -> Any:
 
 # --- what the corpus is made from --------------------------------------------------------------------------------
 
-TEACHER_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
-                 "special_tokens_map.json")
+TEACHER_FILES = MODEL_FOLDER_FILES - {"eval_results.json", "averaging.json", "README.md"}  # what decides outputs
 
 
 def folder_hashes(folder: str | Path) -> dict[str, Any]:
@@ -134,11 +132,7 @@ def folder_hashes(folder: str | Path) -> dict[str, Any]:
     hashes: dict[str, Any] = {"path": str(folder.resolve())}
     for path in sorted(p for p in folder.iterdir() if p.is_file() and (
             p.name in TEACHER_FILES or p.suffix in (".safetensors", ".bin") or "vocabulary" in p.name)):
-        digest = hashlib.sha256()
-        with open(path, "rb") as f:
-            while block := f.read(1 << 20):
-                digest.update(block)
-        hashes[path.name] = digest.hexdigest()
+        hashes[path.name] = file_identity(path)["sha256"]
     return hashes
 
 
