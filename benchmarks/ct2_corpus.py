@@ -5,7 +5,8 @@ CTranslate2 and torch each bring an OpenMP runtime, and in one process they slow
 the export's tokenizer with `PreTrainedTokenizerFast` (which needs no torch) and decodes as `encdec translate` does:
 chunks of 1,000 lines, each sorted longest first into batches of 32, the same budget (the export's
 `generation_config.json` `max_new_tokens`, else twice the batch's longest source + 10), patience 2 and the length
-penalty of the generation config; it writes the detokenised outputs, one per line, and prints its own seconds.
+penalty of the generation config; it writes the detokenised outputs, one per line, and prints its own seconds
+(loading included) and those of the translation alone.
 
     python benchmarks/ct2_corpus.py EXPORT_DIR INPUT OUTPUT --beam 5 --threads 2
 """
@@ -35,6 +36,7 @@ def main(argv: list[str]) -> None:
     tokenizer = PreTrainedTokenizerFast.from_pretrained(args.export_dir)
     generation = json.loads(Path(args.export_dir, "generation_config.json").read_text(encoding="utf-8"))
     translator = ctranslate2.Translator(args.export_dir, device="cpu", intra_threads=args.threads)
+    loaded = time.perf_counter()
     count = 0
     with open(args.input, encoding="utf-8") as source, open(args.output, "w", encoding="utf-8") as out:
         while chunk := [line.rstrip("\n") for line in itertools.islice(source, 1000)]:
@@ -42,7 +44,8 @@ def main(argv: list[str]) -> None:
             count += len(chunk)
     if "torch" in sys.modules:
         raise SystemExit("torch was imported into the CTranslate2 driver; the timing would be wrong")
-    print(json.dumps({"seconds": time.perf_counter() - began, "sentences": count}))
+    done = time.perf_counter()
+    print(json.dumps({"seconds": done - began, "translation_seconds": done - loaded, "sentences": count}))
 
 
 def translate_chunk(translator: ctranslate2.Translator, tokenizer: PreTrainedTokenizerFast, lines: list[str],

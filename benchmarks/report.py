@@ -25,10 +25,12 @@ from .batching import batching
 from .common import FIRST_ORDINARY_ID, BenchmarkSettings, Section, count
 from .corpus import corpus
 from .data_scale import data_scale
+from .distillation import distillation
 from .engines import engines
 from .multi30k_engines import multi30k_engines
 from .rnn import rnn_family
 from .serve import serve
+from .student_shapes import student_shapes
 from .threads import threads
 from .transformer import transformer_vs_marian
 
@@ -46,6 +48,8 @@ SECTIONS: dict[str, Callable[[BenchmarkSettings], Section | None]] = {
     "corpus": corpus,  # the Multi30k rows need the trained Transformer and the data
     "data": data_scale,  # corpora of 100k to 5M pairs (Multi30k repeated when it is there)
     "batching": batching,  # max_tokens against group_by_length on Multi30k (skipped without the data)
+    "student_shapes": student_shapes,  # CTranslate2 beam speed of fast-student shapes (skipped without Multi30k)
+    "distillation": distillation,  # the distilled Multi30k students (skipped without the data and trained models)
 }
 
 

@@ -10,7 +10,10 @@ with every attention type: absolute figures, fused vs token-by-token training, p
 models on test2016 per engine, end to end; skipped, keeping its earlier table, without the data and the models) and
 `serve` (`encdec serve` with and without dynamic batching at 1, 8 and 32 concurrent clients) and `threads` (every
 core against encdec's thread choice, on an idle machine and with one core busy) and `corpus` (`encdec translate` of
-10k to 1M lines, one and two processes, with peak memory; the Multi30k training sources at beam 5).
+10k to 1M lines, one and two processes, with peak memory; the Multi30k training sources at beam 5), `data`
+(training data of 100k to 5M pairs), `batching` (batches by tokens against group_by_length), `student_shapes`
+(CTranslate2 beam speed of the shapes a fast student could take) and `distillation` (the distilled Multi30k students
+against their teacher on torch and CTranslate2 int8; skipped without them).
 A run of every section writes the report from scratch. A run of some sections replaces those in the existing
 report and keeps the others as they were, each under its own dated "Measured" line.
 """

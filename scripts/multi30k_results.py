@@ -173,6 +173,96 @@ def ensembles_table(ensembles: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
+# distilled students (scripts/multi30k_distill.sh NAME) -> (row label, target cased BLEU with beam 5, speed target:
+# the least beam-5 sentences/s over transformer-small's on the same engine, or None)
+STUDENTS = {
+    "transformer-small": ("student, Transformer 3+3, d=256", 40.5, None),
+    "transformer-fast": ("student, Transformer 6+1, d=192, pre-LN, 6k vocabulary", 39.64, 2.0),
+    "lstm-bahdanau": ("student, BiLSTM + Bahdanau attention", 37.76, None),
+}
+TEACHER = "transformer+bahdanau"  # the ensemble in runs/multi30k-ensembles the distillation recipes translate with
+
+
+def read_speeds(path: Path) -> dict[tuple[str, str], dict]:
+    """(model, engine) -> the distillation benchmark's figures (benchmarks/distillation.py), or {} when absent."""
+    if not path.is_file():
+        return {}
+    return {(row["model"], row["engine"]): row for row in json.loads(path.read_text())["rows"]}
+
+
+def speed_cell(speeds: dict[tuple[str, str], dict], model: str, engine: str) -> str:
+    row = speeds.get((model, engine))
+    if row is None:
+        return "-"
+    return f"{row['beam5']['sentences_per_second']:.1f} ({row['beam5']['x_baseline']:.2f}x)"
+
+
+def distillation_rows(runs: Path, speeds: dict[tuple[str, str], dict]) -> list[str]:
+    """The teacher's rows (the ensemble and its members), then one row per finished student."""
+    rows = []
+    members = {recipe: read_run(runs / f"multi30k-{recipe}") for recipe in ("transformer-small", "lstm-bahdanau")}
+    ensemble = read_ensembles(runs / "multi30k-ensembles").get(TEACHER)
+    if ensemble and all(members.values()):
+        beam, greedy = ensemble["beam"], ensemble["greedy"]
+        sizes = " + ".join(f"{run['parameters'] / 1e6:.1f}M" for run in members.values())
+        times = " + ".join(f"{run['train']['train_runtime'] / 60:.1f}" for run in members.values())
+        rows.append(f"| teacher: {TEACHER} ensemble | {sizes} | **{beam['bleu']:.2f}** | {greedy['bleu']:.2f} | "
+                    f"{beam['chrf']:.2f} | {speed_cell(speeds, f'teacher: {TEACHER}', 'torch float32')} | - | - | "
+                    f"{times} min (1 each) | `scripts/multi30k_ensemble.sh {TEACHER} "
+                    "runs/multi30k-transformer-small runs/multi30k-lstm-bahdanau` |")
+    for recipe, run in members.items():
+        if run:
+            rows.append(distillation_row(f"teacher member: `{recipe}`", run, speeds, recipe, "-",
+                                         f"`scripts/multi30k.sh {recipe}`"))
+    for name, (label, _, _) in STUDENTS.items():
+        run = read_run(runs / f"distill-multi30k-{name}" / "student")
+        if run:
+            rows.append(distillation_row(f"{label} (`{name}`)", run, speeds, f"student: {name}",
+                                         student_goal(name, run, speeds), f"`scripts/multi30k_distill.sh {name}`"))
+    return rows
+
+
+def student_goal(name: str, run: dict, speeds: dict[tuple[str, str], dict]) -> str:
+    """The target cell: the BLEU bar (the LSTM student must pass its row, the others reach theirs) and, for the
+    faster student, the speed bar on CTranslate2 int8, with met or missed."""
+    _, target, faster = STUDENTS[name]
+    above = name == "lstm-bahdanau"
+    met = run["beam"]["bleu"] > target if above else run["beam"]["bleu"] >= target
+    goal = f"{'>' if above else '≥'} {target:.2f}"
+    if faster:
+        speed = speeds.get((f"student: {name}", "CTranslate2 int8"))
+        met = met and speed is not None and speed["beam5"]["x_baseline"] >= faster
+        goal += f", ≥ {faster:.0f}x speed"
+    return f"{goal} ({'met' if met else 'missed'})"
+
+
+def distillation_row(label: str, run: dict, speeds: dict[tuple[str, str], dict], model: str, goal: str,
+                     command: str) -> str:
+    beam, greedy, train = run["beam"], run["greedy"], run["train"]
+    return (f"| {label} | {run['parameters'] / 1e6:.1f}M | **{beam['bleu']:.2f}** | {greedy['bleu']:.2f} | "
+            f"{beam['chrf']:.2f} | {speed_cell(speeds, model, 'torch float32')} | "
+            f"{speed_cell(speeds, model, 'CTranslate2 int8')} | {goal} | {minutes(train['train_runtime'])} (1) | "
+            f"{command} |")
+
+
+def distillation_table(runs: Path, speeds: dict[tuple[str, str], dict]) -> str:
+    lines = ["| model | parameters | BLEU beam 5 | BLEU greedy | chrF beam 5 | "
+             "beam 5 sent/s, torch (x transformer-small) | beam 5 sent/s, CTranslate2 int8 (x transformer-small) | "
+             "target | training wall time (cores) | command (`OMP_NUM_THREADS=1`) |",
+             "|---|---:|---:|---:|---:|---:|---:|---|---:|---|"]
+    lines += distillation_rows(runs, speeds)
+    manifest = runs / "distill-multi30k-corpus" / "manifest.json"
+    stages = json.loads(manifest.read_text())["stages"] if manifest.is_file() else {}
+    if "translation" in stages and "corpus" in stages:
+        done = stages["translation"]
+        lines += ["", f"The teacher translated the {stages['sources']['train']:,} training sources with beam 5 in "
+                  f"{minutes(done['seconds'])} on {done['processes']} process{'es' if done['processes'] > 1 else ''} "
+                  f"of one core each{' (the last attempt of a resumed run)' if done['resumed'] else ''}; the "
+                  f"distilled corpus holds {stages['corpus']['distilled'] + stages['corpus']['original']:,} "
+                  "training pairs."]
+    return "\n".join(lines)
+
+
 def _first_cell(line: str) -> str:
     return line.split("|")[1].strip()
 
@@ -208,7 +298,15 @@ def main() -> None:
     parser.add_argument("--cards", type=Path, default=REPO_ROOT / "model_cards" / "multi30k",
                         help="folder for copies of the trained models' cards")
     parser.add_argument("--readme", type=Path, default=REPO_ROOT / "README.md", help="gets the short summary table")
+    parser.add_argument("--only-distillation", action="store_true",
+                        help="rewrite the distillation table alone (the recipes' rows, cards and summary are kept)")
     args = parser.parse_args()
+    if args.only_distillation:
+        text = args.output.read_text(encoding="utf-8")
+        speeds = read_speeds(args.runs / "multi30k-distillation-speeds.json")
+        atomic_write_text(args.output, replace_section(text, "distillation", distillation_table(args.runs, speeds)))
+        print(f"wrote the distillation table of {args.output}")
+        return
     runs = {}
     for recipe in RECIPES:
         run = read_run(args.runs / f"multi30k-{recipe}")
@@ -224,6 +322,9 @@ def main() -> None:
     ensembles = read_ensembles(args.runs / "multi30k-ensembles")
     if ensembles:
         text = replace_section(text, "ensembles", ensembles_table(ensembles))
+    distilled = distillation_table(args.runs, read_speeds(args.runs / "multi30k-distillation-speeds.json"))
+    if len(distilled.splitlines()) > 2:  # a table with rows; else the old one stays
+        text = replace_section(text, "distillation", distilled)
     atomic_write_text(args.output, text)
     args.cards.mkdir(parents=True, exist_ok=True)
     for recipe in runs:  # the trained models' cards (model-index with the test2016 scores), kept in the repository

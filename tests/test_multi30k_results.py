@@ -95,3 +95,73 @@ def test_ensembles_are_tabulated_with_their_members_own_scores(tmp_path):
     assert list(found) == ["a+b"]
     rows = results.ensembles_table(found).splitlines()
     assert rows[2] == "| a+b | `multi30k-a` (39.50), `multi30k-b` (-) | **41.25** | 40.00 | 61.00 | 20.0 |"
+
+
+def fake_distillation(runs, student_bleu: dict[str, float], speedup: float) -> None:
+    """The teacher's members and ensemble, the given students, the corpus manifest and the speed benchmark's file."""
+    for recipe, bleu in (("transformer-small", 40.0), ("lstm-bahdanau", 37.0)):
+        (runs / f"multi30k-{recipe}").mkdir(parents=True)
+        fake_run(runs / f"multi30k-{recipe}", bleu)
+    ensemble = runs / "multi30k-ensembles" / "transformer+bahdanau"
+    ensemble.mkdir(parents=True)
+    scores = {"bleu": 41.5, "chrf": 61.0, "sentences_per_second": 20.0}
+    (ensemble / "test2016-beam5.json").write_text(json.dumps(scores))
+    (ensemble / "test2016-beam1.json").write_text(json.dumps({**scores, "bleu": 40.0}))
+    for name, bleu in student_bleu.items():
+        (runs / f"distill-multi30k-{name}" / "student").mkdir(parents=True)
+        fake_run(runs / f"distill-multi30k-{name}" / "student", bleu)
+    (runs / "distill-multi30k-corpus").mkdir()
+    (runs / "distill-multi30k-corpus" / "manifest.json").write_text(json.dumps({"stages": {
+        "sources": {"train": 29000}, "translation": {"seconds": 1800.0, "resumed": True, "processes": 2},
+        "corpus": {"distilled": 28990, "original": 0}}}))
+    speed = {"beam5": {"sentences_per_second": 30.0, "x_baseline": 1.0}}
+    rows = [{"model": "transformer-small", "engine": "CTranslate2 int8", **speed},
+            {"model": "student: transformer-fast", "engine": "CTranslate2 int8",
+             "beam5": {"sentences_per_second": 30.0 * speedup, "x_baseline": speedup}}]
+    (runs / "multi30k-distillation-speeds.json").write_text(json.dumps({"threads": 1, "rows": rows}))
+
+
+def distillation_rows(runs) -> dict[str, str]:
+    table = results.distillation_table(runs, results.read_speeds(runs / "multi30k-distillation-speeds.json"))
+    return {line.split("|")[1].strip(): line for line in table.splitlines()[2:] if line.startswith("|")}
+
+
+def test_distillation_rows_say_which_targets_are_met(tmp_path):
+    runs = tmp_path / "runs"
+    fake_distillation(runs, {"transformer-small": 40.5, "transformer-fast": 39.7, "lstm-bahdanau": 37.76}, 2.1)
+    rows = distillation_rows(runs)
+    assert list(rows) == ["teacher: transformer+bahdanau ensemble", "teacher member: `transformer-small`",
+                          "teacher member: `lstm-bahdanau`", "student, Transformer 3+3, d=256 (`transformer-small`)",
+                          "student, Transformer 6+1, d=192, pre-LN, 6k vocabulary (`transformer-fast`)",
+                          "student, BiLSTM + Bahdanau attention (`lstm-bahdanau`)"]
+    assert "| ≥ 40.50 (met) |" in rows["student, Transformer 3+3, d=256 (`transformer-small`)"]
+    fast = rows["student, Transformer 6+1, d=192, pre-LN, 6k vocabulary (`transformer-fast`)"]
+    assert "| 63.0 (2.10x) |" in fast and "| ≥ 39.64, ≥ 2x speed (met) |" in fast
+    # the LSTM student must pass the Bahdanau row (37.76), not equal it
+    assert "| > 37.76 (missed) |" in rows["student, BiLSTM + Bahdanau attention (`lstm-bahdanau`)"]
+    assert "| 10.0 + 10.0 min (1 each) |" in rows["teacher: transformer+bahdanau ensemble"]
+    table = results.distillation_table(runs, {})
+    assert "in 30.0 min on 2 processes of one core each (the last attempt of a resumed run)" in table
+    assert "28,990 training pairs" in table
+
+
+def test_a_fast_student_must_also_be_twice_as_fast(tmp_path):
+    runs = tmp_path / "runs"
+    fake_distillation(runs, {"transformer-fast": 40.0}, 1.9)
+    assert "| ≥ 39.64, ≥ 2x speed (missed) |" in distillation_rows(runs)[
+        "student, Transformer 6+1, d=192, pre-LN, 6k vocabulary (`transformer-fast`)"]
+
+
+def test_only_distillation_rewrites_that_table_alone(tmp_path, monkeypatch):
+    docs = tmp_path / "results.md"
+    shutil.copy(REPO_ROOT / "docs" / "results.md", docs)
+    fake_distillation(tmp_path / "runs", {"transformer-small": 41.0}, 2.0)
+    before = docs.read_text()
+    monkeypatch.setattr(sys, "argv", ["multi30k_results.py", "--runs", str(tmp_path / "runs"), "--output", str(docs),
+                                      "--only-distillation"])
+    results.main()
+    after = docs.read_text()
+    start, end = after.index("<!-- begin: distillation -->"), after.index("<!-- end: distillation -->")
+    assert "**41.00**" in after[start:end]
+    old_start, old_end = before.index("<!-- begin: distillation -->"), before.index("<!-- end: distillation -->")
+    assert after[:start] == before[:old_start] and after[end:] == before[old_end:]
