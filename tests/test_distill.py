@@ -17,7 +17,7 @@ import pytest
 import yaml
 from huggingface_hub import ModelCard
 
-from encdec.distill import distill, load_distill_config
+from encdec.distill import distill, load_distill_config, shown_path
 from encdec.errors import EncdecError
 from encdec.tokenization import load_tokenizer
 from encdec.training import load_run_config
@@ -279,3 +279,12 @@ def test_scores_written_into_a_teacher_folder_do_not_change_its_identity(teacher
     (copy / "test2016-beam5.json").write_text("{}")
     (copy / "README.md").write_text("a new card")
     assert distill(load_distill_config(recipe))["stages"]["corpus"]["distilled"] == 600
+
+
+def test_the_card_shows_a_teacher_inside_the_working_directory_relative_to_it(tmp_path, monkeypatch) -> None:
+    (tmp_path / "runs" / "teacher").mkdir(parents=True)
+    (tmp_path / "configs").mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert shown_path(str(tmp_path / "configs" / ".." / "runs" / "teacher")) == "runs/teacher"
+    outside = tmp_path.parent.resolve()
+    assert shown_path(str(tmp_path / "..")) == str(outside)  # outside it: the resolved absolute path

@@ -97,6 +97,10 @@ def test_compute_metrics_decodes_generated_ids_with_trainer_padding() -> None:
     assert result["chrf"] == pytest.approx(sacrebleu.corpus_chrf(hypotheses, [targets]).score, abs=1e-4)
     generated_lengths = [1 + len(tokenizer(text)["input_ids"]) for text in hypotheses]  # start token + ids + EOS
     assert result["gen_len"] == pytest.approx(np.mean(generated_lengths), abs=1e-4)
+    # beam search fills a finished row with EOS instead of pad: the same length
+    filled = np.where(predictions == pad, tokenizer.eos_token_id, predictions)
+    beam = compute_metrics(EvalPrediction(predictions=filled, label_ids=labels))
+    assert beam == result
     perfect = compute_metrics((padded(targets, pad, start=[tokenizer.bos_token_id]), labels))
     assert (perfect["bleu"], perfect["chrf"]) == (100.0, 100.0)
     with pytest.raises(ValueError, match="predict_with_generate=True"):

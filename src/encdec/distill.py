@@ -296,7 +296,14 @@ def teacher_description(config: DistillConfig) -> str:
     decoding = ", ".join(f"{name} {value}" for name, value in (("beam", t.num_beams), ("length penalty",
                          t.length_penalty), ("engine", t.engine if t.engine != "torch" else None)) if value is not None)
     kind = "the ensemble of " if len(t.models) > 1 else ""
-    return f"{kind}{' + '.join(t.models)}" + (f" ({decoding})" if decoding else "")
+    return f"{kind}{' + '.join(map(shown_path, t.models))}" + (f" ({decoding})" if decoding else "")
+
+
+def shown_path(folder: str) -> str:
+    """A folder as a card shows it: relative to the working directory when inside it (``runs/teacher``, not
+    ``/home/me/project/configs/../runs/teacher``), else resolved."""
+    path, here = Path(folder).resolve(), Path.cwd().resolve()
+    return str(path.relative_to(here)) if path.is_relative_to(here) else str(path)
 
 
 def student_config(config: DistillConfig, student: RunConfig, corpus: Path, splits: Iterable[str]) -> RunConfig:

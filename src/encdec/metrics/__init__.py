@@ -33,15 +33,26 @@ def load_metric(name: str, **kwargs) -> evaluate.EvaluationModule:
     return evaluate.load(str(metric_path(name)), **kwargs)
 
 
+def generated_lengths(generated: np.ndarray, pad_id: int, eos_id: int | None) -> np.ndarray:
+    """Each row's length up to and including its first EOS; a row without EOS: its non-pad ids."""
+    non_pad = np.count_nonzero(generated != pad_id, axis=1)
+    if eos_id is None:
+        return non_pad
+    is_eos = generated == eos_id
+    return np.where(is_eos.any(axis=1), is_eos.argmax(axis=1) + 1, non_pad)
+
+
 def build_compute_metrics(tokenizer: PreTrainedTokenizerBase) -> Callable[[EvalPrediction], dict[str, float]]:
     """A ``compute_metrics`` for ``Seq2SeqTrainer`` with ``predict_with_generate=True``.
 
     The returned function decodes the generated ids and the labels (-100, the Trainer's padding, becomes the pad
     id; special tokens are skipped) and returns corpus BLEU (sacreBLEU, cased, 13a), chrF and the mean generated
-    length in tokens (non-pad, as in the transformers examples), each rounded to 4 decimals.
+    length in tokens, each rounded to 4 decimals. A row's length runs to its first EOS, included (beam search fills
+    a finished row with EOS, not pad: counting non-pad ids, as the transformers examples do, counts that filling);
+    a row without EOS counts its non-pad ids.
     """
     bleu, chrf = load_metric("bleu"), load_metric("chrf")
-    pad_id = tokenizer.pad_token_id
+    pad_id, eos_id = tokenizer.pad_token_id, tokenizer.eos_token_id
 
     def decode(ids: np.ndarray) -> list[str]:
         ids = np.where(ids != -100, ids, pad_id)
@@ -62,7 +73,7 @@ def build_compute_metrics(tokenizer: PreTrainedTokenizerBase) -> Callable[[EvalP
         return {
             "bleu": round(float(bleu.compute(predictions=hypotheses, references=references)["score"]), 4),
             "chrf": round(float(chrf.compute(predictions=hypotheses, references=references)["score"]), 4),
-            "gen_len": round(float(np.mean(np.count_nonzero(generated != pad_id, axis=1))), 4),
+            "gen_len": round(float(np.mean(generated_lengths(generated, pad_id, eos_id))), 4),
         }
 
     return compute_metrics
