@@ -255,11 +255,13 @@ def distillation_table(runs: Path, speeds: dict[tuple[str, str], dict]) -> str:
     stages = json.loads(manifest.read_text())["stages"] if manifest.is_file() else {}
     if "translation" in stages and "corpus" in stages:
         done = stages["translation"]
-        lines += ["", f"The teacher translated the {stages['sources']['train']:,} training sources with beam 5 in "
-                  f"{minutes(done['seconds'])} on {done['processes']} process{'es' if done['processes'] > 1 else ''} "
-                  f"of one core each{' (the last attempt of a resumed run)' if done['resumed'] else ''}; the "
-                  f"distilled corpus holds {stages['corpus']['distilled'] + stages['corpus']['original']:,} "
-                  "training pairs."]
+        processes = f"{done['processes']} process{'es' if done['processes'] > 1 else ''} of one core each"
+        took = (f"its last attempt (a resumed run: the lines the earlier attempts had left) took "
+                f"{minutes(done['seconds'])} on {processes}" if done["resumed"]
+                else f"in {minutes(done['seconds'])} on {processes}")
+        lines += ["", f"The teacher translated the {stages['sources']['train']:,} training sources with beam 5; "
+                  f"{took}. The distilled corpus holds "
+                  f"{stages['corpus']['distilled'] + stages['corpus']['original']:,} training pairs."]
     return "\n".join(lines)
 
 

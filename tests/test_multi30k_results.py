@@ -141,7 +141,7 @@ def test_distillation_rows_say_which_targets_are_met(tmp_path):
     assert "| > 37.76 (missed) |" in rows["student, BiLSTM + Bahdanau attention (`lstm-bahdanau`)"]
     assert "| 10.0 + 10.0 min (1 each) |" in rows["teacher: transformer+bahdanau ensemble"]
     table = results.distillation_table(runs, {})
-    assert "in 30.0 min on 2 processes of one core each (the last attempt of a resumed run)" in table
+    assert "the earlier attempts had left) took 30.0 min on 2 processes of one core each" in table
     assert "28,990 training pairs" in table
 
 
