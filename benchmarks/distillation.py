@@ -29,6 +29,7 @@ from encdec.evaluation import score_translations
 from encdec.io_utils import atomic_write_json
 
 from .common import BenchmarkSettings, Section
+from .multi30k_engines import encdec as run_encdec
 
 logger = logging.getLogger(__name__)
 
@@ -55,12 +56,6 @@ def models() -> dict[str, list[Path]]:
 def is_transformer(folders: list[Path]) -> bool:
     config = json.loads((folders[0] / "config.json").read_text(encoding="utf-8"))
     return len(folders) == 1 and config["model_type"] == "transformer_seq2seq"
-
-
-def run_encdec(*args: str, threads: int) -> None:
-    environment = {**os.environ, "OMP_NUM_THREADS": str(threads), "HF_HUB_OFFLINE": "1"}
-    subprocess.run([sys.executable, "-m", "encdec", *args], check=True, env=environment, stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL)
 
 
 def torch_run(folders: list[Path], data: Path, beams: int, out: Path, threads: int) -> tuple[float, float]:
