@@ -74,6 +74,15 @@ def minutes(seconds: float) -> str:
     return f"{seconds / 60:.1f} min"
 
 
+def training_minutes(train: dict) -> str:
+    """A run's training wall time: every attempt of a stopped and resumed run (``train_runtime_total``, counted
+    by encdec.training.TrainingClock); only the last one's, said so, when an older checkpoint kept no count."""
+    total = train.get("train_runtime_total")
+    if total is not None or not train.get("resumed_at_step"):
+        return minutes(total if total is not None else train["train_runtime"])
+    return f"{minutes(train['train_runtime'])} after resuming at step {train['resumed_at_step']:,}"
+
+
 def results_table(runs: dict[str, dict]) -> str:
     lines = ["| recipe | parameters | BLEU beam 5 | BLEU greedy | lc BLEU beam 5 | lc BLEU greedy | chrF beam 5 | "
              "chrF greedy | target (BLEU beam 5) | steps (epochs) | training wall time (cores) | beam 5 sent/s |",
@@ -87,7 +96,7 @@ def results_table(runs: dict[str, dict]) -> str:
         lines.append(
             f"| {label} (`{recipe}`) | {run['parameters'] / 1e6:.1f}M | **{beam['bleu']:.2f}** | "
             f"{greedy['bleu']:.2f} | {scores} | {target:.1f} ({met}) | "
-            f"{train['global_step']:,} ({train['epoch']:.1f}) | {minutes(train['train_runtime'])} "
+            f"{train['global_step']:,} ({train['epoch']:.1f}) | {training_minutes(train)} "
             f"({THREADS[recipe]}) | {beam['sentences_per_second']:.1f} |")
     signatures = {run["beam"]["bleu_signature"] for run in runs.values()}
     chrf = {run["beam"]["chrf_signature"] for run in runs.values()}
@@ -140,7 +149,7 @@ def summary_table(runs: dict[str, dict]) -> str:
         label, target = RECIPES[recipe]
         beam, greedy, train = run["beam"], run["greedy"], run["train"]
         lines.append(f"| {label} | {run['parameters'] / 1e6:.1f}M | **{beam['bleu']:.2f}** ({greedy['bleu']:.2f}) | "
-                     f"{target:.0f} | {beam['chrf']:.1f} | {minutes(train['train_runtime'])} on {cores(recipe)}, "
+                     f"{target:.0f} | {beam['chrf']:.1f} | {training_minutes(train)} on {cores(recipe)}, "
                      f"{train['global_step']:,} steps |")
     return "\n".join(lines)
 
@@ -205,10 +214,10 @@ def distillation_rows(runs: Path, speeds: dict[tuple[str, str], dict]) -> list[s
     if ensemble and all(members.values()):
         beam, greedy = ensemble["beam"], ensemble["greedy"]
         sizes = " + ".join(f"{run['parameters'] / 1e6:.1f}M" for run in members.values())
-        times = " + ".join(f"{run['train']['train_runtime'] / 60:.1f}" for run in members.values())
+        times = " + ".join(training_minutes(run["train"]) for run in members.values())
         rows.append(f"| teacher: {TEACHER} ensemble | {sizes} | **{beam['bleu']:.2f}** | {greedy['bleu']:.2f} | "
                     f"{beam['chrf']:.2f} | {speed_cell(speeds, f'teacher: {TEACHER}', 'torch float32')} | - | - | "
-                    f"{times} min (1 each) | `scripts/multi30k_ensemble.sh {TEACHER} "
+                    f"{times} (1 each) | `scripts/multi30k_ensemble.sh {TEACHER} "
                     "runs/multi30k-transformer-small runs/multi30k-lstm-bahdanau` |")
     for recipe, run in members.items():
         if run:
@@ -241,7 +250,7 @@ def distillation_row(label: str, run: dict, speeds: dict[tuple[str, str], dict],
     beam, greedy, train = run["beam"], run["greedy"], run["train"]
     return (f"| {label} | {run['parameters'] / 1e6:.1f}M | **{beam['bleu']:.2f}** | {greedy['bleu']:.2f} | "
             f"{beam['chrf']:.2f} | {speed_cell(speeds, model, 'torch float32')} | "
-            f"{speed_cell(speeds, model, 'CTranslate2 int8')} | {goal} | {minutes(train['train_runtime'])} (1) | "
+            f"{speed_cell(speeds, model, 'CTranslate2 int8')} | {goal} | {training_minutes(train)} (1) | "
             f"{command} |")
 
 

@@ -139,7 +139,7 @@ def test_distillation_rows_say_which_targets_are_met(tmp_path):
     assert "| 63.0 (2.10x) |" in fast and "| ≥ 39.64, ≥ 2x speed (met) |" in fast
     # the LSTM student must pass the Bahdanau row (37.76), not equal it
     assert "| > 37.76 (missed) |" in rows["student, BiLSTM + Bahdanau attention (`lstm-bahdanau`)"]
-    assert "| 10.0 + 10.0 min (1 each) |" in rows["teacher: transformer+bahdanau ensemble"]
+    assert "| 10.0 min + 10.0 min (1 each) |" in rows["teacher: transformer+bahdanau ensemble"]
     table = results.distillation_table(runs, {})
     assert "the earlier attempts had left) took 30.0 min on 2 processes of one core each" in table
     assert "28,990 training pairs" in table
@@ -165,3 +165,11 @@ def test_only_distillation_rewrites_that_table_alone(tmp_path, monkeypatch):
     assert "**41.00**" in after[start:end]
     old_start, old_end = before.index("<!-- begin: distillation -->"), before.index("<!-- end: distillation -->")
     assert after[:start] == before[:old_start] and after[end:] == before[old_end:]
+
+
+def test_a_resumed_run_reports_every_attempt_or_says_it_cannot():
+    assert results.training_minutes({"train_runtime": 600.0}) == "10.0 min"
+    assert results.training_minutes({"train_runtime": 600.0, "train_runtime_total": 900.0,
+                                     "resumed_at_step": 2000}) == "15.0 min"  # both attempts
+    assert results.training_minutes({"train_runtime": 600.0, "train_runtime_total": None,
+                                     "resumed_at_step": 2000}) == "10.0 min after resuming at step 2,000"

@@ -13,10 +13,11 @@ import pytest
 import torch
 from huggingface_hub import ModelCard
 from safetensors.torch import load_file
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, TrainerState
 
 from encdec import RNNSeq2SeqConfig, TransformerSeq2SeqConfig
 from encdec.averaging import WeightSnapshots, average_state_dicts, snapshot_folders
+from encdec.cards import training_summary
 from encdec.data import make_date_splits
 from encdec.errors import EncdecError
 from encdec.folders import PIPELINE_TASK, check_model_folder
@@ -27,6 +28,7 @@ from encdec.training import (
     EncdecTrainer,
     GenerationSettings,
     RunConfig,
+    TrainingClock,
     TrainingSettings,
     check_averaging,
     latest_complete_checkpoint,
@@ -327,7 +329,12 @@ def test_resume_continues_from_the_latest_complete_checkpoint(tmp_path, spy) -> 
     path = run_config(tmp_path, "transformer", out)
     first = train(load_run_config(path))
     assert first["train"]["global_step"] == 6
+    assert first["train"]["train_runtime_total"] == first["train"]["train_runtime"]
+    assert first["train"]["resumed_at_step"] is None
     checkpoints = out / CHECKPOINT_SUBDIR
+    clock = json.loads((checkpoints / "checkpoint-6" / "trainer_state.json").read_text())["stateful_callbacks"]
+    counted = clock["TrainingClock"]["args"]["seconds"]  # training seconds up to the save
+    assert 0 < counted < first["train"]["train_runtime"]
     assert sorted(p.name for p in checkpoints.iterdir()) == ["checkpoint-3", "checkpoint-6"]  # save_total_limit 2
     tokenizer_before = (out / TOKENIZER_SUBDIR / "tokenizer.json").read_bytes()
 
@@ -341,6 +348,12 @@ def test_resume_continues_from_the_latest_complete_checkpoint(tmp_path, spy) -> 
     assert spy.resumed_from == [None, str(checkpoints / "checkpoint-6")]
     assert spy.micro_steps == 3  # steps 7, 8 and 9 only
     assert second["train"]["global_step"] == 9
+    # the wall time counts both attempts: the first up to checkpoint-6, then the second
+    assert second["train"]["resumed_at_step"] == 6
+    assert second["train"]["train_runtime_total"] == pytest.approx(counted + second["train"]["train_runtime"])
+    card = ModelCard.load(out / "README.md").text
+    assert f"| wall time (s) | {second['train']['train_runtime_total']:.4g} |" in card
+    assert f"| wall time since resuming at step 6 (s) | {second['train']['train_runtime']:.4g} |" in card
     assert json.loads((out / "eval_results.json").read_text())["train"]["global_step"] == 9
     assert (out / TOKENIZER_SUBDIR / "tokenizer.json").read_bytes() == tokenizer_before  # the run's own vocabulary
     state = json.loads((checkpoints / "checkpoint-9" / "trainer_state.json").read_text())
@@ -349,6 +362,18 @@ def test_resume_continues_from_the_latest_complete_checkpoint(tmp_path, spy) -> 
     assert evaluated == [3, 6, 9]  # the first run's history continues
     assert not (out / ".final-tmp").exists()
     check_model_folder(out)
+
+
+def test_a_checkpoint_without_a_training_clock_resumes_with_the_total_unknown() -> None:
+    """Checkpoints of an encdec version without the clock: the total is unknown (None), not the last attempt's time,
+    and the clock enters the state so that Trainer's next save finds it."""
+    clock, state = TrainingClock(), TrainerState(global_step=2000, stateful_callbacks={})
+    clock.on_train_begin(None, state, None)
+    assert clock.seconds is None and clock.total() is None and clock.first_step == 2001
+    assert state.stateful_callbacks["TrainingClock"] == {"args": {"seconds": None}, "attributes": {}}
+    summary = training_summary({"global_step": 2500, "train_runtime": 60.0, "train_runtime_total": None,
+                                "resumed_at_step": 2000})
+    assert "wall time (s)" not in summary and summary["wall time since resuming at step 2000 (s)"] == 60.0
 
 
 # --- training.average_last -------------------------------------------------------------------------------------------

@@ -126,8 +126,13 @@ def data_languages(data: Mapping[str, Any]) -> list[str] | None:
 def training_summary(train_metrics: Mapping[str, Any]) -> dict[str, Any]:
     """The model card's training rows, from Trainer's final training metrics."""
     summary = {"optimiser steps": train_metrics.get("global_step"), "epochs": train_metrics.get("epoch"),
-               "wall time (s)": train_metrics.get("train_runtime"),
+               "wall time (s)": train_metrics.get("train_runtime_total", train_metrics.get("train_runtime")),
                "mean training loss": train_metrics.get("train_loss")}
+    if train_metrics.get("resumed_at_step"):  # stopped, then resumed from a checkpoint (encdec.training.TrainingClock)
+        if summary["wall time (s)"] is None:
+            del summary["wall time (s)"]  # the checkpoint kept no count of the earlier attempts
+        summary[f"wall time since resuming at step {train_metrics['resumed_at_step']} (s)"] = \
+            train_metrics.get("train_runtime")
     if train_metrics.get("final_weights"):  # training.average_last
         summary["final weights (chosen on validation)"] = train_metrics["final_weights"]
     if train_metrics.get("distilled_from"):  # encdec distill

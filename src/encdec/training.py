@@ -15,6 +15,7 @@ import shlex
 import shutil
 import signal
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +37,7 @@ from transformers import (
     TrainerCallback,
     set_seed,
 )
+from transformers.trainer_callback import ExportableState
 
 from .averaging import WeightSnapshots, average_state_dicts, load_weights, snapshot_folders, snapshot_step
 from .cards import data_languages, training_summary, write_model_card
@@ -253,6 +255,39 @@ class StopOnCtrlC(TrainerCallback):
             raise KeyboardInterrupt
 
     on_step_begin = on_step_end = on_substep_end = on_prediction_step = on_evaluate = on_save = on_log = check
+
+
+class TrainingClock(TrainerCallback, ExportableState):
+    """Training wall time summed over the attempts of a run that was stopped and resumed. Trainer's ``train_runtime``
+    counts the last attempt alone; this clock's count goes into every checkpoint's ``trainer_state.json`` (Trainer
+    saves the state of ``ExportableState`` callbacks there), and an attempt resumed from that checkpoint starts from
+    it. Time spent after the last checkpoint of a stopped attempt is not counted: the resumed run does that work again.
+    ``seconds`` is None when the run resumed from a checkpoint that kept no count (an encdec version without it)."""
+
+    def __init__(self, seconds: float | None = 0.0) -> None:
+        self.seconds = seconds  # trained before this attempt began
+        self.began: float | None = None
+        self.first_step = 1  # this attempt's first optimiser step
+
+    def on_train_begin(self, args, state, control, **kwargs) -> None:
+        name = type(self).__name__
+        self.first_step = state.global_step + 1
+        if state.global_step == 0:
+            self.seconds = 0.0
+        else:  # resumed: the checkpoint's count
+            saved = state.stateful_callbacks.get(name)
+            self.seconds = saved["args"]["seconds"] if saved else None
+        self.began = time.perf_counter()
+        state.stateful_callbacks[name] = self.state()  # Trainer's save looks the name up: an old checkpoint lacks it
+
+    def total(self) -> float | None:
+        """Seconds trained so far, over every attempt; None when an earlier attempt's count is unknown."""
+        if self.seconds is None:
+            return None
+        return self.seconds + (time.perf_counter() - self.began if self.began is not None else 0.0)
+
+    def state(self) -> dict:
+        return {"args": {"seconds": self.total()}, "attributes": {}}
 
 
 class SamplerEpoch(TrainerCallback):
@@ -688,7 +723,12 @@ def final_results(trainer: Seq2SeqTrainer, tokenized: DatasetDict, config: RunCo
                   snapshot_dir: Path) -> dict[str, Any]:
     """After training: the final weights (the best checkpoint, or with ``average_last`` the average of the last
     snapshots when validation prefers it) and their validation and test scores."""
-    results: dict[str, Any] = {"train": {**train_output.metrics, "global_step": train_output.global_step,
+    [clock] = [callback for callback in trainer.callback_handler.callbacks if isinstance(callback, TrainingClock)]
+    before = clock.seconds  # the attempts before this one, up to the checkpoint it resumed from
+    total = None if before is None else before + train_output.metrics["train_runtime"]
+    results: dict[str, Any] = {"train": {**train_output.metrics, "train_runtime_total": total,
+                                         "resumed_at_step": clock.first_step - 1 or None,
+                                         "global_step": train_output.global_step,
                                          "threads": torch.get_num_threads()},  # per process (encdec.threads)
                                "data": counts, "config": dataclasses.asdict(config)}
     if config.training.average_last:
@@ -714,7 +754,7 @@ def build_trainer(config: RunConfig, model: PreTrainedModel, tokenizer: Any, tok
         eval_set = eval_set.select(range(min(config.training.eval_max_samples, len(eval_set))))
     d_model = getattr(model.config, "d_model", None) or model.config.hidden_size
     args = training_arguments(config, output_dir, d_model, has_eval=eval_set is not None)
-    callbacks: list[Any] = []
+    callbacks: list[Any] = [TrainingClock()]
     if config.training.early_stopping_patience and eval_set is not None:
         callbacks.append(EarlyStoppingCallback(early_stopping_patience=config.training.early_stopping_patience))
     check_averaging(config.training, "validation" in tokenized)
