@@ -265,9 +265,11 @@ def distillation_table(runs: Path, speeds: dict[tuple[str, str], dict]) -> str:
     if "translation" in stages and "corpus" in stages:
         done = stages["translation"]
         processes = f"{done['processes']} process{'es' if done['processes'] > 1 else ''} of one core each"
-        took = (f"its last attempt (a resumed run: the lines the earlier attempts had left) took "
-                f"{minutes(done['seconds'])} on {processes}" if done["resumed"]
-                else f"in {minutes(done['seconds'])} on {processes}")
+        total = done.get("seconds_all_attempts")  # counted since encdec recorded it in the partial translation
+        took = (f"in {minutes(done['seconds'])} on {processes}" if not done["resumed"] else
+                f"{minutes(total)} over its attempts (a resumed run), the last on {processes}" if total is not None
+                else f"its last attempt (a resumed run: the lines the earlier attempts had left) took "
+                     f"{minutes(done['seconds'])} on {processes}")
         lines += ["", f"The teacher translated the {stages['sources']['train']:,} training sources with beam 5; "
                   f"{took}. The distilled corpus holds "
                   f"{stages['corpus']['distilled'] + stages['corpus']['original']:,} training pairs."]

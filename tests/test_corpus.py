@@ -209,3 +209,19 @@ def test_difference_names_the_first_change_and_paired_chunks_pair_lines(tmp_path
     (tmp_path / "t").write_text("x\ny\nz\n")
     chunks = list(paired_chunks(tmp_path / "s", tmp_path / "t", 2))
     assert [(c.index, c.start, c.lines) for c in chunks] == [(0, 0, [("1", "x"), ("2", "y")]), (1, 2, [("3", "z")])]
+
+
+def test_the_seconds_spent_carry_over_a_resume(tmp_path) -> None:
+    """``ChunkFile`` counts the seconds of every attempt in its record; a record of an older encdec, without the
+    count, leaves it unknown (None) instead of counting the last attempt alone."""
+    out = tmp_path / "out.txt"
+    ChunkFile(out, {"options": {}}).write(2, "a\nb\n")
+    state_path = tmp_path / "out.txt.partial.json"
+    state = json.loads(state_path.read_text())
+    state_path.write_text(json.dumps({**state, "seconds": 100.0}))  # as if the first attempt had taken 100 s
+    resumed = ChunkFile(out, {"options": {}}, resume=True)
+    assert resumed.done_lines == 2 and 100.0 <= resumed.seconds() < 160.0
+    resumed.write(1, "c\n")
+    assert json.loads(state_path.read_text())["seconds"] >= 100.0
+    state_path.write_text(json.dumps({key: value for key, value in state.items() if key != "seconds"}))
+    assert ChunkFile(out, {"options": {}}, resume=True).seconds() is None

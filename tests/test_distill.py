@@ -141,10 +141,16 @@ def test_kill_9_then_the_same_command_gives_the_same_student(finished, teacher, 
     kill_when([sys.executable, "-m", "encdec", "distill", str(recipe)], ready)
     if stage == "translation":
         assert not (corpus / "teacher.scored").exists() and (corpus / "teacher.scored.partial").is_file()
+        counted = json.loads((corpus / "teacher.scored.partial.json").read_text())["seconds"]  # the killed attempt's
+        assert counted > 0
     else:
         assert not (tmp_path / "out" / "student" / "model.safetensors").exists()
     done = encdec_distill(recipe)
     assert done.returncode == 0, done.stderr[-3000:]
+    if stage == "translation":  # the manifest's time counts both attempts
+        record = json.loads((corpus / "manifest.json").read_text())["stages"]["translation"]
+        assert record["resumed"] and record["seconds_all_attempts"] == pytest.approx(counted + record["seconds"],
+                                                                                     abs=0.11)
     for name in ("corpus/teacher.scored", "corpus/train.target", "student/model.safetensors"):
         assert (tmp_path / "out" / name).read_bytes() == (finished / name).read_bytes(), name
 

@@ -142,6 +142,12 @@ def test_distillation_rows_say_which_targets_are_met(tmp_path):
     assert "| 10.0 min + 10.0 min (1 each) |" in rows["teacher: transformer+bahdanau ensemble"]
     table = results.distillation_table(runs, {})
     assert "the earlier attempts had left) took 30.0 min on 2 processes of one core each" in table
+    manifest = runs / "distill-multi30k-corpus" / "manifest.json"
+    record = json.loads(manifest.read_text())
+    record["stages"]["translation"]["seconds_all_attempts"] = 2700.0  # a corpus made since encdec counts attempts
+    manifest.write_text(json.dumps(record))
+    assert "45.0 min over its attempts (a resumed run), the last on 2 processes of one core each" in \
+        results.distillation_table(runs, {})
     assert "28,990 training pairs" in table
 
 

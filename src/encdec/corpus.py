@@ -189,8 +189,9 @@ def difference(old: Any, new: Any, where: str = "") -> str | None:
 
 class ChunkFile:
     """``path`` written through ``path.partial``, chunk by chunk, each appended, flushed and fsynced, then recorded in
-    ``path.partial.json`` (the run's record and the bytes and lines done); ``finish`` renames it into place. With
-    ``resume`` an interrupted run goes on where it stopped, if its record equals ``record``."""
+    ``path.partial.json`` (the run's record, the bytes and lines done, and the seconds spent on them over every
+    attempt); ``finish`` renames it into place. With ``resume`` an interrupted run goes on where it stopped, if its
+    record equals ``record``."""
 
     def __init__(self, path: str | os.PathLike, record: dict[str, Any], resume: bool = False,
                  overwrite: bool = False) -> None:
@@ -198,6 +199,7 @@ class ChunkFile:
         self.partial = self.path.with_name(self.path.name + ".partial")
         self.state_path = self.path.with_name(self.path.name + ".partial.json")
         self.record, self.done_lines, self.done_bytes = record, 0, 0
+        self.began, self.seconds_before = time.perf_counter(), 0.0  # None: an older record kept no seconds
         self.start(resume, overwrite)
 
     def start(self, resume: bool, overwrite: bool) -> None:
@@ -235,10 +237,17 @@ class ChunkFile:
             raise InputFileError(f"{self.partial} is missing or shorter than {self.state_path.name} records; pass "
                                  "--overwrite to start again.")
         self.done_lines, self.done_bytes = state["lines"], state["bytes"]
+        self.seconds_before = state.get("seconds")
+
+    def seconds(self) -> float | None:
+        """Seconds spent on the finished chunks and this attempt so far, over every attempt (None: unknown)."""
+        if self.seconds_before is None:
+            return None
+        return round(self.seconds_before + time.perf_counter() - self.began, 1)
 
     def save_state(self) -> None:
         atomic_write_json(self.state_path, {"record": self.record, "lines": self.done_lines,
-                                            "bytes": self.done_bytes})
+                                            "bytes": self.done_bytes, "seconds": self.seconds()})
 
     def write(self, lines: int, text: str) -> None:
         """One finished chunk of ``lines`` input lines, whose output is ``text``."""
