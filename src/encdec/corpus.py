@@ -239,6 +239,18 @@ class ChunkFile:
         self.done_lines, self.done_bytes = state["lines"], state["bytes"]
         self.seconds_before = state.get("seconds")
 
+    @staticmethod
+    def recorded_seconds(path: str | os.PathLike) -> float | None:
+        """The seconds that earlier attempts at ``path`` spent on the chunks they finished: 0.0 when there was no
+        attempt, None when its record predates the count or is unreadable (the resume then refuses it, naming it)."""
+        state_path = Path(path).with_name(Path(path).name + ".partial.json")
+        if not state_path.is_file():
+            return 0.0
+        try:
+            return json.loads(state_path.read_text(encoding="utf-8")).get("seconds")
+        except (OSError, ValueError):
+            return None
+
     def seconds(self) -> float | None:
         """Seconds spent on the finished chunks and this attempt so far, over every attempt (None: unknown)."""
         if self.seconds_before is None:

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from .config_io import apply_overrides, from_dict, load_yaml
-from .corpus import Shard, TranslationOutput, difference, file_identity, on_main, translate_file
+from .corpus import ChunkFile, Shard, TranslationOutput, difference, file_identity, on_main, translate_file
 from .data import DataSpec, load_data
 from .ensemble import check_same_tokenizer, tokenizer_difference
 from .errors import EncdecError
@@ -355,8 +355,8 @@ def make_corpus(config: DistillConfig, corpus: Path, manifest: dict[str, Any], t
         if "corpus" in manifest["stages"]:  # another run finished it while this one waited
             return manifest
         if not (corpus / SCORED).is_file():
-            state = corpus / f"{SCORED}.partial.json"
-            began, resumed, earlier = time.perf_counter(), state.is_file(), earlier_seconds(state)
+            began, resumed = time.perf_counter(), (corpus / f"{SCORED}.partial.json").is_file()
+            earlier = ChunkFile.recorded_seconds(corpus / SCORED)
             translate_sources(config, corpus, src)  # every process takes its share of the chunks
             seconds = round(time.perf_counter() - began, 1)
             manifest["stages"]["translation"] = {
@@ -364,17 +364,6 @@ def make_corpus(config: DistillConfig, corpus: Path, manifest: dict[str, Any], t
                 # every attempt up to the last chunk each finished (None: an older partial file kept no count)
                 "seconds_all_attempts": None if earlier is None else round(earlier + seconds, 1)}
         return on_main_then_all(corpus, manifest, "corpus", lambda: build_corpus(config, corpus, tokenizer, src, tgt))
-
-
-def earlier_seconds(state_path: Path) -> float | None:
-    """The seconds that earlier attempts spent on the chunks they finished (``ChunkFile``'s record): 0.0 when there
-    was none, None when the record predates the count."""
-    if not state_path.is_file():
-        return 0.0
-    try:
-        return json.loads(state_path.read_text(encoding="utf-8")).get("seconds")
-    except (OSError, ValueError):  # unreadable: the translation's resume refuses it, naming the file
-        return None
 
 
 def on_main_then_all(corpus: Path, manifest: dict[str, Any], stage: str, run: Any) -> dict[str, Any]:
