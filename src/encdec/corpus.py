@@ -45,6 +45,7 @@ from .errors import EncdecError, InputFileError, OverwriteError
 from .inference import CHUNK_SIZE, Engine, Hypothesis, load_engine, translate_chunk, translate_chunk_detailed
 from .io_utils import atomic_write_json, batched, count_lines, refuse_overlap, require_file, text_lines
 from .parallel import process_state
+from .stop_points import stop_point
 
 PIPE_IDLE_SECONDS = 0.5  # a chunk read from a pipe ends when no line has come for this long
 PROGRESS_EVERY_SECONDS = 5.0  # stderr that is not a terminal: one progress line this often
@@ -274,6 +275,7 @@ class ChunkFile:
         except OSError as error:  # disk full, or the folder went away: what is finished stays resumable
             raise EncdecError(f"Cannot write {self.partial}: {error.strerror}. The first {self.done_lines:,} lines "
                               "are done: make room, then rerun the command with --resume.") from error
+        stop_point("chunk")
 
     def finish(self) -> None:
         os.replace(self.partial, self.path)

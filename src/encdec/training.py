@@ -60,6 +60,7 @@ from .io_utils import atomic_write_json, publish_folder, refuse_overlap, require
 from .metrics import build_compute_metrics
 from .parallel import cpu_processes, process_state, unsharded_copy
 from .progress import TrainingProgress, quiet_transformers_bars
+from .stop_points import stop_point
 from .tokenization import check_tokenizer_matches_model, load_tokenizer, special_token_ids, train_tokenizer
 
 logger = logging.getLogger(__name__)
@@ -288,6 +289,14 @@ class TrainingClock(TrainerCallback, ExportableState):
 
     def state(self) -> dict:
         return {"args": {"seconds": self.total()}, "attributes": {}}
+
+
+class CheckpointStopPoint(TrainerCallback):
+    """The ``checkpoint`` stopping point (``encdec.stop_points``): reached once a checkpoint is on disk; inert unless
+    a test sets ``ENCDEC_STOP_AT``."""
+
+    def on_save(self, args, state, control, **kwargs) -> None:
+        stop_point("checkpoint")
 
 
 class SamplerEpoch(TrainerCallback):
@@ -754,7 +763,7 @@ def build_trainer(config: RunConfig, model: PreTrainedModel, tokenizer: Any, tok
         eval_set = eval_set.select(range(min(config.training.eval_max_samples, len(eval_set))))
     d_model = getattr(model.config, "d_model", None) or model.config.hidden_size
     args = training_arguments(config, output_dir, d_model, has_eval=eval_set is not None)
-    callbacks: list[Any] = [TrainingClock()]
+    callbacks: list[Any] = [TrainingClock(), CheckpointStopPoint()]
     if config.training.early_stopping_patience and eval_set is not None:
         callbacks.append(EarlyStoppingCallback(early_stopping_patience=config.training.early_stopping_patience))
     check_averaging(config.training, "validation" in tokenized)
