@@ -30,6 +30,21 @@ torch.set_num_threads(1)
 os.environ.setdefault("ENCDEC_THREADS", "1")
 
 
+# The files whose tests start servers, launchers or several processes, or train and translate end to end through the
+# command line: marked `integration`, so that `pytest -m "not integration"` is a fast loop while editing. `make test`
+# (and CI) runs them all.
+INTEGRATION_FILES = frozenset({
+    "test_corpus.py", "test_demo.py", "test_distill.py", "test_distributed.py", "test_first_hour.py",
+    "test_libretranslate.py", "test_multi30k.py", "test_serve.py", "test_serve_fuzz.py", "test_serve_models.py",
+})
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.name in INTEGRATION_FILES:
+            item.add_marker(pytest.mark.integration)
+
+
 @pytest.fixture(autouse=True)
 def _seed() -> None:
     torch.manual_seed(0)

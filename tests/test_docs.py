@@ -19,7 +19,7 @@ LINK = re.compile(r"\]\(([^)\s]+)\)")
 def markdown_files() -> list[Path]:
     """The Markdown files git tracks or would track (the working tree, ignored files left out)."""
     listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "*.md"], cwd=REPO,
-                            capture_output=True, text=True, check=True).stdout.split()
+                            capture_output=True, text=True, check=True, timeout=60).stdout.split()
     return [REPO / name for name in listed if (REPO / name).is_file()]
 
 
