@@ -218,6 +218,17 @@ def test_jsonl_translation_form(tmp_path: Path) -> None:
         load_jsonl(three, target_lang="en")
 
 
+def test_jsonl_keeps_date_like_text_as_written(tmp_path: Path) -> None:
+    """PyArrow's JSON reader takes fields whose every value looks like a date for timestamps; the text read back
+    must be the text written (not "1964-03-04 00:00:00"), in both forms, with other fields kept."""
+    pairs = [("4 March 1964", "1964-03-04"), ("1 Jan 2001", "2001-01-01"), ("12.10.99", "1999-10-12")]
+    flat = write_jsonl(tmp_path / "d.jsonl", [{"source": s, "target": t, "id": i} for i, (s, t) in enumerate(pairs)])
+    assert rows(load_jsonl(flat)["train"]) == pairs
+    nested = write_jsonl(tmp_path / "n.jsonl", [{"translation": {"de": s, "iso": t}} for s, t in pairs])
+    assert rows(load_jsonl(nested, "de", "iso")["train"]) == pairs
+    assert rows(load_jsonl(nested, "iso", "de")["train"]) == [(t, s) for s, t in pairs]
+
+
 def test_jsonl_errors(tmp_path: Path) -> None:
     missing_target = write_jsonl(tmp_path / "a.jsonl", [{"source": "a", "target": "b"}, {"source": "c"}])
     with pytest.raises(InputFileError, match=escaped(missing_target, "1 rows with no 'target' value")):

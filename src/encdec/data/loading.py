@@ -274,9 +274,40 @@ def load_jsonl(
     """
     files = _split_files(path)
     return DatasetDict({
-        split: _source_target(_load_split("json", file, split), source_lang, target_lang, f"The data file {file}")
+        split: _source_target(_load_json_split(file, split), source_lang, target_lang, f"The data file {file}")
         for split, file in files.items()
     })
+
+
+def _is_temporal(feature: Any) -> bool:
+    return isinstance(feature, Value) and feature.dtype.startswith(("timestamp", "date", "time", "duration"))
+
+
+def _load_json_split(file: Path, split: str) -> Dataset:
+    """One JSON Lines file through ``datasets``' builder, with its text kept as written. PyArrow's JSON reader (which
+    the builder uses) reads a field whose every value looks like a date as a timestamp, and casting that back to text
+    changes it (``"1964-03-04"`` becomes ``"1964-03-04 00:00:00"``): a date-normalisation corpus would train on wrong
+    targets. Such a file is read again with every field of that kind declared a string (PyArrow's explicit schema;
+    the builder has no way to pass one). That read holds the file in memory, which only such files pay."""
+    dataset = _load_split("json", file, split)
+    features = dataset.features
+    if not any(_is_temporal(feature) or (isinstance(feature, dict) and any(map(_is_temporal, feature.values())))
+               for feature in features.values()):
+        return dataset
+    import pyarrow as pa
+    from pyarrow import json as pa_json
+
+    def as_text(feature: Any) -> Any:
+        if isinstance(feature, dict):
+            return {name: as_text(inner) for name, inner in feature.items()}
+        return Value("string") if _is_temporal(feature) else feature
+
+    schema = Features({name: as_text(feature) for name, feature in features.items()}).arrow_schema
+    try:
+        table = pa_json.read_json(file, parse_options=pa_json.ParseOptions(explicit_schema=schema))
+    except pa.ArrowInvalid as err:
+        raise InputFileError(f"Could not read the data file {file} with its date-like fields as text: {err}") from err
+    return Dataset(table)
 
 
 def load_hub_dataset(
