@@ -163,17 +163,37 @@ def interrupt_when(process: subprocess.Popen, ready, timeout: float = 240) -> tu
 
 
 def test_ctrl_c_prints_the_checkpoint_and_the_command_that_resumes(tmp_path: Path) -> None:
-    from encdec.training import latest_complete_checkpoint
+    """Ctrl-C at a known point: ``ENCDEC_STOP_AT=checkpoint:1`` stops the run (SIGSTOP) right after its first
+    checkpoint (step 5) is saved; the test sends SIGINT there and lets it go on, so the one line names exactly that
+    checkpoint. Its output goes to files: a pipe nobody reads while the run trains could fill and block it."""
+    from encdec.stop_points import STOP_ENV
     from test_cli import write_run_config
 
     out_dir = tmp_path / "run"
     config = write_run_config(tmp_path, "transformer", out_dir, training={"max_steps": 100000})
-    training = start_training(config, tmp_path, "--training.seed", "3")
-    checkpoints = out_dir / "checkpoints"
-    _, err = interrupt_when(training, lambda: any(checkpoints.glob("checkpoint-*/trainer_state.json")))
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", STOP_ENV: "checkpoint:1"}
+    with open(tmp_path / "out.txt", "w") as out, open(tmp_path / "err.txt", "w") as err_file:
+        training = subprocess.Popen([sys.executable, "-m", "encdec", "train", str(config), "--training.seed", "3"],
+                                    cwd=tmp_path, env=env, stdout=out, stderr=err_file)
+    try:
+        deadline = time.monotonic() + 240
+        pid, status = os.waitpid(training.pid, os.WUNTRACED | os.WNOHANG)
+        while not pid:  # (0, 0) until the child stops (or ends)
+            assert time.monotonic() < deadline, (tmp_path / "err.txt").read_text()[-3000:]
+            time.sleep(0.05)
+            pid, status = os.waitpid(training.pid, os.WUNTRACED | os.WNOHANG)
+        assert os.WIFSTOPPED(status), (tmp_path / "err.txt").read_text()[-3000:]
+        training.send_signal(signal.SIGINT)  # pending while stopped, handled once it goes on
+        training.send_signal(signal.SIGCONT)
+        assert training.wait(timeout=120) == 130, (tmp_path / "err.txt").read_text()[-3000:]
+    finally:
+        if training.poll() is None:
+            training.kill()
+            training.wait(timeout=60)
+    err = (tmp_path / "err.txt").read_text()
     assert "Traceback" not in err and "KeyboardInterrupt" not in err
     last = err.strip().splitlines()[-1]
-    kept = latest_complete_checkpoint(checkpoints)  # Ctrl-C may come in the middle of a save: that one is not kept
+    kept = out_dir / "checkpoints" / "checkpoint-5"
     assert last.startswith(f"encdec train: stopped; the last checkpoint kept is {kept}. Resume with: encdec train ")
     resume = shlex.split(last.split("Resume with: ")[1])
     assert resume[-4:] == ["--training.seed", "3", "--training.resume_from_checkpoint", "true"]
