@@ -1,26 +1,28 @@
 """Shipping: translate_lines, the model card (templates, metadata, model-index), the folder check (the exact upload
-list, corrupt or missing files) and the push, with the Hub's network calls replaced by a capture."""
+list, corrupt or missing files) and the push, with the Hub's network calls replaced by a capture; and what users ship
+(a folder from ``encdec train``, and the files ``encdec push`` uploads from it) loading where encdec is not installed,
+in another process (remote_code.py says why an in-process load cannot show it)."""
 
 from __future__ import annotations
 
-import re
 import shutil
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-import torch
-from huggingface_hub import HfApi, ModelCard
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+from huggingface_hub import CommitOperationAdd, HfApi, ModelCard
+from transformers import AutoModelForSeq2SeqLM
 
 import encdec
 from encdec.cards import card_template, render_model_card, write_model_card
+from encdec.cli import main
 from encdec.errors import EncdecError, InputFileError, OverwriteError
 from encdec.folders import check_model_folder, save_for_pipeline
 from encdec.hub import push_model
 from encdec.inference import load_pipeline, translate_lines
-from tiny_model_folders import FAMILIES, date_tokenizer, save_folder
-from toy import folder_model
+from remote_code import assert_same_as_encdec, load_without_encdec
+from tiny_model_folders import FAMILIES, date_tokenizer, save_folder, write_tiny_run_config
+from toy import TINY_MODELS, folder_model
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = Path(encdec.__file__).parent
@@ -46,17 +48,40 @@ def copy_of(folders, tmp_path):
     return lambda family: Path(shutil.copytree(folders[family], tmp_path / family))
 
 
-def _expected_upload(model_type: str, *extra: str) -> list[str]:
-    """What a folder of ``model_type`` must upload: the fixed files, plus the code that remote loading imports,
-    found by following the single-dot imports of the package's own sources."""
-    code, todo = set(), [f"modeling_{model_type}", f"configuration_{model_type}", "pipeline_seq2seq"]
-    while todo:
-        name = f"{todo.pop()}.py"
-        if name not in code:
-            code.add(name)
-            todo += re.findall(r"^from \.(\w+) import", (PACKAGE / "models" / name).read_text(), flags=re.MULTILINE)
-    fixed = {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"}
-    return sorted(fixed | code | set(extra))
+# What a folder of each family uploads, written out: a test that derived it from the package's sources the way
+# check_model_folder does would agree with any mistake in that derivation. Sorted, as check_model_folder returns it:
+# the fixed files (config, generation defaults, weights, tokenizer), the card, and the code that trust_remote_code
+# loading imports (the modeling and configuration files, their single-dot siblings and the pipeline).
+UPLOAD = {
+    "transformer": ["README.md", "attention.py", "compat.py", "config.json", "configuration_seq2seq.py",
+                    "configuration_transformer_seq2seq.py", "generation_config.json", "model.safetensors",
+                    "modeling_transformer_seq2seq.py", "pipeline_seq2seq.py", "seq2seq_utils.py", "tokenizer.json",
+                    "tokenizer_config.json", "validation.py"],
+    "rnn": ["README.md", "attention.py", "compat.py", "config.json", "configuration_rnn_seq2seq.py",
+            "configuration_seq2seq.py", "generation_config.json", "model.safetensors", "modeling_rnn_seq2seq.py",
+            "pipeline_seq2seq.py", "rnn_cache.py", "rnn_steps.py", "seq2seq_utils.py", "tokenizer.json",
+            "tokenizer_config.json", "validation.py"],
+}
+# What a model folder may hold besides and must never upload: training state (checkpoints with optimizer and
+# scheduler states, weight snapshots, the unfinished final save), the tokenizer's own copy, scores, interrupted
+# translations (OUTPUT.partial and its record), logs, plots and Python files that remote loading does not import.
+NEVER_UPLOADED = ["checkpoints/checkpoint-10/optimizer.pt", "checkpoints/checkpoint-10/model.safetensors",
+                  "checkpoints/checkpoint-10/scheduler.pt", "checkpoints/snapshots/step-10.safetensors",
+                  ".final-tmp/model.safetensors", "tokenizer/tokenizer.json", "eval_results.json",
+                  "training_args.bin", "test.hyp", "test.hyp.partial", "test.hyp.partial.json", "train.log",
+                  "runs/events.out.tfevents.1", "attention.png", "unused_helper.py"]
+
+
+def without_card(family: str) -> list[str]:
+    """``UPLOAD[family]`` for a folder that has no README.md yet (save_for_pipeline writes none)."""
+    return [name for name in UPLOAD[family] if name != "README.md"]
+
+
+def add_leftovers(folder: Path) -> None:
+    """Write every ``NEVER_UPLOADED`` file into ``folder``."""
+    for name in NEVER_UPLOADED:
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_bytes(b"x")
 
 
 # --- translate_lines -------------------------------------------------------------------------------------------
@@ -166,13 +191,11 @@ def test_write_model_card_does_not_overwrite_without_consent(copy_of) -> None:
 @pytest.mark.parametrize("family", FAMILIES)
 def test_check_lists_exactly_the_files_to_upload(copy_of, family: str) -> None:
     folder = copy_of(family)
-    assert check_model_folder(folder) == _expected_upload(MODEL_TYPES[family])
-    (folder / "checkpoint-10").mkdir()  # training leftovers are not uploaded
-    (folder / "checkpoint-10" / "optimizer.pt").write_bytes(b"x")
-    (folder / "training_args.bin").write_bytes(b"x")
-    (folder / "unused_helper.py").write_text("x = 1\n")
+    assert check_model_folder(folder) == without_card(family)
+    add_leftovers(folder)
     write_model_card(folder)
-    assert check_model_folder(folder) == _expected_upload(MODEL_TYPES[family], "README.md")
+    assert check_model_folder(folder) == UPLOAD[family]
+    assert all((folder / name).is_file() for name in NEVER_UPLOADED)  # there, and not listed
 
 
 @pytest.mark.parametrize("damage", ["missing", "garbage", "truncated", "empty"])
@@ -214,18 +237,21 @@ def test_check_names_what_remote_loading_would_miss(copy_of, tokenizer, tmp_path
 @pytest.fixture
 def fake_hub(monkeypatch, tmp_path):
     """Replace the two network calls of ``push_model`` (``HfApi.create_repo`` and ``HfApi.create_commit``): record
-    the calls and write every uploaded file into ``hub.folder``, as the Hub would store them."""
-    hub = SimpleNamespace(folder=tmp_path / "hub", repos=[], commits=[])
+    the calls and write every uploaded file into ``hub.folder(repo_id)``, as the Hub would store the repository
+    (named ``owner--name``, so that each repository's folder has a name of its own)."""
+    hub = SimpleNamespace(root=tmp_path / "hub", repos=[], commits=[])
+    hub.folder = lambda repo_id: hub.root / repo_id.replace("/", "--")
 
     def create_repo(self, repo_id, *, private=None, exist_ok=False, **kwargs):
         hub.repos.append({"repo_id": repo_id, "private": private, "exist_ok": exist_ok})
         return SimpleNamespace(repo_id=repo_id)
 
     def create_commit(self, repo_id, operations, *, commit_message, **kwargs):
+        assert all(isinstance(op, CommitOperationAdd) for op in operations), operations
         hub.commits.append({"repo_id": repo_id, "message": commit_message,
                             "files": sorted(op.path_in_repo for op in operations)})
         for op in operations:
-            target = hub.folder / op.path_in_repo
+            target = hub.folder(repo_id) / op.path_in_repo
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(op.path_or_fileobj, target)
         return SimpleNamespace(commit_url=f"https://huggingface.co/{repo_id}/commit/0123")
@@ -235,27 +261,28 @@ def fake_hub(monkeypatch, tmp_path):
     return hub
 
 
-@pytest.mark.parametrize("family", FAMILIES)
-def test_push_uploads_the_checked_folder_in_one_commit(copy_of, fake_hub, tokenizer, family: str) -> None:
-    folder = copy_of(family)
-    (folder / "training_args.bin").write_bytes(b"x")  # must stay home
-    url = push_model(folder, "someone/dates-" + family, private=True, commit_message="first")
-    assert url == f"https://huggingface.co/someone/dates-{family}/commit/0123"
-    assert fake_hub.repos == [{"repo_id": "someone/dates-" + family, "private": True, "exist_ok": True}]
-    expected = _expected_upload(MODEL_TYPES[family], "README.md")  # the card was written, since there was none
-    assert fake_hub.commits == [{"repo_id": "someone/dates-" + family, "message": "first", "files": expected}]
-    assert sorted(path.name for path in fake_hub.folder.iterdir()) == expected
+def uploaded(hub: SimpleNamespace, repo_id: str) -> list[str]:
+    """Every file under the fake Hub's repository folder, as paths relative to it."""
+    folder = hub.folder(repo_id)
+    return sorted(path.relative_to(folder).as_posix() for path in folder.rglob("*") if path.is_file())
 
-    card = ModelCard.load(fake_hub.folder / "README.md")
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_push_uploads_the_checked_folder_in_one_commit(copy_of, fake_hub, family: str) -> None:
+    folder = copy_of(family)
+    add_leftovers(folder)  # must stay home
+    repo_id = "someone/dates-" + family
+    url = push_model(folder, repo_id, private=True, commit_message="first")
+    assert url == f"https://huggingface.co/someone/dates-{family}/commit/0123"
+    assert fake_hub.repos == [{"repo_id": repo_id, "private": True, "exist_ok": True}]
+    expected = UPLOAD[family]  # with README.md: the card was written, since there was none
+    assert fake_hub.commits == [{"repo_id": repo_id, "message": "first", "files": expected}]
+    assert uploaded(fake_hub, repo_id) == expected
+    assert all((fake_hub.folder(repo_id) / name).read_bytes() == (folder / name).read_bytes() for name in expected)
+
+    card = ModelCard.load(fake_hub.folder(repo_id) / "README.md")
     assert card.data.tags == ["translation", "seq2seq", "encdec", MODEL_TYPES[family]]
     assert 'model_id = "someone/dates-' + family + '"' in card.text
-    assert all((fake_hub.folder / name).read_bytes() == (folder / name).read_bytes() for name in expected)
-    pushed = AutoModelForSeq2SeqLM.from_pretrained(fake_hub.folder, trust_remote_code=True).eval()
-    pushed_tokenizer = AutoTokenizer.from_pretrained(fake_hub.folder, trust_remote_code=True)
-    original = AutoModelForSeq2SeqLM.from_pretrained(folder).eval()
-    batch = pushed_tokenizer(["3rd of March 2021"], return_tensors="pt")
-    with torch.no_grad():
-        assert torch.equal(pushed.generate(**batch, max_new_tokens=4), original.generate(**batch, max_new_tokens=4))
 
 
 def test_push_keeps_an_existing_card_and_stops_on_a_bad_folder(copy_of, fake_hub) -> None:
@@ -263,8 +290,67 @@ def test_push_keeps_an_existing_card_and_stops_on_a_bad_folder(copy_of, fake_hub
     write_model_card(folder, dataset_name="Dates", metrics=METRICS)
     card = (folder / "README.md").read_text()
     push_model(folder, "someone/dates")
-    assert (fake_hub.folder / "README.md").read_text() == card
+    assert (fake_hub.folder("someone/dates") / "README.md").read_text() == card
     (folder / "model.safetensors").write_bytes(b"corrupt")
     with pytest.raises(InputFileError, match="model.safetensors"):
         push_model(folder, "someone/dates")
     assert len(fake_hub.commits) == 1  # nothing was sent for the bad folder
+
+
+# --- what users ship runs where encdec is not installed ------------------------------------------------------------
+
+SOURCES = ["3rd of March 2021", "1/2/2000", "Wednesday, 3 Mar 2021"]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> dict[str, Path]:
+    """``encdec train`` once per family: the tiny models of toy.py for 2 steps on 64 built-in date pairs (a second),
+    evaluated and checkpointed at each step, so that the folder holds what a real run leaves beside the model.
+    Shared: tests copy a folder before they change it."""
+    root = tmp_path_factory.mktemp("hub-train")
+    folders = {}
+    for family in FAMILIES:
+        folders[family] = root / f"trained-{family}"
+        config = write_tiny_run_config(root / "configs" / f"{family}.yaml", family, TINY_MODELS[family], {
+            "data": {"builtin_train": 64, "builtin_validation": 8, "builtin_test": 8},
+            "tokenizer": {"vocab_size": 120, "min_frequency": 1},
+            "training": {"output_dir": str(folders[family]), "max_steps": 2, "eval_steps": 1,
+                         "eval_strategy": "steps", "per_device_train_batch_size": 16,
+                         "per_device_eval_batch_size": 16, "warmup_steps": 1, "logging_steps": 1,
+                         "save_total_limit": 2, "report_to": "none"}})
+        assert main(["train", str(config)]) == 0
+    return folders
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_encdec_push_of_a_trained_folder_uploads_only_the_model(trained, fake_hub, tmp_path, family: str) -> None:
+    """The folder ``encdec train`` wrote holds checkpoints (optimizer and scheduler states), the tokenizer's copy and
+    the scores next to the model; ``encdec push`` uploads the model, its code and the trained card, nothing else."""
+    folder = Path(shutil.copytree(trained[family], tmp_path / f"trained-{family}"))
+    add_leftovers(folder)
+    training_state = ["checkpoints/checkpoint-2/optimizer.pt", "checkpoints/checkpoint-2/scheduler.pt",
+                      "checkpoints/checkpoint-2/model.safetensors", "tokenizer/tokenizer.json", "eval_results.json"]
+    assert all((folder / name).is_file() for name in training_state)
+    card = (folder / "README.md").read_bytes()
+    repo_id = f"someone/pushed-{family}"
+    assert main(["push", "--model", str(folder), "--repo-id", repo_id]) == 0
+    assert [commit["files"] for commit in fake_hub.commits] == [UPLOAD[family]]
+    assert uploaded(fake_hub, repo_id) == UPLOAD[family]
+    assert (fake_hub.folder(repo_id) / "README.md").read_bytes() == card  # the trained card, with its scores
+
+
+def test_trained_and_pushed_folders_run_without_encdec(trained, fake_hub, tmp_path) -> None:
+    """The promise of the model card (``trust_remote_code=True`` on a machine without encdec), checked on what users
+    ship: the folders ``encdec train`` wrote and the files ``encdec push`` uploads from them, copied to folders of
+    their own. In another process, where importing encdec fails, each loads through AutoConfig, AutoTokenizer,
+    AutoModelForSeq2SeqLM and the pipeline from the folder's own code and gives exactly what encdec gives here."""
+    for family in FAMILIES:
+        assert main(["push", "--model", str(trained[family]), "--repo-id", f"someone/pushed-{family}"]) == 0
+    pushed = {family: fake_hub.folder(f"someone/pushed-{family}") for family in FAMILIES}
+    assert {family: uploaded(fake_hub, f"someone/pushed-{family}") for family in FAMILIES} == UPLOAD
+    folders = [*trained.values(), *pushed.values()]
+    remote = load_without_encdec(folders, SOURCES, tmp_path)
+    for folder in folders:
+        assert_same_as_encdec(remote[str(folder)], folder, SOURCES)
+    for family in FAMILIES:  # the upload is the trained model, not just a model that loads
+        assert remote[str(pushed[family])]["generated"] == remote[str(trained[family])]["generated"]

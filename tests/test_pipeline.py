@@ -19,6 +19,7 @@ from transformers.pipelines import PIPELINE_REGISTRY
 import encdec
 from encdec import Seq2SeqGenerationPipeline
 from encdec.folders import save_for_pipeline
+from remote_code import BLOCK_ENCDEC
 from tiny_model_folders import FAMILIES, date_tokenizer
 from toy import folder_model
 
@@ -56,11 +57,15 @@ def _pipe(models, tokenizer, family: str, **kwargs) -> Seq2SeqGenerationPipeline
     return pipeline("seq2seq-generation", model=models[family], tokenizer=tokenizer, device="cpu", **kwargs)
 
 
-def _direct(model, tokenizer, text: str, **generate_kwargs) -> list[str]:
-    batch = tokenizer([text], return_tensors="pt")
+def _direct(model, tokenizer, text: str | list[str], **generate_kwargs) -> list[str]:
+    return tokenizer.batch_decode(_direct_ids(model, tokenizer, text, **generate_kwargs), skip_special_tokens=True)
+
+
+def _direct_ids(model, tokenizer, text: str | list[str], **generate_kwargs) -> torch.Tensor:
+    """``model.generate`` on ``text`` (for a list: one batch, padded as the pipeline pads it)."""
+    batch = tokenizer([text] if isinstance(text, str) else text, padding=True, return_tensors="pt")
     with torch.no_grad():
-        output = model.generate(**batch, **generate_kwargs)
-    return tokenizer.batch_decode(output, skip_special_tokens=True)
+        return model.generate(**batch, **generate_kwargs)
 
 
 def test_task_is_registered_on_import() -> None:
@@ -101,9 +106,9 @@ def test_a_padded_batch_equals_its_members_one_by_one(models, tokenizer, family:
 def test_num_return_sequences_gives_lists_of_dicts(models, tokenizer, family: str) -> None:
     pipe = _pipe(models, tokenizer, family)
     single = pipe(SOURCES[0], num_beams=3, num_return_sequences=2, max_new_tokens=5)
-    assert len(single) == 2 and all(set(record) == {"generated_text"} for record in single)
-    assert single[0]["generated_text"] == _direct(models[family], tokenizer, SOURCES[0], num_beams=3,
-                                                  max_new_tokens=5)[0]  # best beam first
+    beams = _direct(models[family], tokenizer, SOURCES[0], num_beams=3, num_return_sequences=2, max_new_tokens=5)
+    assert single == [{"generated_text": text} for text in beams]  # best beam first
+    assert beams[0] == _direct(models[family], tokenizer, SOURCES[0], num_beams=3, max_new_tokens=5)[0]
     batched = pipe(SOURCES[:2], batch_size=2, num_beams=3, num_return_sequences=2, max_new_tokens=5)
     assert [len(per_input) for per_input in batched] == [2, 2]
     assert batched[0] == single
@@ -111,14 +116,22 @@ def test_num_return_sequences_gives_lists_of_dicts(models, tokenizer, family: st
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_generate_kwargs_pass_through(models, tokenizer, family: str) -> None:
+    model = models[family]
     pipe = _pipe(models, tokenizer, family, max_new_tokens=2)  # init kwargs apply to every call
     ids = pipe(SOURCES[0], return_tensors=True)[0]["generated_token_ids"]
-    assert len(ids) <= 1 + 2  # decoder start + max_new_tokens
+    assert ids.tolist() == _direct_ids(model, tokenizer, SOURCES[0], max_new_tokens=2)[0].tolist()
     ids = pipe(SOURCES[0], return_tensors=True, max_new_tokens=4)[0]["generated_token_ids"]  # the call wins
-    assert len(ids) <= 1 + 4
+    four = _direct_ids(model, tokenizer, SOURCES[0], max_new_tokens=4)[0]
+    assert ids.tolist() == four.tolist()
+    assert len(four) == 1 + 4  # decoder start + max_new_tokens: no EOS before, so the limit was what stopped it
+    # one string: a list goes through a DataLoader, which draws a seed from the global generator first
+    sampling = dict(do_sample=True, top_k=20, temperature=3.0, max_new_tokens=8)
     torch.manual_seed(0)
-    sampled = pipe(SOURCES, batch_size=3, do_sample=True, top_k=5, temperature=1.5, max_new_tokens=4)
-    assert [type(record["generated_text"]) for record in sampled] == [str] * 3
+    sampled = pipe(SOURCES[0], **sampling)
+    torch.manual_seed(0)
+    drawn = _direct(model, tokenizer, SOURCES[0], **sampling)
+    assert sampled == [{"generated_text": drawn[0]}]  # the sampling settings reached generate()
+    assert drawn != _direct(model, tokenizer, SOURCES[0], max_new_tokens=8)  # and sampling differs from greedy here
     with pytest.raises(ValueError, match="not_a_generate_kwarg"):  # unknown kwargs reach generate(), which refuses
         pipe(SOURCES[0], not_a_generate_kwarg=1)
 
@@ -138,9 +151,8 @@ def test_saving_through_the_pipeline_writes_custom_pipelines(folders, family: st
     assert (folders[family] / "pipeline_seq2seq.py").read_bytes() == PIPELINE_FILE.read_bytes()
 
 
-REMOTE_SCRIPT = textwrap.dedent(
+REMOTE_SCRIPT = BLOCK_ENCDEC + textwrap.dedent(  # the package is installed here: the prelude hides it
     """
-    import sys; sys.modules["encdec"] = None  # the package is installed here: hide it
     import json
     from transformers import AutoTokenizer, pipeline
 
@@ -158,7 +170,7 @@ REMOTE_SCRIPT = textwrap.dedent(
             "tokens": tokenizer(sources[0])["input_ids"],
         }
     result["encdec_loaded"] = sorted(name for name, module in sys.modules.items()
-                                     if module is not None and name.split(".")[0] == "encdec")
+                                     if module is not None and name.split(".")[0] in HIDDEN)
     json.dump(result, open(result_path, "w"))
     """
 )

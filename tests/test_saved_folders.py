@@ -20,6 +20,7 @@ import torch
 from transformers import AutoModelForSeq2SeqLM
 
 import encdec  # noqa: F401  (registers both families with the Auto classes)
+from remote_code import BLOCK_ENCDEC
 
 FIXTURES = Path(__file__).parent / "fixtures"
 EXPECTED = {fixture: json.loads((FIXTURES / fixture / "expected.json").read_text())
@@ -41,13 +42,12 @@ def test_a_folder_saved_before_loads_and_generates_the_same(fixture: str, name: 
     assert model.generate(**inputs, max_new_tokens=8, num_beams=3).tolist() == expected["beam"]
 
 
-REMOTE_GREEDY = """
-import json, sys
-sys.modules["encdec"] = None  # as on a machine without encdec: the folder's own code files run
+REMOTE_GREEDY = BLOCK_ENCDEC + """
+import json  # encdec cannot be imported from here on, as on a machine without it: the folder's own code files run
 import torch
 from transformers import AutoModelForSeq2SeqLM
 model = AutoModelForSeq2SeqLM.from_pretrained(sys.argv[1], trust_remote_code=True).eval()
-assert not type(model).__module__.startswith("encdec"), type(model).__module__
+assert type(model).__module__.startswith("transformers_modules."), type(model).__module__
 inputs = json.loads(sys.argv[2])
 with torch.no_grad():
     print(json.dumps(model.generate(**{key: torch.tensor(value) for key, value in inputs.items()},
@@ -64,7 +64,7 @@ def test_an_old_folder_saved_again_runs_without_encdec(name: str, tmp_path: Path
     model.save_pretrained(tmp_path)
     assert (tmp_path / "compat.py").is_file()
     inputs = json.dumps({key: expected[key] for key in ("input_ids", "attention_mask")})
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "HF_MODULES_CACHE": str(tmp_path / "modules")}
     done = subprocess.run([sys.executable, "-c", REMOTE_GREEDY, str(tmp_path), inputs], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 import textwrap
@@ -18,24 +17,15 @@ from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM, Generatio
 
 import encdec
 from encdec import TransformerSeq2SeqConfig, TransformerSeq2SeqForConditionalGeneration, TransformerSeq2SeqModel
+from remote_code import BLOCK_ENCDEC
 
 MODELS_DIR = Path(encdec.__file__).parent / "models"
-CODE_FILES = ("modeling_transformer_seq2seq.py", "configuration_transformer_seq2seq.py", "attention.py",
-              "validation.py")
+# What save_pretrained copies beside the weights, written out: the modeling file and, through single-dot sibling
+# imports, everything it imports from the package (the pipeline file comes only with save_for_pipeline).
+CODE_FILES = ["attention.py", "compat.py", "configuration_seq2seq.py", "configuration_transformer_seq2seq.py",
+              "modeling_transformer_seq2seq.py", "seq2seq_utils.py", "validation.py"]
 EMBEDDING_KEYS = ("lm_head.weight", "model.encoder.embeddings.embed_tokens.weight",
                   "model.decoder.embeddings.embed_tokens.weight")
-
-
-def _sibling_closure(name: str) -> set[str]:
-    """``name`` and every file it reaches through single-dot sibling imports (what save_pretrained must copy)."""
-    found, todo = set(), [name]
-    while todo:
-        current = todo.pop()
-        if current not in found:
-            found.add(current)
-            source = (MODELS_DIR / current).read_text()
-            todo += [f"{module}.py" for module in re.findall(r"^from \.(\w+) import", source, flags=re.MULTILINE)]
-    return found
 
 
 def _inputs() -> dict[str, torch.Tensor]:
@@ -95,9 +85,13 @@ def test_generation_config_json_has_the_special_tokens(tmp_path, make_transforme
 
 
 def test_generation_config_json_has_a_max_length(tmp_path, make_transformer) -> None:
-    make_transformer().save_pretrained(tmp_path)
+    """The saved length limit is what ``max_position_embeddings`` positions hold: the start token and 63 new tokens
+    for 64 positions, as ``max_new_tokens`` (a caller's own then replaces it without a warning), not transformers'
+    default of 20."""
+    make_transformer(max_position_embeddings=64).save_pretrained(tmp_path)
     data = json.loads((tmp_path / "generation_config.json").read_text())
-    assert data.get("max_length") or data.get("max_new_tokens")
+    assert data["max_new_tokens"] == 63
+    assert "max_length" not in data
 
 
 def test_config_json_has_auto_map_and_the_code_files_are_copied(tmp_path, make_transformer) -> None:
@@ -109,11 +103,9 @@ def test_config_json_has_auto_map_and_the_code_files_are_copied(tmp_path, make_t
         "AutoModel": "modeling_transformer_seq2seq.TransformerSeq2SeqModel",
         "AutoModelForSeq2SeqLM": "modeling_transformer_seq2seq.TransformerSeq2SeqForConditionalGeneration",
     }
-    needed = _sibling_closure("modeling_transformer_seq2seq.py")
-    assert set(CODE_FILES) <= needed
-    for name in needed:
+    assert sorted(path.name for path in tmp_path.glob("*.py")) == CODE_FILES
+    for name in CODE_FILES:
         copied = tmp_path / name
-        assert copied.is_file(), name
         assert copied.read_text() == (MODELS_DIR / name).read_text()
         assert "encdec" not in "".join(line for line in copied.read_text().splitlines() if "import" in line)
 
@@ -123,18 +115,12 @@ def test_base_model_save_also_writes_auto_map(tmp_path, tiny_transformer_config)
     auto_map = json.loads((tmp_path / "config.json").read_text())["auto_map"]
     assert auto_map["AutoModel"] == "modeling_transformer_seq2seq.TransformerSeq2SeqModel"
     assert auto_map["AutoConfig"] == "configuration_transformer_seq2seq.TransformerSeq2SeqConfig"
-    assert all((tmp_path / name).is_file() for name in CODE_FILES)
+    assert sorted(path.name for path in tmp_path.glob("*.py")) == CODE_FILES
 
 
-REMOTE_SCRIPT = textwrap.dedent(
+REMOTE_SCRIPT = BLOCK_ENCDEC + textwrap.dedent(  # the package is installed here: the prelude hides it
     """
-    import sys; sys.modules["encdec"] = None  # the package is installed here: hide it
     import json
-    try:
-        import encdec  # noqa: F401
-        encdec_importable = True
-    except ImportError:
-        encdec_importable = False
 
     import torch
     from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
@@ -149,8 +135,7 @@ REMOTE_SCRIPT = textwrap.dedent(
     with torch.no_grad():
         hidden = base(input_ids, attention_mask=attention_mask, decoder_input_ids=tokens).last_hidden_state
     json.dump({
-        "encdec_importable": encdec_importable,
-        "encdec_loaded": any(name == "encdec" or name.startswith("encdec.") for name, module in sys.modules.items()
+        "encdec_loaded": any(name.split(".")[0] in HIDDEN for name, module in sys.modules.items()
                              if module is not None),
         "classes": [type(config).__name__, type(lm).__name__, type(base).__name__],
         "modules": [type(config).__module__, type(lm).__module__, type(base).__module__],
@@ -179,7 +164,6 @@ def test_remote_code_loads_without_encdec(tmp_path, trained_tiny_transformer, re
                           env=env, cwd=tmp_path, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-4000:]
     result = json.loads(result_path.read_text())
-    assert result["encdec_importable"] is False
     assert result["encdec_loaded"] is False
     assert result["classes"] == ["TransformerSeq2SeqConfig", "TransformerSeq2SeqForConditionalGeneration",
                                  "TransformerSeq2SeqModel"]
