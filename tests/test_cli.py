@@ -17,6 +17,7 @@ from types import SimpleNamespace
 
 import datasets
 import pytest
+import sacrebleu
 from huggingface_hub import HfApi, ModelCard
 from transformers import AutoTokenizer
 from transformers.utils import logging as hf_logging
@@ -111,6 +112,17 @@ def fake_hub(monkeypatch):
     return hub
 
 
+def sacrebleu_scores(folder: Path, test_files: SimpleNamespace, capsys, *options: str) -> dict[str, float]:
+    """BLEU and chrF, by sacreBLEU itself, of what ``encdec translate`` prints for the test sources with
+    ``options``: the scores ``encdec evaluate`` must report with the same options."""
+    capsys.readouterr()
+    assert main(["translate", "--model", str(folder), "--input", str(test_files.source), *options]) == 0
+    hypotheses = capsys.readouterr().out.splitlines()
+    assert len(hypotheses) == len(REFERENCES)
+    return {"bleu": round(sacrebleu.corpus_bleu(hypotheses, [REFERENCES]).score, 2),
+            "chrf": round(sacrebleu.corpus_chrf(hypotheses, [REFERENCES]).score, 2)}
+
+
 def user_error(capsys, argv: list[str], *needles: str) -> str:
     """Run ``argv``; it must exit with 2 and print exactly one stderr line ``encdec <cmd>: error: ...`` containing
     every needle, and no traceback. Returns the line."""
@@ -201,7 +213,8 @@ def test_evaluate_prints_and_writes_scores_with_signatures(trained, test_files, 
     printed = json.loads(capsys.readouterr().out)
     assert json.loads(output.read_text()) == printed
     assert printed["num_sentences"] == len(SOURCES) and printed["num_beams"] == 2
-    assert 0.0 <= printed["bleu"] <= 100.0 and 0.0 <= printed["chrf"] <= 100.0
+    expected = sacrebleu_scores(trained[family].folder, test_files, capsys, "--num-beams", "2", "--batch-size", "3")
+    assert {key: printed[key] for key in expected} == expected
     for part in ("nrefs:1", "case:mixed", "tok:13a", "version:"):
         assert part in printed["bleu_signature"]
     assert printed["chrf_signature"].startswith("nrefs:1|")
@@ -263,7 +276,9 @@ def test_average_of_the_trainer_checkpoints_evaluates(test_files, tmp_path, caps
     capsys.readouterr()
     assert main(["evaluate", "--model", str(out), "--source-file", str(test_files.source), "--reference-file",
                  str(test_files.reference), "--num-beams", "2"]) == 0
-    assert 0.0 <= json.loads(capsys.readouterr().out)["bleu"] <= 100.0
+    printed = json.loads(capsys.readouterr().out)
+    assert {key: printed[key] for key in ("bleu", "chrf")} == sacrebleu_scores(out, test_files, capsys,
+                                                                               "--num-beams", "2")
 
 
 def test_translate_file_and_stdin(trained, tmp_path, capsys, monkeypatch) -> None:
@@ -500,7 +515,8 @@ def test_evaluate_keeps_its_scores_beside_the_model_but_never_over_it(copy_of, t
             str(test_files.reference), "--num-beams", "1"]
     assert main([*base, "--output", str(folder / "test-beam1.json")]) == 0
     assert main([*base, "--output", str(folder / "test-beam1.json"), "--overwrite"]) == 0
-    assert json.loads((folder / "test-beam1.json").read_text())["bleu"] >= 0
+    assert json.loads((folder / "test-beam1.json").read_text())["bleu"] == sacrebleu_scores(
+        folder, test_files, capsys, "--num-beams", "1")["bleu"]
     config = (folder / "config.json").read_text()
     for name in ("config.json", "model.safetensors", "tokenizer/x.json"):
         capsys.readouterr()

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+from torch import nn
+from torch.ao.nn.quantized import dynamic as dynamic_int8
 
 from encdec.cli import main
 from encdec.engines import CTranslate2Engine, CTranslate2Missing, TorchEngine
@@ -76,6 +79,46 @@ def same_share(a: list[str], b: list[str]) -> float:
     return sum(x == y for x, y in zip(a, b, strict=True)) / len(a)
 
 
+# the layers quantize_int8 replaces, and torch's dynamic int8 module that takes each one's place
+INT8_LAYERS = {nn.Linear: dynamic_int8.Linear, nn.LSTM: dynamic_int8.LSTM, nn.GRU: dynamic_int8.GRU}
+# what CTranslate2 reports for int8 on a CPU: int8 weights and matrix products, the other operations in float32
+CT2_INT8 = ("int8", "int8_float32")
+
+
+def assert_int8(quantized: nn.Module, original: nn.Module) -> None:
+    """Every linear and recurrent layer of ``original`` is, at the same place in ``quantized``, torch's dynamic
+    int8 module (linear weights stored as qint8); none is left in float."""
+    layers = {name: type(module) for name, module in original.named_modules() if type(module) in INT8_LAYERS}
+    assert layers, "the float model has no layer to quantize"
+    found = dict(quantized.named_modules())
+    for name, kind in layers.items():
+        assert type(found[name]) is INT8_LAYERS[kind], (name, type(found[name]))
+        if kind is nn.Linear:
+            assert found[name].weight().dtype == torch.qint8, name
+    assert not [name for name, module in quantized.named_modules() if type(module) in INT8_LAYERS]
+
+
+def assert_ct2_computes(engine: CTranslate2Engine, *compute_types: str) -> None:
+    assert engine.translator.compute_type in compute_types, engine.translator.compute_type
+
+
+def assert_bfloat16(model: nn.Module) -> None:
+    assert {parameter.dtype for parameter in model.parameters()} == {torch.bfloat16}
+
+
+@pytest.fixture
+def built_engines(monkeypatch) -> list:
+    """The engines created while the test runs (by the command line or ``evaluate_model``), to look inside them:
+    each engine class's ``__init__`` also records the engine it made."""
+    engines = []
+    for cls in (TorchEngine, CTranslate2Engine):
+        def init(self, *args, _original=cls.__init__, **kwargs) -> None:
+            _original(self, *args, **kwargs)
+            engines.append(self)
+        monkeypatch.setattr(cls, "__init__", init)
+    return engines
+
+
 @pytest.mark.parametrize("name", list(SWITCHES))
 @pytest.mark.parametrize("num_beams", [1, 5])
 def test_ctranslate2_decodes_as_generate(name, num_beams, folders, exports, dates) -> None:
@@ -128,37 +171,62 @@ def test_vocabulary_is_padded_to_the_model_size(dates) -> None:
 @pytest.mark.parametrize("family", ["paper", "rnn"])
 @pytest.mark.parametrize("precision", [{"quantize": "int8"}, {"dtype": "bfloat16"}])
 def test_torch_int8_and_bfloat16_keep_exact_match(family, precision, folders, dates) -> None:
+    """The engine computes in the precision asked for (torch's dynamic int8 module in place of every linear and
+    recurrent layer; every parameter in bfloat16) and keeps the float model's accuracy."""
     sources = [source for source, _ in dates[2]]
-    reference = exact_match(translate_lines(folders[family], sources, max_new_tokens=16, num_beams=1), dates[2])
-    low = exact_match(translate_lines(folders[family], sources, max_new_tokens=16, num_beams=1, **precision),
-                      dates[2])
+    float_engine, tokenizer = load_engine(folders[family])
+    low_engine, _ = load_engine(folders[family], **precision)
+    if "quantize" in precision:
+        assert_int8(low_engine.model, float_engine.model)
+    else:
+        assert_bfloat16(low_engine.model)
+    reference = exact_match(translate(float_engine, tokenizer, sources, max_new_tokens=16, num_beams=1), dates[2])
+    low = exact_match(translate(low_engine, tokenizer, sources, max_new_tokens=16, num_beams=1), dates[2])
     assert reference >= 0.85
     assert low >= reference - 0.01
 
 
 def test_int8_engines_keep_exact_match(folders, exports, dates, tmp_path) -> None:
+    """CTranslate2 computes in int8 when asked (``quantize="int8"``), on float32 or int8 weights, and an int8 export
+    stores int8 weights (a quarter of the float32 bytes, with the float32 layer norms and biases: under half); each
+    keeps the float model's accuracy."""
     sources = [source for source, _ in dates[2]]
-    reference = exact_match(translate_lines(exports["paper"], sources, engine="ctranslate2", num_beams=5), dates[2])
-    int8_compute = translate_lines(exports["paper"], sources, engine="ctranslate2", quantize="int8", num_beams=5)
+    float_engine, tokenizer = load_engine(exports["paper"], "ctranslate2")
+    assert_ct2_computes(float_engine, "float32")
+    reference = exact_match(translate(float_engine, tokenizer, sources, num_beams=5), dates[2])
+    int8_compute, _ = load_engine(exports["paper"], "ctranslate2", quantize="int8")
+    assert_ct2_computes(int8_compute, *CT2_INT8)
     int8_weights = export_ctranslate2(folders["paper"], tmp_path / "int8", quantization="int8")
-    stored = translate_lines(int8_weights, sources, engine="ctranslate2", num_beams=5)
     assert json.loads((int8_weights / "encdec_export.json").read_text())["quantization"] == "int8"
-    assert exact_match(int8_compute, dates[2]) >= reference - 0.01
+    assert (int8_weights / "model.bin").stat().st_size < 0.5 * (Path(exports["paper"]) / "model.bin").stat().st_size
+    stored_int8, _ = load_engine(int8_weights, "ctranslate2", quantize="int8")
+    assert_ct2_computes(stored_int8, *CT2_INT8)
+    # without a flag the engine computes in the type the export stored (CTranslate2's "default"): int8 here
+    stored_default, _ = load_engine(int8_weights, "ctranslate2")
+    assert_ct2_computes(stored_default, *CT2_INT8)
+    assert stored_default.precision == stored_default.translator.compute_type
+    stored = translate_lines(int8_weights, sources, engine="ctranslate2", num_beams=5)
+    assert exact_match(translate(int8_compute, tokenizer, sources, num_beams=5), dates[2]) >= reference - 0.01
+    assert exact_match(translate(stored_int8, tokenizer, sources, num_beams=5), dates[2]) >= reference - 0.01
     assert exact_match(stored, dates[2]) >= reference - 0.01
 
 
 def test_quantized_torch_engine_leaves_the_model_alone(folders) -> None:
     model, _ = load_engine(folders["rnn"])
     before = {k: v.clone() for k, v in model.model.state_dict().items()}
+    layers = {name: type(module) for name, module in model.model.named_modules()}
     int8 = TorchEngine(model.model, quantize="int8")
     bf16 = TorchEngine(model.model, dtype="bfloat16")
-    assert int8.model is not model.model and bf16.model.dtype == torch.bfloat16
+    assert_int8(int8.model, model.model)
+    assert_bfloat16(bf16.model)
+    assert {name: type(module) for name, module in model.model.named_modules()} == layers  # still float layers
     after = model.model.state_dict()
     assert all(torch.equal(before[k], after[k]) and after[k].dtype == before[k].dtype for k in before)
 
 
 def test_quantize_int8_shows_no_deprecation_notice(folders, recwarn) -> None:
-    load_engine(folders["rnn"], quantize="int8")
+    engine, _ = load_engine(folders["rnn"], quantize="int8")  # torch's quantize_dynamic ran, and said nothing
+    assert_int8(engine.model, load_model_and_tokenizer(folders["rnn"])[0])
     assert not [w for w in recwarn if "deprecated" in str(w.message)]
 
 
@@ -197,13 +265,14 @@ def test_refusals_name_the_problem(folders, exports, tmp_path, monkeypatch) -> N
     assert not (tmp_path / "rnn").exists()
     with pytest.raises(EncdecError, match="`quantization` must be one of"):
         export_ctranslate2(folders["paper"], tmp_path / "x", quantization="int4")
-    with pytest.raises(OverwriteError, match="--overwrite"):
+    with pytest.raises(OverwriteError, match=f"export folder {re.escape(str(exports['paper']))} already exists; "
+                                             "pass --overwrite"):
         export_ctranslate2(folders["paper"], exports["paper"])
     with pytest.raises(EncdecError, match="is a torch model folder, not a CTranslate2 export: export it first with"):
         load_engine(folders["paper"], "ctranslate2")
     with pytest.raises(EncdecError, match="`engine` must be one of"):
         load_engine(folders["paper"], "onnx")
-    with pytest.raises(EncdecError, match="not both"):
+    with pytest.raises(EncdecError, match="Choose `quantize`='int8' or `dtype`='bfloat16', not both"):
         load_engine(folders["paper"], quantize="int8", dtype="bfloat16")
     monkeypatch.setitem(sys.modules, "ctranslate2", None)  # as if not installed: importing it raises ImportError
     with pytest.raises(CTranslate2Missing, match=r"pip install 'encdec\[ct2\]'"):
@@ -218,7 +287,10 @@ def test_unrepresentable_switch_is_named(folders, tmp_path) -> None:
     assert not (tmp_path / "silu").exists()
 
 
-def test_cli_exports_translates_and_evaluates(folders, dates, tmp_path, capsys) -> None:
+def test_cli_exports_translates_and_evaluates(folders, dates, tmp_path, capsys, built_engines) -> None:
+    """Each engine and precision of the command line reaches the engine it builds (CTranslate2's compute type,
+    torch's int8 modules or bfloat16 parameters), and translates as well as the float model."""
+    float_model = load_model_and_tokenizer(folders["paper"])[0]
     out = tmp_path / "ct2"
     assert main(["export", "--model", str(folders["paper"]), "--format", "ctranslate2", "--output", str(out)]) == 0
     pairs = dates[2][:30]
@@ -227,28 +299,39 @@ def test_cli_exports_translates_and_evaluates(folders, dates, tmp_path, capsys) 
     reference = tmp_path / "ref.txt"
     reference.write_text("".join(t + "\n" for _, t in pairs))
     capsys.readouterr()
-    for engine_args in (["--engine", "ctranslate2", "--model", str(out)],
-                        ["--model", str(folders["paper"]), "--quantize", "int8"],
-                        ["--model", str(folders["paper"]), "--dtype", "bfloat16"]):
+    checks = [
+        (["--engine", "ctranslate2", "--model", str(out)], lambda engine: assert_ct2_computes(engine, "float32")),
+        (["--engine", "ctranslate2", "--model", str(out), "--quantize", "int8"],
+         lambda engine: assert_ct2_computes(engine, *CT2_INT8)),
+        (["--model", str(folders["paper"]), "--quantize", "int8"],
+         lambda engine: assert_int8(engine.model, float_model)),
+        (["--model", str(folders["paper"]), "--dtype", "bfloat16"], lambda engine: assert_bfloat16(engine.model)),
+    ]
+    for engine_args, check in checks:
+        built_engines.clear()
         assert main(["translate", *engine_args, "--input", str(source), "--num-beams", "1"]) == 0
         printed = capsys.readouterr().out.splitlines()
+        assert len(built_engines) == 1, engine_args
+        check(built_engines[0])
         assert exact_match(printed, pairs) >= 0.85
     assert main(["evaluate", "--engine", "ctranslate2", "--model", str(out), "--source-file", str(source),
-                 "--reference-file", str(reference)]) == 0
+                 "--reference-file", str(reference), "--quantize", "int8"]) == 0
     results = json.loads(capsys.readouterr().out)
-    assert results["engine"] == "ctranslate2" and results["bleu"] > 80
+    assert_ct2_computes(built_engines[-1], *CT2_INT8)
+    assert results["engine"] == "ctranslate2" and results["precision"] in CT2_INT8 and results["bleu"] > 80
     assert main(["export", "--model", str(folders["rnn"]), "--format", "ctranslate2",
                  "--output", str(tmp_path / "r")]) == 2
     assert "no recurrent" in capsys.readouterr().err
 
 
-def test_evaluate_records_the_engine(folders, dates, tmp_path) -> None:
+def test_evaluate_records_the_engine(folders, dates, tmp_path, built_engines) -> None:
     pairs = dates[2][:10]
     (tmp_path / "s").write_text("".join(s + "\n" for s, _ in pairs))
     (tmp_path / "r").write_text("".join(t + "\n" for _, t in pairs))
     results = evaluate_model(folders["rnn"], tmp_path / "s", tmp_path / "r", num_beams=1, quantize="int8",
                              show_progress=False)
     assert (results["engine"], results["precision"]) == ("torch", "int8")
+    assert_int8(built_engines[-1].model, load_model_and_tokenizer(folders["rnn"])[0])  # and it computed in int8
 
 
 def test_random_sources_decode_the_same(exports, folders) -> None:

@@ -91,6 +91,7 @@ class TorchEngine:
         self.model = model.eval()
         self.config = model.config
         self.generation_config = model.generation_config
+        self.precision = quantize or dtype or "float32"  # what it computes in
 
     def generate(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, max_new_tokens: int,
                  settings: dict[str, Any]) -> list[list[int]]:
@@ -160,15 +161,19 @@ class CTranslate2Engine:
         self.config = TransformerSeq2SeqConfig.from_dict(info["model_config"])
         self.generation_config = GenerationConfig.from_pretrained(export_dir)
         self.tokenizer = AutoTokenizer.from_pretrained(export_dir)
-        compute_type = quantize or dtype or "float32"  # the weights are converted to it at load time
+        # the weights are converted to the type asked for at load time; none asked: the type the export stored them
+        # in (CTranslate2's "default"), so an int8 export computes in int8 without --quantize int8 again
+        compute_type = quantize or dtype or "default"
         threads = torch.get_num_threads() if threads is None else threads  # as many as torch would use
         kind, _, index = device.partition(":")  # "cuda:1" (a process of a launch): CTranslate2 takes the index apart
         try:
             self.translator = ct2.Translator(str(export_dir), device=kind, device_index=int(index or 0),
                                              compute_type=compute_type, intra_threads=threads)
         except ValueError as error:  # e.g. bfloat16 on a CPU without it
-            raise EncdecError(f"CTranslate2 cannot compute in {compute_type} on {device}: "
+            wanted = compute_type if compute_type != "default" else f"{info['quantization']} (the export's type)"
+            raise EncdecError(f"CTranslate2 cannot compute in {wanted} on {device}: "
                               f"{' '.join(str(error).split())}") from error
+        self.precision = self.translator.compute_type  # what it computes in (e.g. int8_float32 for int8 on a CPU)
 
     def options(self, settings: dict[str, Any], max_new_tokens: int) -> dict[str, Any]:
         """``generate()`` settings as ``translate_batch`` options, unset ones taken from the model's generation

@@ -145,7 +145,7 @@ def evaluate_model(
         "length_penalty": effective_length_penalty(model, length_penalty),
         "sentences_per_second": round(len(hypotheses) / seconds, 2) if seconds > 0 else None,
         "translation_seconds": round(seconds, 3),
-        "device": device, "engine": engine, "precision": quantize or dtype or "float32",
+        "device": device, "engine": engine, "precision": model.precision,
         "model_dir": str(Path(models[0]).resolve()) if len(models) == 1 else [str(Path(m).resolve()) for m in models],
         **{name: str(Path(path).resolve()) for name, path in (("source_file", source_file),
                                                               ("reference_file", reference_file))},
