@@ -1,24 +1,39 @@
-"""Corpus-scale translation (encdec.corpus): streaming from a pipe, resuming after kill -9 to the same bytes, two
-processes equal to one, refused resumes, and n-best lists, scores and alignments aligned across chunk boundaries."""
+"""Corpus-scale translation (encdec.corpus): streaming from a pipe, resuming after kill -9 to the same bytes (one
+process or two, before and after), two processes equal to one, refused resumes, a line that is not UTF-8, memory that
+does not grow with the input, and n-best lists, scores and alignments aligned across chunk boundaries.
+
+The kill -9 tests stop the run at a known point (``ENCDEC_STOP_AT=chunk:N``, ``encdec.stop_points``: right after its
+N-th chunk is on disk) and kill it there, so the lines done at the kill are known exactly, on any machine."""
 
 from __future__ import annotations
 
 import json
 import os
-import signal
+import queue
 import subprocess
 import sys
-import time
+import threading
+import tracemalloc
 from pathlib import Path
 
 import pytest
 
 from encdec.cli import main
-from encdec.corpus import ChunkFile, difference, paired_chunks
+from encdec.corpus import (
+    ChunkFile,
+    Progress,
+    Shard,
+    TranslationOutput,
+    difference,
+    open_chunks,
+    open_output,
+    paired_chunks,
+    run_chunks,
+)
 from encdec.data import make_date_pairs
 from encdec.errors import EncdecError
 from encdec.io_utils import count_lines
-from test_distributed import launch
+from test_distributed import launch, launch_until_stopped, run_until_stopped
 from tiny_model_folders import DATE_TRANSFORMER, date_data, save_folder, train_on_dates
 
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "ENCDEC_THREADS": "1"}
@@ -46,6 +61,25 @@ def encdec(*argv: str, **kwargs) -> subprocess.CompletedProcess:
                           timeout=600, **kwargs)
 
 
+def first_lines(text: bytes, lines: int) -> bytes:
+    """The first ``lines`` lines of ``text``, with their line ends."""
+    return b"".join(line + b"\n" for line in text.split(b"\n")[:lines])
+
+
+def partial_state(out: Path) -> dict:
+    """What an interrupted run into ``out`` recorded (``OUT.partial.json``)."""
+    return json.loads(out.with_name(out.name + ".partial.json").read_text())
+
+
+def assert_stopped_after(out: Path, lines: int, expected: bytes) -> None:
+    """The run into ``out`` was killed with exactly ``lines`` input lines done, and ``OUT.partial`` holds exactly
+    their output (``expected``'s first lines): nothing less, nothing of the next chunk."""
+    state = partial_state(out)
+    partial = out.with_name(out.name + ".partial").read_bytes()
+    assert (state["lines"], state["bytes"]) == (lines, len(first_lines(expected, lines)))
+    assert partial == first_lines(expected, lines) and not out.exists()
+
+
 @pytest.fixture(scope="module")
 def reference(model, corpus, tmp_path_factory) -> bytes:
     """The uninterrupted one-process output of the corpus, chunks of 40 lines, greedy."""
@@ -68,57 +102,76 @@ def test_the_output_has_a_line_per_input_line_and_progress_says_so(reference, co
     assert quiet.stdout.encode() == reference and "lines/s" not in quiet.stderr
 
 
-def test_a_pipe_gets_translations_before_its_input_ends(model) -> None:
-    process = subprocess.Popen([sys.executable, "-m", "encdec", "translate", "--model", str(model), "--num-beams",
-                                "1", "--quiet"], env=ENV, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
+PIPE_TIMEOUT = 120  # seconds for a piped translation to come back (model loading on a loaded machine): a hang guard
+
+
+def lines_of(stream) -> queue.Queue:
+    """The lines of a child's ``stream``, read by a thread onto a queue (then None at its end), so that the test
+    waits for each with a timeout instead of blocking on the pipe."""
+    lines: queue.Queue = queue.Queue()
+
+    def read() -> None:
+        for line in stream:
+            lines.put(line)
+        lines.put(None)
+
+    threading.Thread(target=read, daemon=True).start()
+    return lines
+
+
+def test_a_pipe_gets_translations_before_its_input_ends(model, corpus, reference, tmp_path) -> None:
+    """Two lines in, and the input left open: their translations come out (a chunk ends when no line has come for
+    half a second), then the third line's once it is written; each the same as in a file run."""
+    sources = corpus.read_text().split("\n")[1:4]  # line 0 is blank
+    expected = [line + "\n" for line in reference.decode().split("\n")[1:4]]
+    with open(tmp_path / "stderr.txt", "w") as stderr:
+        process = subprocess.Popen([sys.executable, "-m", "encdec", "translate", "--model", str(model),
+                                    "--num-beams", "1", "--quiet"], env=ENV, stdin=subprocess.PIPE,
+                                   stdout=subprocess.PIPE, stderr=stderr, text=True)
     try:
-        process.stdin.write("March 3, 2001\n3rd of March 2021\n")
+        out = lines_of(process.stdout)
+
+        def next_line() -> str | None:
+            try:
+                return out.get(timeout=PIPE_TIMEOUT)
+            except queue.Empty:
+                pytest.fail(f"no output in {PIPE_TIMEOUT} s: {(tmp_path / 'stderr.txt').read_text()[-2000:]}")
+
+        process.stdin.write(sources[0] + "\n" + sources[1] + "\n")
         process.stdin.flush()  # two lines of a 1000-line chunk, and the input stays open
-        first = process.stdout.readline()
-        assert first.strip(), process.stderr.read() if process.poll() is not None else "no translation"
+        assert [next_line(), next_line()] == expected[:2], (tmp_path / "stderr.txt").read_text()[-2000:]
         assert process.poll() is None  # still reading its input
-        process.stdin.write("Wednesday, 3 Mar 2021\n")
+        process.stdin.write(sources[2] + "\n")
         process.stdin.close()
-        rest = process.stdout.read().splitlines()
+        assert next_line() == expected[2]
+        assert next_line() is None  # and nothing more
+        assert process.wait(timeout=PIPE_TIMEOUT) == 0
     finally:
         process.kill()
-        process.wait()
-    assert len(rest) == 2
+        process.wait(timeout=60)
 
 
-def kill_when_done(command: list[str], state: Path, lines: int) -> None:
-    """Start ``command`` and kill -9 it once ``state`` records at least ``lines`` finished lines."""
-    process = subprocess.Popen(command, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 300
-    try:
-        while True:
-            assert process.poll() is None, f"finished before it was killed: {process.stderr.read()[-2000:]}"
-            assert time.monotonic() < deadline
-            try:
-                if json.loads(state.read_text())["lines"] >= lines:
-                    break
-            except (OSError, ValueError, KeyError):
-                pass
-            time.sleep(0.05)
-    finally:
-        process.send_signal(signal.SIGKILL)
-        process.wait()
-
-
-@pytest.mark.parametrize("resume_with", ["one process", "two processes"])
-def test_kill_9_then_resume_gives_the_same_bytes(model, corpus, reference, tmp_path, resume_with: str) -> None:
+@pytest.mark.parametrize("processes", ["1 then 1", "1 then 2", "2 then 1"])
+def test_kill_9_then_resume_gives_the_same_bytes(model, corpus, reference, tmp_path, processes: str) -> None:
+    """Killed right after its third chunk of 40 lines is on disk (on one process, or on two: the main process
+    writes every chunk), the run has exactly 120 lines done; resumed with one process or two, it ends with the
+    uninterrupted one-process run's bytes (docs/command-line.md: `--resume` works whatever the number of processes
+    before and after)."""
     out = tmp_path / "out.txt"
     args = ["translate", "--model", str(model), "--input", str(corpus), "--output", str(out), "--chunk-size", "40",
             "--num-beams", "1"]
-    kill_when_done([sys.executable, "-m", "encdec", *args], tmp_path / "out.txt.partial.json", 120)
-    assert not out.exists() and (tmp_path / "out.txt.partial").is_file()
-    assert encdec(*args).returncode == 2  # without --resume the interrupted run is not thrown away
-    if resume_with == "one process":
-        done = subprocess.run([sys.executable, "-m", "encdec", *args, "--resume"], env=ENV, capture_output=True,
-                              text=True, timeout=600)
-        assert done.returncode == 0, done.stderr[-3000:]
+    killed_on, resumed_on = processes.split(" then ")
+    if killed_on == "1":
+        run_until_stopped([sys.executable, "-m", "encdec", *args], ENV, "chunk:3", tmp_path / "killed.log")
     else:  # two CPU processes (`accelerate launch --cpu` alone starts one)
+        launch_until_stopped(["encdec", *args], "chunk:3", tmp_path / "killed.log")
+    assert_stopped_after(out, 120, reference)
+    if processes == "1 then 1":
+        assert encdec(*args).returncode == 2  # without --resume the interrupted run is not thrown away
+    if resumed_on == "1":
+        done = encdec(*args, "--resume")
+        assert done.returncode == 0, done.stderr[-3000:]
+    else:
         launch(["encdec", *args, "--resume"], accelerate=True, timeout=600)
     assert out.read_bytes() == reference
     assert not (tmp_path / "out.txt.partial").exists() and not (tmp_path / "out.txt.partial.json").exists()
@@ -131,22 +184,36 @@ def test_two_processes_give_one_process_output(model, corpus, reference, tmp_pat
     assert out.read_bytes() == reference
 
 
-def test_a_resume_that_differs_is_refused_naming_what(model, corpus, tmp_path, capsys) -> None:
+def test_a_resume_that_differs_is_refused_naming_what(model, corpus, reference, tmp_path, capsys) -> None:
+    """Options, models, another input file, and a change to a finished line of the input (here line 2, in the one
+    chunk done) are each refused, naming the difference; the same command then goes on to the same bytes."""
+    source = tmp_path / "in.txt"
+    source.write_bytes(corpus.read_bytes())
     out = tmp_path / "out.txt"
-    args = ["translate", "--model", str(model), "--input", str(corpus), "--output", str(out), "--chunk-size", "40",
+    args = ["translate", "--model", str(model), "--input", str(source), "--output", str(out), "--chunk-size", "40",
             "--num-beams", "1"]
-    kill_when_done([sys.executable, "-m", "encdec", *args], tmp_path / "out.txt.partial.json", 40)
+    run_until_stopped([sys.executable, "-m", "encdec", *args], ENV, "chunk:1", tmp_path / "killed.log")
+    assert_stopped_after(out, 40, reference)
     changed = tmp_path / "changed.txt"
-    changed.write_bytes(corpus.read_bytes().replace(b"March", b"April", 1))
-    for argv, named in ((["--num-beams", "2"], "options num_beams: 1 before, 2 now"),
-                        (["--chunk-size", "50"], "options chunk_size: 40 before, 50 now"),
-                        (["--input", str(changed)], "input path"),
-                        (["--model", str(model), "--model", str(model)], "models:")):
+    changed.write_bytes(corpus.read_bytes())
+    lines = corpus.read_bytes().split(b"\n")
+    finished_line_changed = b"\n".join([*lines[:2], b"April 4, 2004", *lines[3:]])
+    for argv, named, input_bytes in (
+            (["--num-beams", "2"], "options num_beams: 1 before, 2 now", None),
+            (["--chunk-size", "50"], "options chunk_size: 40 before, 50 now", None),
+            (["--input", str(changed)], f"input path: {json.dumps(str(source.resolve()))} before", None),
+            (["--model", str(model), "--model", str(model)], "models:", None),
+            ([], "input sha256:", finished_line_changed)):
+        if input_bytes is not None:
+            source.write_bytes(input_bytes)
         capsys.readouterr()
         assert main([*args, *argv, "--resume"]) == 2
         err = capsys.readouterr().err.strip()
         assert "--resume: this run differs from the interrupted one in" in err and named in err, err
+        assert_stopped_after(out, 40, reference)  # a refused resume changes nothing
+    source.write_bytes(corpus.read_bytes())
     assert main([*args, "--resume", "--quiet"]) == 0  # the same command goes on
+    assert out.read_bytes() == reference
 
 
 def test_n_best_scores_and_alignments_stay_aligned_across_chunks(model, corpus, tmp_path) -> None:
@@ -174,7 +241,8 @@ def test_align_streams_and_resumes(model, corpus, tmp_path) -> None:
     out = tmp_path / "links.txt"
     args = ["align", "--model", str(model), "--source-file", str(corpus), "--target-file", str(targets), "--output",
             str(out), "--chunk-size", "25"]
-    kill_when_done([sys.executable, "-m", "encdec", *args], tmp_path / "links.txt.partial.json", 50)
+    run_until_stopped([sys.executable, "-m", "encdec", *args], ENV, "chunk:2", tmp_path / "killed.log")
+    assert_stopped_after(out, 50, whole.stdout.encode())
     assert encdec(*args, "--resume").returncode == 0
     assert out.read_text() == whole.stdout and len(whole.stdout.splitlines()) == 600
 
@@ -211,17 +279,103 @@ def test_difference_names_the_first_change_and_paired_chunks_pair_lines(tmp_path
     assert [(c.index, c.start, c.lines) for c in chunks] == [(0, 0, [("1", "x"), ("2", "y")]), (1, 2, [("3", "z")])]
 
 
-def test_the_seconds_spent_carry_over_a_resume(tmp_path) -> None:
-    """``ChunkFile`` counts the seconds of every attempt in its record; a record of an older encdec, without the
-    count, leaves it unknown (None) instead of counting the last attempt alone."""
+class Clock:
+    """``encdec.corpus``'s ``time`` module in a test: its clocks read what the test sets, so the seconds that
+    ``ChunkFile`` records are exact."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    monotonic = perf_counter
+
+
+def test_the_seconds_spent_carry_over_a_resume(tmp_path, monkeypatch) -> None:
+    """``ChunkFile`` counts the seconds of every attempt up to its last finished chunk: the first attempt finishes a
+    chunk 4 s in and dies 30 s later (those 30 s did not finish anything), the resumed one finishes a chunk 2.5 s in:
+    6.5 s. A record of an older encdec, without the count, leaves it unknown (None) instead of counting the last
+    attempt alone."""
+    clock = Clock()
+    monkeypatch.setattr("encdec.corpus.time", clock)
     out = tmp_path / "out.txt"
-    ChunkFile(out, {"options": {}}).write(2, "a\nb\n")
     state_path = tmp_path / "out.txt.partial.json"
+    first = ChunkFile(out, {"options": {}})
+    clock.now += 4.0
+    first.write(2, "a\nb\n")
     state = json.loads(state_path.read_text())
-    state_path.write_text(json.dumps({**state, "seconds": 100.0}))  # as if the first attempt had taken 100 s
+    assert (state["lines"], state["seconds"]) == (2, 4.0)
+    clock.now += 30.0
     resumed = ChunkFile(out, {"options": {}}, resume=True)
-    assert resumed.done_lines == 2 and 100.0 <= resumed.seconds() < 160.0
+    assert (resumed.done_lines, resumed.seconds()) == (2, 4.0)
+    clock.now += 2.5
     resumed.write(1, "c\n")
-    assert json.loads(state_path.read_text())["seconds"] >= 100.0
+    assert (json.loads(state_path.read_text())["seconds"], resumed.seconds()) == (6.5, 6.5)
+    assert ChunkFile.recorded_seconds(out) == 6.5
     state_path.write_text(json.dumps({key: value for key, value in state.items() if key != "seconds"}))
     assert ChunkFile(out, {"options": {}}, resume=True).seconds() is None
+    assert ChunkFile.recorded_seconds(out) is None
+
+
+def test_a_line_that_is_not_utf8_stops_the_run_and_the_finished_chunks_survive_its_fix(
+        model, corpus, reference, tmp_path, capsys, monkeypatch) -> None:
+    """docs/command-line.md, "Bad input": a line that is not UTF-8 stops the run naming its line number (what was
+    finished stays resumable). Line 131 lies in the fourth chunk of 40: the run stops in one line naming the file
+    and the line, with the three chunks before it done; the same command with --resume stops there again, keeping
+    them; once the line is fixed (as the message asks), --resume translates from the fourth chunk on, to the bytes of
+    an uninterrupted run of the fixed file."""
+    lines = corpus.read_bytes().split(b"\n")
+    source = tmp_path / "in.txt"
+    source.write_bytes(b"\n".join([*lines[:130], b"M\xe4rz 3, 2001", *lines[131:]]))  # latin-1, not UTF-8
+    out = tmp_path / "out.txt"
+    args = ["translate", "--model", str(model), "--input", str(source), "--output", str(out), "--chunk-size", "40",
+            "--num-beams", "1", "--quiet"]
+    message = (f"encdec translate: error: {source}, line 131, is not UTF-8 (byte 2 of the line: invalid continuation "
+               "byte); convert the file to UTF-8, e.g. `iconv -f latin1 -t utf-8`.")
+    for attempt in (args, [*args, "--resume"]):
+        capsys.readouterr()
+        assert main(attempt) == 2
+        assert [line for line in capsys.readouterr().err.splitlines() if "error" in line] == [message]
+        assert_stopped_after(out, 120, reference)
+    source.write_bytes(corpus.read_bytes())  # fixed: the corpus, whose uninterrupted output is the reference
+    translated = []
+    chunk = TranslationOutput.chunk
+
+    def counted(self, engine, tokenizer, chunk_, options) -> str:
+        translated.append(chunk_.index)
+        return chunk(self, engine, tokenizer, chunk_, options)
+
+    monkeypatch.setattr(TranslationOutput, "chunk", counted)
+    assert main([*args, "--resume"]) == 0
+    assert translated == list(range(3, 15))  # the three finished chunks are kept, not translated again
+    assert out.read_bytes() == reference
+    assert not (tmp_path / "out.txt.partial").exists() and not (tmp_path / "out.txt.partial.json").exists()
+
+
+def test_memory_stays_flat_however_long_the_input(tmp_path) -> None:
+    """README: `encdec translate` "keeps memory flat however long the input". The whole path of a chunked run but
+    the model (open_chunks, file_chunks, run_chunks, ChunkFile with its record of the input) is run over 20,000 and
+    then 200,000 lines (1.3 and 13 MB) with a trivial per-chunk job; the Python memory peak of the larger run
+    (tracemalloc) may exceed the smaller's by 2 MiB at most, where reading the input whole would add some 20 MiB.
+    Both inputs are over a megabyte, so the blocks of 1 MiB in which they are counted and hashed are full in both."""
+    def peak(count: int) -> int:
+        path = tmp_path / f"{count}.txt"
+        with open(path, "w", encoding="utf-8") as f:
+            f.writelines(f"line {i:07d} of a long generated input, for the run\n" for i in range(count))
+        out = tmp_path / f"{count}.out"
+        tracemalloc.start()
+        try:
+            chunks, total = open_chunks(path, 2000)
+            output = open_output(str(out), str(path), [], {"options": {}}, False, False, None)
+            run_chunks(chunks, lambda chunk: "".join(line[::-1] + "\n" for line in chunk.lines), output,
+                       Progress("test", total, quiet=True), Shard())
+            peak_bytes = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        with open(out, encoding="utf-8") as written:  # the run did the whole input
+            assert sum(1 for _ in written) == count
+        return peak_bytes
+
+    small, large = peak(20_000), peak(200_000)
+    assert large <= small + 2 * 2**20, (small, large)

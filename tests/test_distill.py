@@ -1,16 +1,18 @@
 """Sequence-level distillation (encdec.distill) on the built-in date task with tiny models: the whole workflow, the
 distilled corpus equal to `encdec translate`'s output, kill -9 in the translation or the training stage then the same
-command to the same student, and the refusals (another recipe on an existing corpus, mismatched tokenizers)."""
+command to the same student, and the refusals (another recipe on an existing corpus, mismatched tokenizers).
+
+The kill -9 tests stop the run at a known point (``ENCDEC_STOP_AT``, ``encdec.stop_points``: right after the N-th
+chunk of the teacher's translation, or the N-th checkpoint of the student, is on disk) and kill it there."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -21,7 +23,7 @@ from encdec.distill import distill, load_distill_config, shown_path
 from encdec.errors import EncdecError
 from encdec.tokenization import load_tokenizer
 from encdec.training import load_run_config
-from test_distributed import launch
+from test_distributed import launch, run_until_stopped
 from test_training import run_config
 from tiny_model_folders import DATE_TRANSFORMER, REPO_ROOT, date_data, date_tokenizer, save_folder, train_on_dates
 
@@ -73,11 +75,12 @@ def test_the_workflow_writes_a_corpus_a_manifest_and_a_student_that_names_its_te
     assert manifest["stages"]["corpus"] == {"translated": 600, "empty": 0, "below_min_score": 0, "distilled": 600,
                                             "original": 0}
     assert manifest["recipe"]["teacher"][0]["path"] == str(teacher.resolve())
-    assert len(manifest["recipe"]["teacher"][0]["model.safetensors"]) == 64  # its SHA-256
+    weights = hashlib.sha256((teacher / "model.safetensors").read_bytes()).hexdigest()
+    assert manifest["recipe"]["teacher"][0]["model.safetensors"] == weights
     assert manifest["recipe"]["decoding"]["num_beams"] == 2
-    for name in ("train", "original", "validation", "test"):
-        sources = (corpus / f"{name}.source").read_text().splitlines()
-        assert len(sources) == len((corpus / f"{name}.target").read_text().splitlines()) > 0
+    for name, pairs in (("train", 600), ("original", 600), ("validation", 20), ("test", 20)):
+        for side in ("source", "target"):
+            assert len((corpus / f"{name}.{side}").read_text().splitlines()) == pairs, (name, side)
     assert (corpus / "original.source").read_text() == (corpus / "train.source").read_text()
     assert (corpus / "original.target").read_text() != (corpus / "train.target").read_text()  # the teacher's
     student = finished / "student"
@@ -90,15 +93,17 @@ def test_the_workflow_writes_a_corpus_a_manifest_and_a_student_that_names_its_te
 
 
 def test_the_distilled_corpus_is_encdec_translate_of_the_sources(finished, teacher, tmp_path) -> None:
+    """The teacher's scored translations are `encdec translate --scores` of the sources, byte for byte (with the
+    recipe's beam and chunks), and the training targets are their text."""
     corpus = finished / "corpus"
     out = tmp_path / "translated.txt"
     done = subprocess.run([sys.executable, "-m", "encdec", "translate", "--model", str(teacher), "--input",
-                           str(corpus / "original.source"), "--output", str(out), "--num-beams", "2"],
-                          env=ENV, capture_output=True, text=True, timeout=600)
+                           str(corpus / "original.source"), "--output", str(out), "--num-beams", "2", "--scores",
+                           "--chunk-size", "40"], env=ENV, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert out.read_text() == (corpus / "train.target").read_text()
-    scores = [float(line.rsplit(" ||| ", 1)[1]) for line in (corpus / "teacher.scored").read_text().splitlines()]
-    assert len(scores) == 600 and all(score < 0 for score in scores)
+    assert out.read_bytes() == (corpus / "teacher.scored").read_bytes()
+    texts = [line.rsplit(" ||| ", 1)[0] for line in out.read_text().splitlines()]
+    assert len(texts) == 600 and "".join(text + "\n" for text in texts) == (corpus / "train.target").read_text()
 
 
 def test_a_finished_run_is_not_redone(finished, tmp_path, monkeypatch) -> None:
@@ -111,46 +116,36 @@ def test_a_finished_run_is_not_redone(finished, tmp_path, monkeypatch) -> None:
     assert {path: path.stat().st_mtime_ns for path in finished.rglob("*") if path.is_file()} == before
 
 
-def kill_when(command: list[str], ready) -> None:
-    """Start ``command``; kill -9 it once ``ready()`` is true."""
-    process = subprocess.Popen(command, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 300
-    try:
-        while not ready():
-            assert process.poll() is None, f"finished before it was killed: {process.stderr.read()[-2000:]}"
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
-    finally:
-        process.send_signal(signal.SIGKILL)
-        process.wait()
-
-
-def translated_lines(corpus: Path) -> int:
-    try:
-        return json.loads((corpus / "teacher.scored.partial.json").read_text())["lines"]
-    except (OSError, ValueError, KeyError):
-        return 0
-
-
 @pytest.mark.parametrize("stage", ["translation", "training"])
 def test_kill_9_then_the_same_command_gives_the_same_student(finished, teacher, tmp_path, stage: str) -> None:
+    """Killed right after the teacher's third chunk of 40 lines is on disk (exactly 120 lines done, their scored
+    translations those of the finished run), or right after the student's first checkpoint (step 50) is saved, the
+    same command finishes to the uninterrupted run's corpus and student, byte for byte; a resumed translation's
+    manifest counts the seconds of both attempts."""
     recipe = write_recipe(tmp_path, teacher)
-    corpus, checkpoint = tmp_path / "out" / "corpus", tmp_path / "out" / "student" / "checkpoints" / "checkpoint-50"
-    ready = (lambda: translated_lines(corpus) >= 120) if stage == "translation" else \
-        (lambda: (checkpoint / "trainer_state.json").is_file())
-    kill_when([sys.executable, "-m", "encdec", "distill", str(recipe)], ready)
+    corpus, student = tmp_path / "out" / "corpus", tmp_path / "out" / "student"
+    stop_at = "chunk:3" if stage == "translation" else "checkpoint:1"
+    run_until_stopped([sys.executable, "-m", "encdec", "distill", str(recipe)], ENV, stop_at, tmp_path / "killed.log")
     if stage == "translation":
-        assert not (corpus / "teacher.scored").exists() and (corpus / "teacher.scored.partial").is_file()
-        counted = json.loads((corpus / "teacher.scored.partial.json").read_text())["seconds"]  # the killed attempt's
-        assert counted > 0
+        state = json.loads((corpus / "teacher.scored.partial.json").read_text())
+        expected = "".join((finished / "corpus" / "teacher.scored").read_text().splitlines(keepends=True)[:120])
+        assert state["lines"] == 120 and (corpus / "teacher.scored.partial").read_text() == expected
+        assert not (corpus / "teacher.scored").exists() and not student.exists()
+        counted = state["seconds"]  # the killed attempt's
     else:
-        assert not (tmp_path / "out" / "student" / "model.safetensors").exists()
+        assert (corpus / "teacher.scored").read_bytes() == (finished / "corpus" / "teacher.scored").read_bytes()
+        checkpoints = sorted(path.name for path in (student / "checkpoints").iterdir())
+        assert checkpoints == ["checkpoint-50"] and not (student / "model.safetensors").exists()
+        saved = json.loads((student / "checkpoints" / "checkpoint-50" / "trainer_state.json").read_text())
+        assert saved["global_step"] == 50
     done = encdec_distill(recipe)
     assert done.returncode == 0, done.stderr[-3000:]
-    if stage == "translation":  # the manifest's time counts both attempts
+    if stage == "translation":  # the manifest's time counts both attempts: the killed one's, then this one's
         record = json.loads((corpus / "manifest.json").read_text())["stages"]["translation"]
-        assert record["resumed"] and record["seconds_all_attempts"] == pytest.approx(counted + record["seconds"],
-                                                                                     abs=0.11)
+        assert record["resumed"] and record["seconds_all_attempts"] == round(counted + record["seconds"], 1)
+    else:
+        trained = json.loads((student / "eval_results.json").read_text())["train"]
+        assert (trained["resumed_at_step"], trained["global_step"]) == (50, STUDENT_TRAINING["max_steps"])
     for name in ("corpus/teacher.scored", "corpus/train.target", "student/model.safetensors"):
         assert (tmp_path / "out" / name).read_bytes() == (finished / name).read_bytes(), name
 
@@ -187,7 +182,7 @@ def test_filters_and_mixing_the_original_pairs(finished, teacher, tmp_path) -> N
     below = sum(value < median for value in per_token)
     assert counts == {"translated": 600, "empty": 0, "below_min_score": below, "distilled": 600 - below,
                       "original": 600}
-    assert 200 < below < 400
+    assert below == per_token.index(median)  # exactly the scores ranked before the median (300 unless tied)
     corpus = tmp_path / "out" / "corpus"
     train = (corpus / "train.target").read_text().splitlines()
     assert len(train) == 1200 - below

@@ -28,12 +28,15 @@ The one-process references run here, in the test process. What is compared and t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -47,6 +50,7 @@ from distributed_worker import DDP_VARIANTS, TOKEN_BATCHING, WORKER_MODELS, eval
 from encdec.data import load_data, pair_lengths, token_batches
 from encdec.folders import check_model_folder
 from encdec.parallel import cpu_processes, fsdp_units
+from encdec.stop_points import STOP_ENV
 from encdec.tokenization import load_tokenizer
 from encdec.training import CHECKPOINT_SUBDIR, TOKENIZER_SUBDIR, load_run_config, tokenize_splits, train
 from tiny_model_folders import DEMO_CONFIGS, REPO_ROOT, write_tiny_run_config
@@ -80,10 +84,8 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def launch(args: list[str], accelerate: bool = False, timeout: int = 300) -> subprocess.CompletedProcess:
-    """Two CPU processes running ``python -m args...`` (``python args...`` when ``args[0]`` is a script): through
-    ``accelerate launch`` with the repository's cpu-2proc.yaml, or through torchrun. Outputs are prefixed with the
-    rank (``[default0]:``)."""
+def launch_command(args: list[str], accelerate: bool = False) -> tuple[list[str], dict[str, str]]:
+    """The command and environment of ``launch``."""
     port = str(free_port())  # never the default 29500: other jobs on the machine may hold it
     if accelerate:
         launcher = ["accelerate.commands.launch", "--config_file", str(ACCELERATE_CONFIGS / "cpu-2proc.yaml"),
@@ -94,10 +96,114 @@ def launch(args: list[str], accelerate: bool = False, timeout: int = 300) -> sub
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
            "TRANSFORMERS_NO_ADVISORY_WARNINGS": "1", "CUDA_VISIBLE_DEVICES": ""}
     program = args if args[0].endswith(".py") else ["-m", *args]
-    command = [sys.executable, "-m", *launcher, "--tee", "3", *program]
+    return [sys.executable, "-m", *launcher, "--tee", "3", *program], env
+
+
+def launch(args: list[str], accelerate: bool = False, timeout: int = 300) -> subprocess.CompletedProcess:
+    """Two CPU processes running ``python -m args...`` (``python args...`` when ``args[0]`` is a script): through
+    ``accelerate launch`` with the repository's cpu-2proc.yaml, or through torchrun. Outputs are prefixed with the
+    rank (``[default0]:``)."""
+    command, env = launch_command(args, accelerate)
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
     assert result.returncode == 0, f"{' '.join(command)}\n{result.stdout[-4000:]}\n{result.stderr[-8000:]}"
     return result
+
+
+# --- stopping a run at a known point, then kill -9 (encdec.stop_points) ----------------------------------------------
+#
+# A kill -9 test must kill a job between two of its writes, and which two must not depend on the machine's speed:
+# with ENCDEC_STOP_AT=NAME:N the job stops itself (SIGSTOP) right after its N-th chunk or checkpoint is on disk, the
+# test waits for that state (with a deadline: a job that never gets there fails the test instead of hanging it), and
+# kills it there. The output of every process goes to a log file, never to a pipe that nobody reads while waiting.
+
+STOP_DEADLINE = 300.0  # seconds a job may take to reach its stopping point
+
+
+def process_table() -> dict[int, tuple[str, int]]:
+    """Every process's state letter and parent pid, from /proc/PID/stat (its name may hold spaces and brackets)."""
+    table = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):  # it ended meanwhile
+                continue
+            table[int(entry.name)] = (fields[0], int(fields[1]))
+    return table
+
+
+def descendants(pid: int, table: dict[int, tuple[str, int]]) -> set[int]:
+    """The processes below ``pid``: the launcher's workers (and anything they started)."""
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {child for child, (_, parent) in table.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+def log_tail(log: Path) -> str:
+    return log.read_text(errors="replace")[-4000:] if log.is_file() else "(no log)"
+
+
+def kill_group(pid: int) -> None:
+    """SIGKILL ``pid`` and its process group (one this test started: a launcher, or a worker, which torchrun puts in
+    a session of its own), once each; one already gone is fine."""
+    for kill in (os.killpg, os.kill):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            kill(pid, signal.SIGKILL)
+
+
+def run_until_stopped(command: list[str], env: dict[str, str], stop_at: str, log: Path) -> None:
+    """Run ``command`` (one process) with ``ENCDEC_STOP_AT=stop_at``; once it has stopped itself there, kill -9 it.
+    The wait is ``waitpid(WUNTRACED)`` polled with ``WNOHANG`` until a deadline."""
+    with open(log, "wb") as out:
+        process = subprocess.Popen(command, env={**env, STOP_ENV: stop_at}, stdin=subprocess.DEVNULL, stdout=out,
+                                   stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + STOP_DEADLINE
+        while True:
+            pid, status = os.waitpid(process.pid, os.WUNTRACED | os.WNOHANG)
+            if pid and os.WIFSTOPPED(status):
+                break
+            if pid:  # it ended without reaching the point
+                process.returncode = os.waitstatus_to_exitcode(status)
+                pytest.fail(f"{' '.join(command)} ended ({process.returncode}) before {stop_at}:\n{log_tail(log)}")
+            assert time.monotonic() < deadline, f"{stop_at} not reached before the deadline:\n{log_tail(log)}"
+            time.sleep(0.05)
+    finally:
+        kill_group(process.pid)
+        process.wait(timeout=60)
+
+
+def launch_until_stopped(args: list[str], stop_at: str, log: Path, accelerate: bool = True) -> None:
+    """``launch`` with ``ENCDEC_STOP_AT=stop_at``: once a worker has stopped itself there (state ``T`` in
+    /proc/PID/stat; only the main process writes chunks, so it is the one that stops), kill -9 the launcher and
+    every worker (each in its own session), and wait until none is left."""
+    command, env = launch_command(args, accelerate)
+    with open(log, "wb") as out:
+        process = subprocess.Popen(command, env={**env, STOP_ENV: stop_at}, stdin=subprocess.DEVNULL, stdout=out,
+                                   stderr=subprocess.STDOUT, start_new_session=True)
+    workers: set[int] = set()
+    try:
+        deadline = time.monotonic() + STOP_DEADLINE
+        while True:
+            assert process.poll() is None, f"the launch ended before {stop_at}:\n{log_tail(log)}"
+            table = process_table()
+            workers |= descendants(process.pid, table)
+            if any(table.get(pid, ("",))[0] == "T" for pid in workers):
+                break
+            assert time.monotonic() < deadline, f"{stop_at} not reached before the deadline:\n{log_tail(log)}"
+            time.sleep(0.05)
+    finally:
+        kill_group(process.pid)  # first the launcher, which could otherwise start workers again
+        workers |= descendants(process.pid, process_table())
+        for pid in workers:
+            kill_group(pid)
+        process.wait(timeout=60)
+        deadline = time.monotonic() + 60
+        while (left := {pid for pid, (state, _) in process_table().items() if pid in workers and state != "Z"}):
+            assert time.monotonic() < deadline, f"workers {sorted(left)} outlived kill -9"
+            time.sleep(0.05)
 
 
 def rank_output(result: subprocess.CompletedProcess, rank: int) -> list[str]:

@@ -9,7 +9,14 @@ import stat
 import pytest
 
 from encdec.errors import InputFileError, OverwriteError
-from encdec.io_utils import atomic_output, atomic_write_json, ensure_output_dir, read_aligned_lines
+from encdec.io_utils import (
+    atomic_output,
+    atomic_write_json,
+    count_text_lines,
+    ensure_output_dir,
+    read_aligned_lines,
+    text_lines,
+)
 
 
 def test_atomic_write_follows_the_umask_and_leaves_no_temporary_file(tmp_path) -> None:
@@ -46,3 +53,21 @@ def test_read_aligned_lines_names_both_files_and_counts(tmp_path) -> None:
     (tmp_path / "a.en").write_text("one\n")
     with pytest.raises(InputFileError, match=r"a\.de has 2 lines.*a\.en has 1"):
         read_aligned_lines(tmp_path / "a.de", tmp_path / "a.en")
+
+
+def test_a_line_that_is_not_utf8_is_named_by_its_number(tmp_path) -> None:
+    """The streaming readers name the first line that is not UTF-8 (1-based, as editors count), and where in it:
+    ``text_lines`` (``encdec translate``'s chunks) its byte in the line, ``count_text_lines`` (the training data's
+    check) its line across blocks of 1 MiB."""
+    lines = [b"eins", b"zwei", b"M\xe4rz", b"vier"]
+    with pytest.raises(InputFileError) as error:
+        list(text_lines(iter(line + b"\n" for line in lines), "in.txt"))
+    assert str(error.value) == ("in.txt, line 3, is not UTF-8 (byte 2 of the line: invalid continuation byte); "
+                                "convert the file to UTF-8, e.g. `iconv -f latin1 -t utf-8`.")
+    assert list(text_lines(iter([b"\xef\xbb\xbfeins\r\n", b"zwei"]), "in.txt")) == ["eins", "zwei"]
+    path = tmp_path / "big.txt"
+    path.write_bytes(b"x" * 99 + b"\n" + b"ok\n" * 600_000 + b"M\xe4rz\n")  # the bad line lies in the second block
+    with pytest.raises(InputFileError) as error:
+        count_text_lines(path, "source file")
+    assert str(error.value) == (f"The source file {path}, line 600002, is not UTF-8 (invalid continuation byte); "
+                                "convert the file to UTF-8, e.g. `iconv -f latin1 -t utf-8`.")

@@ -13,8 +13,10 @@ does it for any per-chunk job (``encdec translate``, ``encdec align``, ``encdec 
 - **Resume.** ``ChunkFile`` writes ``OUTPUT`` through a side file of finished chunks, ``OUTPUT.partial``, flushed and
   fsynced chunk by chunk, with a record of the run beside it (``OUTPUT.partial.json``: the input, the models and
   the options, and how much is done). After a crash or ``kill -9`` the same command with ``--resume`` skips the
-  finished chunks; the final file is byte-identical to an uninterrupted run's. A resume that differs in input,
-  model or options is refused in one line that names the difference.
+  finished chunks; the final file is byte-identical to an uninterrupted run's. A resume that differs in model or
+  options, or in a finished line of the input, is refused in one line that names the difference. The lines not
+  done yet may have changed: a run stopped by a line that is not UTF-8 goes on, once that line is fixed, from the
+  chunks it finished (the output of a chunk depends on its own lines alone).
 - **Processes and machines.** Under ``accelerate launch --num_processes N -m encdec translate ...`` (or ``torchrun``),
   process p translates chunks p, p + N, p + 2N, ... (round-robin), on its own device; after each round of N chunks
   ``torch.distributed`` gathers the outputs and the main process writes them in order. The output is byte-identical
@@ -192,15 +194,22 @@ class ChunkFile:
     """``path`` written through ``path.partial``, chunk by chunk, each appended, flushed and fsynced, then recorded in
     ``path.partial.json`` (the run's record, the bytes and lines done, and the seconds spent on them over every
     attempt); ``finish`` renames it into place. With ``resume`` an interrupted run goes on where it stopped, if its
-    record equals ``record``."""
+    record equals ``record``.
+
+    With ``input_path`` (the file whose lines the chunks translate, whose identity is ``record["input"]``) the state
+    also keeps the SHA-256 of the input's finished lines, so that a resume may differ from the record in the rest of
+    the input: a run stopped by a line that is not UTF-8 is not lost when that line is fixed (see
+    ``only_unfinished_input_differs``)."""
 
     def __init__(self, path: str | os.PathLike, record: dict[str, Any], resume: bool = False,
-                 overwrite: bool = False) -> None:
+                 overwrite: bool = False, input_path: str | os.PathLike | None = None) -> None:
         self.path = Path(path)
         self.partial = self.path.with_name(self.path.name + ".partial")
         self.state_path = self.path.with_name(self.path.name + ".partial.json")
         self.record, self.done_lines, self.done_bytes = record, 0, 0
         self.began, self.seconds_before = time.perf_counter(), 0.0  # None: an older record kept no seconds
+        self.input_path = None if input_path is None else Path(input_path)
+        self.input_done, self.input_offset = hashlib.sha256(), 0  # the finished lines' bytes; where the rest begins
         self.start(resume, overwrite)
 
     def start(self, resume: bool, overwrite: bool) -> None:
@@ -231,7 +240,8 @@ class ChunkFile:
             raise InputFileError(f"{self.state_path} is unreadable ({error}); pass --overwrite to start again.") \
                 from error
         found = difference(state.get("record"), self.record)
-        if found:
+        finished_input = self.finished_input(state["lines"])
+        if found and not (finished_input is not None and self.only_unfinished_input_differs(state, finished_input)):
             raise EncdecError(f"--resume: this run differs from the interrupted one in {found}; rerun it as it "
                               "was, or pass --overwrite to start again.")
         if not self.partial.is_file() or self.partial.stat().st_size < state["bytes"]:
@@ -239,6 +249,55 @@ class ChunkFile:
                                  "--overwrite to start again.")
         self.done_lines, self.done_bytes = state["lines"], state["bytes"]
         self.seconds_before = state.get("seconds")
+        if finished_input is not None:
+            self.input_done, self.input_offset = finished_input
+
+    def only_unfinished_input_differs(self, state: dict[str, Any], finished_input: tuple[Any, int]) -> bool:
+        """Whether the interrupted run's record differs from this one in the input's size and SHA-256 alone, while
+        the input's finished lines are the same bytes as then (``input_sha256_done`` in its state): what a fix of a
+        line after them (a line that was not UTF-8) changes. The resumed output is then the uninterrupted output of
+        the input as it is now, as each chunk's output depends on its own lines alone."""
+        old, new = state.get("record"), self.record
+        if "input_sha256_done" not in state or not (isinstance(old, dict) and isinstance(old.get("input"), dict)
+                                                     and isinstance(new.get("input"), dict)):
+            return False
+        content = ("size", "sha256")
+        old = {**old, "input": {key: value for key, value in old["input"].items() if key not in content}}
+        new = {**new, "input": {key: value for key, value in new["input"].items() if key not in content}}
+        return difference(old, new) is None and finished_input[0].hexdigest() == state["input_sha256_done"]
+
+    def finished_input(self, lines: int) -> tuple[Any, int] | None:
+        """The SHA-256 (a ``hashlib`` object, to go on with) of the first ``lines`` lines of the input, and the
+        offset after them; None without an input, or when it has fewer lines."""
+        if self.input_path is None:
+            return None
+        digest = hashlib.sha256()
+        try:
+            with open(self.input_path, "rb") as f:
+                for _ in range(lines):
+                    line = f.readline()
+                    if not line:
+                        return None
+                    digest.update(line)
+                return digest, f.tell()
+        except OSError:
+            return None
+
+    def advanced_input(self, lines: int) -> tuple[Any, int]:
+        """The SHA-256 of the input's finished lines and the offset after them once the next ``lines`` lines (a
+        chunk's) are finished too, read from where the last chunk's ended."""
+        digest, offset = self.input_done.copy(), self.input_offset
+        if self.input_path is None:
+            return digest, offset
+        try:
+            with open(self.input_path, "rb") as f:
+                f.seek(offset)
+                for _ in range(lines):
+                    digest.update(f.readline())
+                return digest, f.tell()
+        except OSError as error:
+            raise InputFileError(f"Cannot read {self.input_path} again: {error.strerror}. The first "
+                                 f"{self.done_lines:,} lines are done: rerun the command with --resume.") from error
 
     @staticmethod
     def recorded_seconds(path: str | os.PathLike) -> float | None:
@@ -259,18 +318,22 @@ class ChunkFile:
         return round(self.seconds_before + time.perf_counter() - self.began, 1)
 
     def save_state(self) -> None:
-        atomic_write_json(self.state_path, {"record": self.record, "lines": self.done_lines,
-                                            "bytes": self.done_bytes, "seconds": self.seconds()})
+        state = {"record": self.record, "lines": self.done_lines, "bytes": self.done_bytes, "seconds": self.seconds()}
+        if self.input_path is not None:
+            state["input_sha256_done"] = self.input_done.hexdigest()
+        atomic_write_json(self.state_path, state)
 
     def write(self, lines: int, text: str) -> None:
         """One finished chunk of ``lines`` input lines, whose output is ``text``."""
         data = text.encode("utf-8")
+        input_done = self.advanced_input(lines)
         try:
             with open(self.partial, "ab") as f:
                 f.write(data)
                 f.flush()
                 os.fsync(f.fileno())
             self.done_lines, self.done_bytes = self.done_lines + lines, self.done_bytes + len(data)
+            self.input_done, self.input_offset = input_done
             self.save_state()
         except OSError as error:  # disk full, or the folder went away: what is finished stays resumable
             raise EncdecError(f"Cannot write {self.partial}: {error.strerror}. The first {self.done_lines:,} lines "
@@ -460,7 +523,7 @@ def open_output(output_path: str | None, input_path: str | None, models: list[st
         return StreamOutput(stdout if stdout is not None else sys.stdout)
     record = {"input": file_identity(input_path) if input_path else None,
               "models": [model_identity(model) for model in models], **record}
-    return ChunkFile(output_path, record, resume=resume, overwrite=overwrite)
+    return ChunkFile(output_path, record, resume=resume, overwrite=overwrite, input_path=input_path)
 
 
 __all__ = ["Chunk", "ChunkFile", "Progress", "Shard", "StreamOutput", "TranslationOutput", "difference",
