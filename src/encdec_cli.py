@@ -220,7 +220,8 @@ def add_serve_command(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--dtype", choices=["float32", "bfloat16"], default=None, help="as for `encdec translate`")
     p.add_argument("--host", default="127.0.0.1",
                    help="address to bind; anything but loopback needs --api-key (or ENCDEC_API_KEY)")
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--port", type=int, default=8000,
+                   help="port to listen on (default: 8000); 0 takes a free one, which the start-up line names")
     p.add_argument("--api-key", default=None,
                    help="require this key on every request (Authorization: Bearer KEY or X-API-Key: KEY); default: "
                         "the ENCDEC_API_KEY environment variable")

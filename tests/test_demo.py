@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import queue
+import re
 import shlex
-import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -31,22 +33,29 @@ def test_the_demo_runs_outside_the_repository(tmp_path: Path) -> None:
 
 
 def assert_serves(command: list[str], cwd: Path, env: dict) -> None:
-    """The printed serve command starts a server that answers (on a free loopback port, then stopped)."""
+    """The printed serve command starts a server that answers, then is stopped. It listens on port 0: the system
+    gives a free port, which the start-up line names (a port chosen here and bound later could be taken by another
+    process in between)."""
     assert command[1:5] == ["-m", "encdec", "serve", "--model"]
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = subprocess.Popen([*command, "--port", str(port), "--log-level", "warning"], cwd=cwd, env=env)
+    server = subprocess.Popen([*command, "--port", "0", "--log-level", "warning"], cwd=cwd, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: queue.Queue[str | None] = queue.Queue()  # read by a thread, so that every wait below has a timeout
+
+    def read() -> None:
+        for line in server.stdout:
+            lines.put(line)
+        lines.put(None)  # the server's output ended: it exited
+
+    threading.Thread(target=read, daemon=True).start()
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert server.poll() is None and time.monotonic() < deadline, "the demo's serve command did not start"
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as response:
-                    assert response.status == 200
-                    break
-            except OSError:
-                time.sleep(0.2)
+        seen, address, deadline = [], None, time.monotonic() + 120
+        while address is None:  # the start-up line: "... on http://127.0.0.1:PORT - page at /, ..."
+            line = lines.get(timeout=max(deadline - time.monotonic(), 0.01))  # queue.Empty once the time is up
+            assert line is not None, "the demo's serve command exited:\n" + "".join(seen)[-3000:]
+            seen.append(line)
+            address = re.search(r" on (http://127\.0\.0\.1:\d+) ", line)
+        with urllib.request.urlopen(f"{address[1]}/health", timeout=30) as response:
+            assert response.status == 200
     finally:
         server.terminate()
         server.wait(timeout=60)

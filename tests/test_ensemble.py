@@ -239,6 +239,6 @@ def test_translate_detailed_scores_equal_teacher_forcing_for_one_model(folders, 
 
 def test_cli_help_documents_the_ensemble_and_the_formats() -> None:
     out = subprocess.run([sys.executable, "-m", "encdec", "translate", "--help"], capture_output=True, text=True,
-                         check=True).stdout
+                         check=True, timeout=120).stdout
     out = " ".join(out.split())  # argparse wraps the help text
     assert "ensemble" in out and "--n-best" in out and "Pharaoh" in out and "log P(hypothesis | input)" in out

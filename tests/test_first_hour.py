@@ -151,10 +151,17 @@ def start_training(config: Path, cwd: Path, *overrides: str) -> subprocess.Popen
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+def stderr_after_kill(process: subprocess.Popen) -> str:
+    """The end of what ``process`` wrote on stderr, once it is stopped (killed if it still runs)."""
+    if process.poll() is None:
+        process.kill()
+    return process.communicate(timeout=60)[1][-3000:]
+
+
 def interrupt_when(process: subprocess.Popen, ready, timeout: float = 240) -> tuple[str, str]:
     deadline = time.monotonic() + timeout
     while not ready():
-        assert process.poll() is None and time.monotonic() < deadline, process.communicate()[1][-3000:]
+        assert process.poll() is None and time.monotonic() < deadline, stderr_after_kill(process)
         time.sleep(0.1)
     process.send_signal(signal.SIGINT)
     out, err = process.communicate(timeout=120)

@@ -1,8 +1,13 @@
-"""``encdec serve``: a real server on a free loopback port answers as offline translation does, batches without
-changing any answer, refuses each bad input with a one-line JSON error and goes on serving, guards itself with an
-API key, stops gracefully on SIGTERM, survives a bounded load test, and its page and its API page (/docs) work in
-headless Chromium that can reach no other host. Every error status is in the OpenAPI schema, as ``ErrorResponse``
-(tests/test_serve_fuzz.py fuzzes the request schema).
+"""``encdec serve``: a real server (on 127.0.0.1 port 0, its bound port read back) answers as offline translation
+does, batches without changing any answer, refuses each bad input with a one-line JSON error (exact) and goes on
+serving, guards itself with an API key, stops gracefully on SIGTERM, serves int8 models of both engines, survives a
+load test, and its page and its API page (/docs) work in headless Chromium that can reach no other host. Every error
+status is in the OpenAPI schema, as ``ErrorResponse`` (tests/test_serve_fuzz.py fuzzes the request schema).
+
+Batching is asserted through the batcher itself, never through timing: a held batcher (``DynamicBatcher(held=True)``,
+or ``ENCDEC_TEST_HOLD_BATCHES`` for a server) queues the requests, the test sees them queued, releases them, and
+reads which batches ran and why (``DynamicBatcher.record``). The SIGTERM test holds its requests the same way. No
+test asserts a duration: every request, wait and subprocess has a timeout instead.
 
 The models are trained here on the built-in date task (a few seconds each): trained models end their outputs with
 EOS at varied steps and their beams compete, so batching mistakes would show.
@@ -14,17 +19,18 @@ import base64
 import http.client
 import json
 import os
+import queue
 import random
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
 import urllib.error
 import urllib.request
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -38,8 +44,16 @@ from encdec.errors import EncdecError
 from encdec.export import export_ctranslate2
 from encdec.folders import save_for_pipeline
 from encdec.inference import load_engine, translate, translate_n_best
-from encdec.server import ErrorResponse, build_service, check_bind, create_app
-from encdec.serving import DynamicBatcher, RequestError, ServeLimits, TranslationService
+from encdec.server import HOLD_ENV, EncdecServer, ErrorResponse, build_service, check_bind, create_app
+from encdec.serving import (
+    BatchRecord,
+    DecodeOptions,
+    DynamicBatcher,
+    Job,
+    RequestError,
+    ServeLimits,
+    TranslationService,
+)
 from tiny_model_folders import DATE_RNN as RNN
 from tiny_model_folders import DATE_TRANSFORMER as TRANSFORMER
 from tiny_model_folders import date_data, train_on_dates
@@ -67,22 +81,26 @@ def sources(dates):
 
 
 class Server:
-    """An app served by uvicorn in a thread of this process, on a loopback socket bound to a free port."""
+    """An app served by uvicorn in a thread of this process, on 127.0.0.1 port 0: the port is read from the socket
+    uvicorn bound (``server.servers[0].sockets``) once it says it listens (``EncdecServer``'s ``announce``)."""
 
     def __init__(self, app) -> None:
-        self.socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.socket.bind(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.socket.getsockname()[1]}"
-        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.socket]}, daemon=True)
+        self.listening = threading.Event()
+        self.server = EncdecServer(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on"),
+                                   announce=lambda urls: self.listening.set())
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def run(self) -> None:
+        try:
+            self.server.run()
+        finally:
+            self.listening.set()  # a server that failed to start: __enter__ sees it at once
 
     def __enter__(self) -> Server:
         self.thread.start()
-        deadline = time.monotonic() + 30
-        while not self.server.started:
-            assert time.monotonic() < deadline and self.thread.is_alive(), "the server did not start"
-            time.sleep(0.02)
+        assert self.listening.wait(timeout=60) and self.server.started, "the server did not start"
+        host, port = self.server.servers[0].sockets[0].getsockname()[:2]
+        self.url = f"http://{host}:{port}"
         return self
 
     def __exit__(self, *exc) -> None:
@@ -179,7 +197,8 @@ def test_alignment_is_a_source_by_target_distribution(family, folders) -> None:
 
 def test_batching_gives_each_text_what_it_gets_alone(folders, sources) -> None:
     """Jobs with mixed options, queued at once, are batched by options; every answer equals that job decoded alone,
-    including greedy jobs with budgets that cut their outputs, batched with jobs of longer budgets."""
+    including greedy jobs with budgets that cut their outputs, batched with jobs of longer budgets. The batcher is
+    held while the jobs queue, so the batches it runs are known: each group of equal options in batches of 16."""
     engine, tokenizer = load_engine(folders["transformer"])
     service = TranslationService(engine, tokenizer)
     requests = [dict(text=text, num_beams=beams, max_new_tokens=budget, return_scores=True)
@@ -187,22 +206,35 @@ def test_batching_gives_each_text_what_it_gets_alone(folders, sources) -> None:
                                                strict=False)]
     jobs = [job for options in requests for job in service.jobs(**options)]
     alone = [service.decode([job])[0] for job in jobs]
-    batcher = DynamicBatcher(service.decode, max_batch_size=16, max_wait_ms=200)
+    batcher = DynamicBatcher(service.decode, max_batch_size=16, max_wait_ms=0, held=True)
     batcher.start()
     try:
-        answers = [future.result(timeout=60) for future in batcher.submit(jobs)]
+        futures = batcher.submit(jobs)
+        assert batcher.held == len(jobs) and batcher.batches == []  # all queued, none run
+        batcher.release()
+        answers = [future.result(timeout=60) for future in futures]
     finally:
         batcher.stop()
     assert answers == alone
-    assert sum(batcher.batches) == len(jobs) and max(batcher.batches) == 16 and len(batcher.batches) < len(jobs) / 3
+    groups = Counter(job.key for job in jobs)
+    assert groups[(1, None, 1, None)] == 40  # greedy jobs share a batch whatever their budgets; beam jobs do not:
+    assert {key[3] for key in groups if key[0] == 3} == {job.budget for job in jobs if job.options.num_beams == 3}
+    assert sorted(batcher.batches) == sorted(size for count in groups.values()
+                                             for size in [16] * (count // 16) + [count % 16] * (count % 16 > 0))
     cut = [answer["text"] for answer, options in zip(answers, requests, strict=True) if options["max_new_tokens"] == 4]
     assert all(len(tokenizer(text, add_special_tokens=False)["input_ids"]) <= 4 for text in cut)
 
 
-def test_concurrent_requests_are_batched_and_answered_in_order(folders, sources) -> None:
+def test_concurrent_requests_are_batched_and_answered_in_order(folders, sources, monkeypatch) -> None:
+    """Eight requests (36 texts) held in the batcher's queue run as a batch of 32 (the largest), then the 4 left
+    once they waited --max-wait-ms: texts of different requests share a batch, and each request gets its own
+    answers, in order."""
     engine, tokenizer = load_engine(folders["transformer"])
     expected = translate(engine, tokenizer, sources[:64], num_beams=1)
+    monkeypatch.setenv(HOLD_ENV, "1")
     with serve_app(folders["transformer"], max_wait_ms=50) as server:
+        batcher = server.server.config.app.app.state.batcher
+
         def ask(i: int) -> list[str]:
             texts = sources[8 * i:8 * i + 8] if i % 2 else sources[8 * i]
             status, body, _ = request(f"{server.url}/translate", {"text": texts, "num_beams": 1})
@@ -210,12 +242,46 @@ def test_concurrent_requests_are_batched_and_answered_in_order(folders, sources)
             return [t["text"] for t in body["translations"]]
 
         with ThreadPoolExecutor(8) as pool:
-            got = list(pool.map(ask, range(8)))
-        app = server.server.config.app
+            asked = [pool.submit(ask, i) for i in range(8)]
+            assert batcher.wait_held(36, timeout=60), batcher.held
+            assert batcher.held == 36 and batcher.batches == []
+            batcher.release()
+            got = [future.result(timeout=60) for future in asked]
     for i, answer in enumerate(got):
         assert answer == (expected[8 * i:8 * i + 8] if i % 2 else [expected[8 * i]])
-    batches = app.app.state.batcher.batches
-    assert max(batches) > 8  # texts of different requests shared a batch
+    assert list(batcher.record) == [BatchRecord(32, "expected", 1), BatchRecord(4, "waited", 32)]
+
+
+def lone_job(length: int) -> Job:
+    return Job(list(range(3, 3 + length)), DecodeOptions(num_beams=1, length_penalty=None, n_best=1,
+                                                          max_new_tokens=None), budget=8)
+
+
+def test_the_batcher_runs_a_lone_client_at_once() -> None:
+    """A window of ten minutes, and requests that come one at a time: each runs alone as soon as it comes, because
+    one job is what the batcher expects (its record says so), not because the window ran out."""
+    batcher = DynamicBatcher(lambda jobs: [len(job.source_ids) for job in jobs], max_batch_size=8,
+                             max_wait_ms=600_000)
+    batcher.start()
+    try:
+        answers = [batcher.submit([lone_job(n)])[0].result(timeout=60) for n in (1, 2, 3)]
+        assert batcher.expected == 1
+    finally:
+        batcher.stop()
+    assert answers == [1, 2, 3]
+    assert list(batcher.record) == [BatchRecord(1, "expected", 1)] * 3
+
+
+def test_the_server_answers_a_lone_client_without_waiting_for_the_window(folders) -> None:
+    """`--max-wait-ms` of ten minutes: each of two requests, sent one after the other, is decoded as a batch of one
+    the moment it comes (the batcher's record: one expected, one run), and answered."""
+    engine, tokenizer = load_engine(folders["transformer"])
+    with serve_app(folders["transformer"], max_wait_ms=600_000) as server:
+        answers = [request(f"{server.url}/translate", {"text": text}, timeout=60) for text in (SAMPLE, "1/2/2000")]
+        record = list(server.server.config.app.app.state.batcher.record)
+    assert [(status, body) for status, body, _ in answers] == [
+        (200, {"translations": [{"text": text}]}) for text in translate(engine, tokenizer, [SAMPLE, "1/2/2000"])]
+    assert record == [BatchRecord(1, "expected", 1)] * 2
 
 
 def test_health_info_page_and_schema(folders, tmp_path) -> None:
@@ -232,9 +298,14 @@ def test_health_info_page_and_schema(folders, tmp_path) -> None:
                   for src in re.findall(r'(?:src|href)="(/[^"]+)"', html)]
     assert health[:2] == (200, {"status": "ok"})
     assert info["family"] == "rnn_seq2seq" and info["architecture"]["attention"] == "bahdanau"
-    assert info["parameters"] > 10_000 and info["alignments"] is True and info["engine"] == "torch"
-    assert any(m["metric"] == "bleu" and m["value"] == 98.5 for m in info["metrics"])
-    assert info["limits"]["max_beams"] == 4 and info["limits"]["max_source_tokens"] > 0
+    weights = sum(parameter.numel() for parameter in load_engine(folder)[0].model.parameters())
+    assert info["parameters"] == weights and info["alignments"] is True
+    assert (info["engine"], info["compute_type"]) == ("torch", "float32")
+    assert info["metrics"] == [{"dataset": "dates", "split": "test", "metric": "bleu", "value": 98.5},
+                               {"dataset": "dates", "split": "test", "metric": "chrf", "value": 99.1}]
+    # an RNN has no position limit: sources up to its tokenizer's model_max_length, budgets up to the server's 1024
+    assert info["limits"] == {"max_batch_size": 32, "max_wait_ms": 10.0, "max_texts": 64, "max_source_tokens": 512,
+                              "max_new_tokens": 1024, "max_beams": 4, "max_body_bytes": 1_000_000}
     assert page_status == 200 and page_headers["content-type"].startswith("text/html")
     assert 'id="heatmap"' in page and 'id="translate"' in page
     assert "src=\"http" not in page and "href=\"http" not in page and "@import" not in page  # no external assets
@@ -285,60 +356,92 @@ def test_openapi_documents_the_errors_the_server_sends(folders) -> None:
     assert "401" not in json.dumps([op["responses"] for ops in schema["paths"].values() for op in ops.values()])
 
 
+SEND_JSON = 'send a JSON object such as {"text": "..."} with Content-Type: application/json.'
+OPTIONS = ("text, num_beams, max_new_tokens, length_penalty, n_best, return_scores, return_alignments, source, "
+           "target, model")
+BEAMS_1_TO_6 = "send a whole number from 1 to 6, or null for the model's default."
+PENALTY_HINT = "send a finite number from -10 to 10, or null for the model's default."
+SURROGATE = "is not text; send valid Unicode (a surrogate pair is fine, half of one is not)."
+# each bad request: (body, status, field, the whole error message)
 BAD_INPUTS = {
-    "malformed JSON": (b'{"text": "x"', 400, "body", "malformed JSON"),
-    "not an object": ([SAMPLE], 422, "body", "JSON object"),
-    "wrong type": ({"text": 5}, 422, "text", "string or a list of strings"),
-    "wrong item type": ({"text": [SAMPLE, 5]}, 422, "text[1]", "valid string"),
-    "wrong option type": ({"text": SAMPLE, "num_beams": "3"}, 422, "num_beams", "valid integer"),
-    "unknown option": ({"text": SAMPLE, "beam": 3}, 422, "beam", "unknown option"),
-    "missing text": ({"num_beams": 2}, 422, "text", "Field required"),
-    "empty text": ({"text": "  "}, 422, "text", "empty"),
-    "empty item": ({"text": [SAMPLE, ""]}, 422, "text[1]", "empty"),
-    "no texts": ({"text": []}, 422, "text", "at least one"),
-    "too many texts": ({"text": [SAMPLE] * 9}, 422, "text", "limit of 8"),
-    "text over the source limit": ({"text": SAMPLE * 5}, 422, "text", "limit of 24"),
-    "num_beams beyond the limit": ({"text": SAMPLE, "num_beams": 7}, 422, "num_beams", "less than or equal to 6"),
-    "num_beams below 1": ({"text": SAMPLE, "num_beams": 0}, 422, "num_beams", "greater than or equal to 1"),
-    "n_best beyond the beams": ({"text": SAMPLE, "num_beams": 2, "n_best": 3}, 422, "n_best", "beam size (2)"),
+    "malformed JSON": (b'{"text": "x"', 400, "body", f"body: malformed JSON (Expecting ',' delimiter); {SEND_JSON}"),
+    "not an object": ([SAMPLE], 422, "body", f"body: must be a JSON object, not a list; {SEND_JSON}"),
+    "wrong type": ({"text": 5}, 422, "text", "text: must be a string or a list of strings (got a number)."),
+    "wrong item type": ({"text": [SAMPLE, 5]}, 422, "text[1]",
+                        "text[1]: Input should be a valid string (got 5); send a string."),
+    "wrong option type": ({"text": SAMPLE, "num_beams": "3"}, 422, "num_beams",
+                          f'num_beams: Input should be a valid integer (got "3"); {BEAMS_1_TO_6}'),
+    "unknown option": ({"text": SAMPLE, "beam": 3}, 422, "beam", f"beam: unknown option; the options are {OPTIONS}."),
+    "missing text": ({"num_beams": 2}, 422, "text", "text: Field required; send a string or a list of strings."),
+    "empty text": ({"text": "  "}, 422, "text", "text: the text is empty; send some words to translate."),
+    "empty item": ({"text": [SAMPLE, ""]}, 422, "text[1]", "text[1]: the text is empty; send some words to translate."),
+    "no texts": ({"text": []}, 422, "text", "text: give at least one text."),
+    "too many texts": ({"text": [SAMPLE] * 9}, 422, "text",
+                       "text: 9 texts exceed the limit of 8 per request (--max-texts); send them in several requests."),
+    "text over the source limit": ({"text": SAMPLE * 5}, 422, "text", "text: {} source tokens exceed the limit of 24 "
+                                   "(--max-source-tokens); split the text."),  # {}: the tokenizer's count
+    "num_beams beyond the limit": ({"text": SAMPLE, "num_beams": 7}, 422, "num_beams",
+                                   f"num_beams: Input should be less than or equal to 6 (got 7); {BEAMS_1_TO_6}"),
+    "num_beams below 1": ({"text": SAMPLE, "num_beams": 0}, 422, "num_beams",
+                          f"num_beams: Input should be greater than or equal to 1 (got 0); {BEAMS_1_TO_6}"),
+    "n_best beyond the beams": ({"text": SAMPLE, "num_beams": 2, "n_best": 3}, 422, "n_best",
+                                "n_best: must be between 1 and the beam size (2), got 3; raise num_beams."),
     "max_new_tokens beyond the positions": ({"text": SAMPLE, "max_new_tokens": 64}, 422, "max_new_tokens",
-                                            "less than or equal to 63"),
-    "oversized body": ({"text": [SAMPLE] * 300}, 413, "body", "limit of 4000"),
+                                            "max_new_tokens: Input should be less than or equal to 63 (got 64); send "
+                                            "a whole number from 1 to 63, or null for the model's default."),
+    "oversized body": ({"text": [SAMPLE] * 300}, 413, "body",
+                       "body: 7510 bytes exceed the limit of 4000 (--max-body-bytes)."),
     # numbers: finite and within the documented range, of the right type
     "length_penalty overflowing": ({"text": SAMPLE, "num_beams": 2, "length_penalty": 1e308}, 422, "length_penalty",
-                                   "from -10 to 10"),
+                                   f"length_penalty: Input should be less than or equal to 10 (got 1e+308); "
+                                   f"{PENALTY_HINT}"),
     "length_penalty NaN": (b'{"text": "x", "num_beams": 2, "length_penalty": NaN}', 422, "length_penalty",
-                           "finite number"),
+                           f"length_penalty: Input should be a finite number (got NaN); {PENALTY_HINT}"),
     "length_penalty infinite": (b'{"text": "x", "num_beams": 2, "length_penalty": -Infinity}', 422,
-                                "length_penalty", "finite number"),
-    "length_penalty as a string": ({"text": SAMPLE, "length_penalty": "NaN"}, 422, "length_penalty", "valid number"),
-    "num_beams a float": ({"text": SAMPLE, "num_beams": 2.0}, 422, "num_beams", "whole number from 1 to 6"),
-    "num_beams a boolean": ({"text": SAMPLE, "num_beams": True}, 422, "num_beams", "valid integer"),
-    "num_beams huge": (b'{"text": "x", "num_beams": 1' + b"0" * 400 + b"}", 422, "num_beams", "from 1 to 6"),
-    "return_scores a string": ({"text": SAMPLE, "return_scores": "yes"}, 422, "return_scores", "true or false"),
+                                "length_penalty",
+                                f"length_penalty: Input should be a finite number (got -Infinity); {PENALTY_HINT}"),
+    "length_penalty as a string": ({"text": SAMPLE, "length_penalty": "NaN"}, 422, "length_penalty",
+                                   f'length_penalty: Input should be a valid number (got "NaN"); {PENALTY_HINT}'),
+    "num_beams a float": ({"text": SAMPLE, "num_beams": 2.0}, 422, "num_beams",
+                          f"num_beams: Input should be a valid integer (got 2.0); {BEAMS_1_TO_6}"),
+    "num_beams a boolean": ({"text": SAMPLE, "num_beams": True}, 422, "num_beams",
+                            f"num_beams: Input should be a valid integer (got true); {BEAMS_1_TO_6}"),
+    "num_beams huge": (b'{"text": "x", "num_beams": 1' + b"0" * 400 + b"}", 422, "num_beams",
+                       f"num_beams: Input should be less than or equal to 6 (got 1{'0' * 56}...); {BEAMS_1_TO_6}"),
+    "return_scores a string": ({"text": SAMPLE, "return_scores": "yes"}, 422, "return_scores",
+                               'return_scores: Input should be a valid boolean (got "yes"); send true or false.'),
     # texts that are not Unicode: JSON escapes of half a surrogate pair, and the same as raw (CESU-8) bytes
-    "lone surrogate": (b'{"text": "ab\\ud800c"}', 422, "text", "lone surrogate (U+D800)"),
-    "lone surrogate in a list": (b'{"text": ["x", "\\udfff"]}', 422, "text[1]", "lone surrogate"),
-    "lone surrogate as bytes": (b'{"text": "a\xed\xa0\x80"}', 422, "text", "lone surrogate"),
-    "lone surrogate in a key": (b'{"text": "x", "\\ud800": 1}', 422, "body", "not valid Unicode"),
+    "lone surrogate": (b'{"text": "ab\\ud800c"}', 422, "text",
+                       f"text: a lone surrogate (U+D800) at character 2 {SURROGATE}"),
+    "lone surrogate in a list": (b'{"text": ["x", "\\udfff"]}', 422, "text[1]",
+                                 f"text[1]: a lone surrogate (U+DFFF) at character 0 {SURROGATE}"),
+    "lone surrogate as bytes": (b'{"text": "a\xed\xa0\x80"}', 422, "text",
+                                f"text: a lone surrogate (U+D800) at character 1 {SURROGATE}"),
+    "lone surrogate in a key": (b'{"text": "x", "\\ud800": 1}', 422, "body",
+                                f'body: the option name "\\ud800" is not valid Unicode (a lone surrogate); the options '
+                                f"are {OPTIONS}."),
     # bodies that are not a JSON object
-    "empty body": (b"", 400, "body", "the body is empty; send a JSON object"),
-    "JSON null": (b"null", 422, "body", "JSON object, not null"),
-    "not UTF-8": ('{"text": "caf\xe9"}'.encode("latin-1"), 400, "body", "must be UTF-8 JSON"),
-    "nested too deeply": (b"[" * 1_500 + b"]" * 1_500, 400, "body", "nested too deeply"),
+    "empty body": (b"", 400, "body", f"body: the body is empty; {SEND_JSON}"),
+    "JSON null": (b"null", 422, "body", f"body: must be a JSON object, not null; {SEND_JSON}"),
+    "not UTF-8": ('{"text": "caf\xe9"}'.encode("latin-1"), 400, "body",
+                  f"body: is not UTF-8 (byte 0xe9 at offset 13); the body must be UTF-8 JSON: {SEND_JSON}"),
+    "nested too deeply": (b"[" * 1_500 + b"]" * 1_500, 400, "body",
+                          f"body: JSON nested too deeply to parse; {SEND_JSON}"),
 }
 
 
 @pytest.mark.parametrize("case", list(BAD_INPUTS))
 def test_bad_input_is_a_one_line_error_and_the_server_goes_on(case, transformer_server) -> None:
-    body, status, field, words = BAD_INPUTS[case]
+    body, status, field, message = BAD_INPUTS[case]
+    if case == "text over the source limit":
+        tokenizer = transformer_server.server.config.app.app.state.models.pick().service.tokenizer
+        message = message.format(len(tokenizer(SAMPLE * 5)["input_ids"]))
     raw = body if isinstance(body, bytes) else None
     got, error, headers = request(f"{transformer_server.url}/translate", None if raw else body, method="POST",
                                   raw=raw, headers={"Content-Type": "application/json"})
     assert got == status, error
     assert set(error) == {"error", "field", "request_id"}
-    assert error["field"] == field and words in error["error"] and "\n" not in error["error"]
-    assert error["error"].startswith(f"{field}: ")  # the message names the field
+    assert error["field"] == field and error["error"] == message  # one line that names the field first
     ErrorResponse.model_validate(error, strict=True)
     documented = request(f"{transformer_server.url}/openapi.json")[1]["paths"]["/translate"]["post"]["responses"]
     assert str(status) in documented
@@ -350,7 +453,7 @@ def test_bad_input_is_a_one_line_error_and_the_server_goes_on(case, transformer_
 def test_wrong_content_type_chunked_oversize_and_unknown_routes(transformer_server) -> None:
     status, error, _ = request(f"{transformer_server.url}/translate", raw=b'{"text": "a"}', method="POST",
                                headers={"Content-Type": "text/plain"})
-    assert status == 415 and "application/json" in error["error"]
+    assert (status, error["error"]) == (415, f"body: Content-Type is text/plain; {SEND_JSON}")
     host, port = transformer_server.url.removeprefix("http://").split(":")
     connection = http.client.HTTPConnection(host, int(port), timeout=30)
     connection.request("POST", "/translate", body=iter([b'{"text": "', b"x" * 5000, b'"}']),
@@ -390,7 +493,9 @@ def test_api_key_guards_every_endpoint(folders) -> None:
     with serve_app(folders["transformer"], api_key=key) as server:
         for path in ("/", "/health", "/info", "/translate"):
             status, error, headers = request(f"{server.url}{path}", {"text": SAMPLE} if path == "/translate" else None)
-            assert status == 401 and "API key" in error["error"] and headers["www-authenticate"].startswith("Basic")
+            assert (status, error["error"]) == (401, "a valid API key is required: send `Authorization: Bearer KEY` or "
+                                                     "`X-API-Key: KEY`.")
+            assert headers["www-authenticate"] == 'Basic realm="encdec"'
         assert request(f"{server.url}/info", headers={"Authorization": "Bearer wrong"})[0] == 401
         for header in ({"Authorization": f"Bearer {key}"}, {"X-API-Key": key}, {"Authorization": f"Basic {basic}"}):
             assert request(f"{server.url}/translate", {"text": SAMPLE}, headers=header)[0] == 200
@@ -402,23 +507,32 @@ def test_binding_beyond_loopback_needs_a_key(folders, capsys, monkeypatch) -> No
     check_bind("localhost", None)
     check_bind("::1", None)
     check_bind("0.0.0.0", "key")
+    refusal = ("Binding to {} makes the server reachable from other machines: give an API key with --api-key or the "
+               "ENCDEC_API_KEY environment variable (or bind to 127.0.0.1).")
     for host in ("0.0.0.0", "192.168.1.5", "example.org"):
-        with pytest.raises(EncdecError, match="--api-key"):
+        with pytest.raises(EncdecError, match=f"^{re.escape(refusal.format(host))}$"):
             check_bind(host, None)
     monkeypatch.delenv("ENCDEC_API_KEY", raising=False)
     assert main(["serve", "--model", str(folders["transformer"]), "--host", "0.0.0.0"]) == 2
-    assert "ENCDEC_API_KEY" in capsys.readouterr().err
+    assert capsys.readouterr().err == f"encdec serve: error: {refusal.format('0.0.0.0')}\n"
 
 
 def test_limits_are_checked(folders) -> None:
     engine, tokenizer = load_engine(folders["transformer"])
-    with pytest.raises(EncdecError, match="max_batch_size"):
-        ServeLimits(max_batch_size=0)
-    with pytest.raises(EncdecError, match="max_wait_ms"):
-        ServeLimits(max_wait_ms=-1)
-    with pytest.raises(EncdecError, match="max-source-tokens 100 exceeds"):
+    for limits, message in [
+        ({"max_batch_size": 0}, "`max_batch_size` (--max-batch-size) must be a whole number >= 1, got 0."),
+        ({"max_beams": 2.5}, "`max_beams` (--max-beams) must be a whole number >= 1, got 2.5."),
+        ({"max_wait_ms": -1}, "`max_wait_ms` (--max-wait-ms) must be >= 0, got -1."),
+    ]:
+        with pytest.raises(EncdecError, match=f"^{re.escape(message)}$"):
+            ServeLimits(**limits)
+    with pytest.raises(EncdecError, match=re.escape(
+            "--max-source-tokens 100 exceeds what the model reads (64 tokens, its `max_position_embeddings`); lower "
+            "it.")):
         TranslationService(engine, tokenizer, ServeLimits(max_source_tokens=100))
-    with pytest.raises(EncdecError, match="max-new-tokens 64 exceeds"):
+    with pytest.raises(EncdecError, match=re.escape(
+            "--max-new-tokens 64 exceeds what the model can generate (63, its `max_position_embeddings` - 1); lower "
+            "it.")):
         TranslationService(engine, tokenizer, ServeLimits(max_new_tokens=64))
     service = TranslationService(engine, tokenizer)
     assert service.limits.max_source_tokens == 64 and service.limits.max_new_tokens == 63
@@ -445,50 +559,86 @@ def test_ctranslate2_engine_serves_scores_and_refuses_alignments(folders, source
     assert status == 200 and [a["text"] for a in body["translations"]] == expected
     for text, answer in zip(sources[:6], body["translations"], strict=True):
         assert answer["score"] == pytest.approx(teacher_forced_log_prob(engine.model, tokenizer, text, 2), abs=1e-3)
-    assert refused == 422 and error["field"] == "return_alignments" and "ctranslate2" in error["error"]
+    assert (refused, error["field"], error["error"]) == (422, "return_alignments", "return_alignments: alignments "
+                                                         "are not available: the ctranslate2 engine returns none; "
+                                                         "leave it out.")
     assert info["engine"] == "ctranslate2" and info["alignments"] is False
 
 
 # -- the real command, in its own process ---------------------------------------------------------------------------
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 class ServeProcess:
-    """``encdec serve`` as a subprocess on a free loopback port."""
+    """``encdec serve --port 0`` as a subprocess. A thread reads its output (stdout and stderr) into a queue, so that
+    no read blocks the test; its URL, with the port the system gave, comes from its start-up line. With ``hold``,
+    its batchers start held (``HOLD_ENV``) until ``release()``."""
 
-    def __init__(self, *args: str) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+    STARTED = r"^encdec serve: \d+ model\(s\) loaded, [\d,]+ MiB resident; on (http://127\.0\.0\.1:[1-9]\d*) - page " \
+              r"at /, API docs at /docs$"
+
+    def __init__(self, *args: str, hold: bool = False) -> None:
         env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
         env.pop("ENCDEC_API_KEY", None)
-        self.process = subprocess.Popen([sys.executable, "-m", "encdec", "serve", "--port", str(self.port),
-                                         "--log-level", "warning", *args], env=env, stdout=subprocess.PIPE,
-                                        stderr=subprocess.STDOUT, text=True)
+        env.pop(HOLD_ENV, None)
+        env.update({HOLD_ENV: "1"} if hold else {})
+        self.process = subprocess.Popen([sys.executable, "-m", "encdec", "serve", "--port", "0", "--log-level",
+                                         "warning", *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                        stdin=subprocess.PIPE if hold else subprocess.DEVNULL, text=True)
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        self.output: list[str] = []  # every line so far
+        self.reader = threading.Thread(target=self.read, daemon=True)
+        self.reader.start()
+
+    def read(self) -> None:
+        for line in self.process.stdout:
+            self.output.append(line)
+            self.lines.put(line)
+        self.lines.put(None)  # the end of the output
+
+    def wait_for(self, pattern: str, timeout: float = 120) -> re.Match:
+        """The next line of output that matches ``pattern``; fails when the output ends or ``timeout`` seconds go
+        by without one."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                line = self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                raise AssertionError(f"no line matching {pattern!r} in {timeout} s:\n{''.join(self.output)}") from None
+            assert line is not None, f"encdec serve ended without a line matching {pattern!r}:\n{''.join(self.output)}"
+            if found := re.search(pattern, line):
+                return found
+
+    def release(self) -> None:
+        """Let the held batchers run (a line on the command's stdin: ``encdec.server``'s test hook)."""
+        self.process.stdin.write("\n")
+        self.process.stdin.flush()
+
+    def finish(self, timeout: float = 60) -> tuple[int, str]:
+        """(exit status, whole output) once the process has ended."""
+        status = self.process.wait(timeout=timeout)
+        self.reader.join(timeout=timeout)
+        assert not self.reader.is_alive()
+        return status, "".join(self.output)
 
     def __enter__(self) -> ServeProcess:
-        deadline = time.monotonic() + 120
-        while True:
-            assert self.process.poll() is None, self.process.communicate()[0]
-            try:
-                if request(f"{self.url}/health", timeout=2)[0] == 200:
-                    return self
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                pass
-            assert time.monotonic() < deadline, "encdec serve did not start"
-            time.sleep(0.2)
+        line = self.wait_for(r"model\(s\) loaded").string  # printed once bound: no polling of /health
+        started = re.fullmatch(self.STARTED, line.rstrip("\n"))
+        assert started, f"the start-up line names no bound port: {line!r}"
+        self.url = started[1]
+        return self
 
     def __exit__(self, *exc) -> None:
         if self.process.poll() is None:
             self.process.kill()
-        self.process.communicate(timeout=30)
+        self.process.wait(timeout=30)
+        self.reader.join(timeout=30)
+        for stream in (self.process.stdin, self.process.stdout):
+            if stream is not None:
+                stream.close()
 
 
 def test_load_32_clients_20_requests_each_equal_offline_translate(folders, sources, tmp_path) -> None:
-    """640 requests from 32 concurrent clients: every one answered, each equal to `encdec translate` of its text."""
+    """640 requests from 32 concurrent clients: every one answered, each equal to `encdec translate` of its text
+    (each request has a timeout; a hang fails there)."""
     rng = random.Random(0)
     texts = [rng.choice(sources) for _ in range(32 * 20)]
     source_file = tmp_path / "sources.txt"
@@ -505,32 +655,62 @@ def test_load_32_clients_20_requests_each_equal_offline_translate(folders, sourc
                 got.append((text, status, body["translations"][0]["text"] if status == 200 else body))
             return got
 
-        start = time.monotonic()
         with ThreadPoolExecutor(32) as pool:
-            results = [item for chunk in pool.map(client, range(32)) for item in chunk]
-        assert time.monotonic() - start < 300  # bounded: a hang fails here rather than stalling the suite
+            results = [item for chunk in pool.map(client, range(32), timeout=600) for item in chunk]
     assert len(results) == 640
     assert all(status == 200 for _, status, _ in results)
     assert all(answer == offline[text] for text, _, answer in results)
 
 
 def test_sigterm_finishes_requests_in_flight_and_takes_no_more(folders, sources) -> None:
+    """Twelve requests held in the batcher (the test hook), then SIGTERM: the server closes its socket at once (a new
+    connection is refused) and says so, waits for the requests in flight (uvicorn's log says it does), which are
+    then released and each gets its full answer, and the process ends by the signal once they have (uvicorn
+    re-raises it after its graceful stop)."""
     engine, tokenizer = load_engine(folders["transformer"])
     expected = translate(engine, tokenizer, sources[:12], num_beams=3)
-    with ServeProcess("--model", str(folders["transformer"]), "--max-wait-ms", "1500") as server:
-        with ThreadPoolExecutor(12) as pool:  # the batcher holds them for 1.5 s: all are in flight at the signal
-            futures = [pool.submit(request, f"{server.url}/translate", {"text": text, "num_beams": 3}, timeout=60)
+    with ServeProcess("--model", str(folders["transformer"]), "--log-level", "info", hold=True) as server:
+        with ThreadPoolExecutor(12) as pool:
+            futures = [pool.submit(request, f"{server.url}/translate", {"text": text, "num_beams": 3}, timeout=120)
                        for text in sources[:12]]
-            time.sleep(0.7)
+            server.wait_for(r"^encdec serve: test hold: 12 job\(s\) held by the batcher of transformer$")
+            assert not any(future.done() for future in futures)  # all twelve in flight at the signal
             server.process.send_signal(signal.SIGTERM)
-            answers = [future.result() for future in futures]
-        # uvicorn re-raises the signal once shut down, so the exit status says "ended by SIGTERM", as it should
-        assert server.process.wait(timeout=60) in (0, -signal.SIGTERM)
-        output = server.process.communicate()[0]
+            server.wait_for(r"^encdec serve: stopping: no new connections; finishing the requests in flight$")
+            with pytest.raises(urllib.error.URLError) as refused:
+                request(f"{server.url}/health", timeout=30)
+            assert isinstance(refused.value.reason, ConnectionRefusedError)
+            server.wait_for(r"Waiting for connections to close")  # the graceful wait has begun: no cut-off
+            assert server.process.poll() is None and not any(future.done() for future in futures)
+            server.release()
+            answers = [future.result(timeout=120) for future in futures]
+        status, output = server.finish()
     assert [status for status, _, _ in answers] == [200] * 12, output
     assert [body["translations"][0]["text"] for _, body, _ in answers] == expected
-    with pytest.raises((urllib.error.URLError, ConnectionError)):
-        request(f"{server.url}/health", timeout=5)
+    assert status == -signal.SIGTERM, output
+    assert "Traceback" not in output and "ERROR" not in output, output
+
+
+def test_the_command_serves_int8_models_of_both_engines_on_the_port_it_names(folders, sources, tmp_path) -> None:
+    """`encdec serve --port 0 --quantize int8 --model de-en=DIR --model en-de=EXPORT,engine=ctranslate2`: the
+    start-up line names the port the system gave (the test reaches the server there); /info says each engine
+    computes in int8, and each model answers as its engine does offline in int8."""
+    pytest.importorskip("ctranslate2")
+    exported = export_ctranslate2(folders["transformer"], tmp_path / "ct2")
+    texts = sources[:3]
+    offline = {pair: [translate(*load_engine(str(path), engine, quantize="int8"), [text])[0] for text in texts]
+               for pair, path, engine in (("de-en", folders["transformer"], "torch"),
+                                          ("en-de", exported, "ctranslate2"))}
+    with ServeProcess("--quantize", "int8", "--model", f"de-en={folders['transformer']}", "--model",
+                      f"en-de={exported},engine=ctranslate2") as server:
+        _, info, _ = request(f"{server.url}/info", timeout=60)
+        answers = {pair: [request(f"{server.url}/translate", {"text": text, "model": pair}, timeout=60)[1]
+                          for text in texts] for pair in offline}
+        server.process.terminate()
+        server.finish()
+    assert [(m["name"], m["engine"], m["compute_type"]) for m in info["models"]] == [
+        ("de-en", "torch", "int8_float32"), ("en-de", "ctranslate2", "int8_float32")]
+    assert answers == {pair: [{"translations": [{"text": text}]} for text in got] for pair, got in offline.items()}
 
 
 # -- the page, in a real browser ------------------------------------------------------------------------------------
@@ -664,7 +844,7 @@ def test_api_docs_render_offline_in_chromium(folders) -> None:
         driver.quit()
     assert any(url.endswith("/swagger-ui-bundle.js") for url, _ in docs)
     assert_local_and_found(docs, server.url)
-    assert redoc == 404 and error["field"] is None and "/docs" in error["error"]
+    assert redoc == 404 and error["field"] is None and error["error"] == "no endpoint /redoc; see /docs for the API."
 
 
 def test_page_says_the_ctranslate2_engine_gives_no_alignment(folders, tmp_path) -> None:

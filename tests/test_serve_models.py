@@ -1,22 +1,29 @@
 """Several models in one server (encdec.serving.ServedModels): ``--model [SRC-TGT=]DIR[,option=value]`` parsed and
-refused in one line, each model's pair from its card or its argument, and requests routed by pair or name."""
+refused in one line (the exact message), each model's pair from its card or its argument, requests routed by pair or
+name, each model served in its own engine and precision (int8, bfloat16: checked on the loaded model), and the pair
+that `encdec train` writes on the card routing requests to the model it trained."""
 
 from __future__ import annotations
 
+import re
 import shutil
 
 import pytest
+import torch
 from huggingface_hub import ModelCard
 
 from encdec.cards import data_languages, write_model_card
 from encdec.cli import main
+from encdec.data import make_date_pairs
 from encdec.errors import EncdecError
+from encdec.export import export_ctranslate2
 from encdec.folders import save_for_pipeline
-from encdec.inference import load_model_and_tokenizer, translate
-from encdec.server import build_service, create_app
+from encdec.inference import load_engine, load_model_and_tokenizer, translate
+from encdec.server import build_service, create_app, load_models
 from encdec.serving import ModelSpec, RequestError, ServedModels
 from test_serve import Server, request
-from tiny_model_folders import DATE_RNN, DATE_TRANSFORMER, date_data, train_on_dates
+from tiny_model_folders import DATE_RNN, DATE_TRANSFORMER, date_data, train_on_dates, write_tiny_run_config
+from toy import TINY_MODELS
 
 
 @pytest.fixture(scope="module")
@@ -31,6 +38,9 @@ def copy_with_card(folder, root, name: str, languages: list[str] | None):
     if languages:
         write_model_card(copy, languages=languages, overwrite=True)
     return copy
+
+
+CONTRADICTED = "--model fr-en={}: its model card says de-en; give the card's pair, or fix the card."
 
 
 def load(*values: str) -> ServedModels:
@@ -50,15 +60,20 @@ def test_model_arguments_parse(value: str, expected: tuple) -> None:
     assert (spec.model_dir, spec.source, spec.target, spec.options) == expected
 
 
+MALFORMED = ("is not DIR or SRC-TGT=DIR (language codes such as de-en=runs/de-en, optionally followed by "
+             ",engine=ctranslate2 ,quantize=int8 or ,dtype=bfloat16).")
+OPTIONS = "the options are engine=torch|ctranslate2, quantize=int8, dtype=float32|bfloat16."
+
+
 @pytest.mark.parametrize(("value", "message"), [
-    ("de=runs/a", "is not DIR or SRC-TGT=DIR"),
-    ("de-en=", "is not DIR or SRC-TGT=DIR"),
-    ("DE-EN=runs/a", "is not DIR or SRC-TGT=DIR"),
-    ("de-en=runs/a,engine=onnx", "engine=onnx is not an option; the options are engine=torch|ctranslate2"),
-    ("runs/a,beams=4", "beams=4 is not an option"),
+    ("de=runs/a", f"--model 'de=runs/a' {MALFORMED}"),
+    ("de-en=", f"--model 'de-en=' {MALFORMED}"),
+    ("DE-EN=runs/a", f"--model 'DE-EN=runs/a' {MALFORMED}"),
+    ("de-en=runs/a,engine=onnx", f"--model 'de-en=runs/a,engine=onnx': engine=onnx is not an option; {OPTIONS}"),
+    ("runs/a,beams=4", f"--model 'runs/a,beams=4': beams=4 is not an option; {OPTIONS}"),
 ])
 def test_malformed_model_arguments_are_refused_in_one_line(value: str, message: str) -> None:
-    with pytest.raises(EncdecError, match=message):
+    with pytest.raises(EncdecError, match=f"^{re.escape(message)}$"):
         ModelSpec.parse(value)
 
 
@@ -74,12 +89,15 @@ def test_pairs_come_from_the_argument_or_the_card_and_route_requests(folder, tmp
     assert models.languages() == [{"code": "de", "name": "German", "targets": ["en"]},
                                   {"code": "en", "name": "English", "targets": ["de"]},
                                   {"code": "fr", "name": "French", "targets": ["en"]}]
-    with pytest.raises(RequestError, match="no model translates de into fr; the served ones are de-en, en-de, fr-en"):
+    with pytest.raises(RequestError, match="^target: no model translates de into fr; the served ones are de-en, "
+                                           "en-de, fr-en.$"):
         models.pick("de", "fr")
-    with pytest.raises(RequestError, match="several models are served: give source and target") as error:
+    with pytest.raises(RequestError, match=re.escape("target: several models are served: give source and target (or "
+                                                     "model); the served ones are de-en, en-de, fr-en.")) as error:
         models.pick(source="de")
     assert error.value.field == "target"
-    with pytest.raises(RequestError, match="no model 'xx' is served"):
+    with pytest.raises(RequestError, match="^model: no model 'xx' is served; the served ones are de-en, en-de, "
+                                           "fr-en.$"):
         models.pick(model="xx")
 
 
@@ -93,9 +111,9 @@ def test_one_model_is_served_as_before_and_named_by_its_folder(folder) -> None:
 def test_two_models_for_one_pair_and_a_contradicted_card_are_refused(folder, tmp_path) -> None:
     de_en = copy_with_card(folder, tmp_path, "a", ["de", "en"])
     other = copy_with_card(folder, tmp_path, "b", None)
-    with pytest.raises(EncdecError, match="Two --model arguments serve de-en"):
+    with pytest.raises(EncdecError, match="^Two --model arguments serve de-en; give each language pair one model.$"):
         load(str(de_en), f"de-en={other}")
-    with pytest.raises(EncdecError, match=r"its model card says de-en; give the card's pair"):
+    with pytest.raises(EncdecError, match=f"^{re.escape(CONTRADICTED.format(de_en))}$"):
         load(f"fr-en={de_en}")
 
 
@@ -124,7 +142,9 @@ def test_one_server_translates_with_the_model_of_each_pair(folder, tmp_path) -> 
             status, body, _ = request(f"{server.url}/translate", {"text": texts, "model": pair, "num_beams": 1})
             assert [t["text"] for t in body["translations"]] == expected[pair]
         status, body, _ = request(f"{server.url}/translate", {"text": "x"})
-        assert status == 422 and body["field"] == "source" and "several models are served" in body["error"]
+        assert (status, body["field"], body["error"]) == (422, "source", "source: several models are served: give "
+                                                          "source and target (or model); the served ones are de-en, "
+                                                          "en-de.")
         _, info, _ = request(f"{server.url}/info")
         assert [(m["name"], m["source"], m["target"]) for m in info["models"]] == [("de-en", "de", "en"),
                                                                                    ("en-de", "en", "de")]
@@ -133,6 +153,68 @@ def test_one_server_translates_with_the_model_of_each_pair(folder, tmp_path) -> 
 
 def test_the_command_refuses_bad_model_arguments_before_it_starts(folder, capsys) -> None:
     assert main(["serve", "--model", f"de={folder}"]) == 2
-    assert "is not DIR or SRC-TGT=DIR" in capsys.readouterr().err
+    assert capsys.readouterr().err == f"encdec serve: error: --model 'de={folder}' {MALFORMED}\n"
     assert main(["serve", "--model", f"de-en={folder}", "--model", f"de-en={folder}"]) == 2
-    assert "Two --model arguments serve de-en" in capsys.readouterr().err
+    assert capsys.readouterr().err == "encdec serve: error: Two --model arguments serve de-en; give each language " \
+                                      "pair one model.\n"
+
+
+def test_each_model_serves_in_its_own_engine_and_precision(folder, tmp_path) -> None:
+    """`--model de-en=DIR,quantize=int8 --model en-de=EXPORT,engine=ctranslate2,quantize=int8 --model
+    fr-en=DIR,dtype=bfloat16`, with no command-wide option (``load_models``, as `encdec serve` calls it): the loaded
+    torch model has dynamic int8 linear layers in place of every float one, CTranslate2 computes in int8, the third
+    model's weights are bfloat16; /info says so, and each answers as its engine does offline with the same option."""
+    pytest.importorskip("ctranslate2")
+    exported = export_ctranslate2(folder, tmp_path / "ct2")
+    options = {"de-en": (folder, "torch", {"quantize": "int8"}),
+               "en-de": (exported, "ctranslate2", {"quantize": "int8"}),
+               "fr-en": (folder, "torch", {"dtype": "bfloat16"})}
+    models = load_models([f"de-en={folder},quantize=int8", f"en-de={exported},engine=ctranslate2,quantize=int8",
+                          f"fr-en={folder},dtype=bfloat16"])
+    int8 = models.pick(model="de-en").service.engine.model
+    assert not [m for m in int8.modules() if type(m) is torch.nn.Linear]
+    assert len([m for m in int8.modules() if isinstance(m, torch.ao.nn.quantized.dynamic.Linear)]) == \
+        len([m for m in load_model_and_tokenizer(str(folder))[0].modules() if isinstance(m, torch.nn.Linear)])
+    assert models.pick(model="en-de").service.engine.translator.compute_type == "int8_float32"
+    assert {p.dtype for p in models.pick(model="fr-en").service.engine.model.parameters()} == {torch.bfloat16}
+    texts = [source for source, _ in date_data()[2][:2]]
+    with Server(create_app(models)) as server:
+        _, info, _ = request(f"{server.url}/info", timeout=60)
+        answers = {pair: [request(f"{server.url}/translate", {"text": text, "model": pair}, timeout=60)[1]
+                          for text in texts] for pair in options}
+    assert [(m["name"], m["engine"], m["compute_type"]) for m in info["models"]] == [
+        ("de-en", "torch", "int8_float32"), ("en-de", "ctranslate2", "int8_float32"), ("fr-en", "torch", "bfloat16")]
+    for pair, (path, engine, precision) in options.items():  # one text a request: a batch of one, as offline
+        offline = [translate(*load_engine(str(path), engine, **precision), [text])[0] for text in texts]
+        assert answers[pair] == [{"translations": [{"text": text}]} for text in offline], pair
+
+
+def test_encdec_train_writes_the_languages_that_serve_routes_by(folder, tmp_path) -> None:
+    """`encdec train` on de/en text files (the config's source_lang and target_lang) writes them on the model card;
+    `encdec serve --model DIR` (no pair given) serves the folder as de-en, and a request for de -> en reaches it,
+    beside another model served as en-de."""
+    data = tmp_path / "data"
+    data.mkdir()
+    pairs = make_date_pairs(64, seed=3)
+    for suffix, side in (("de", 0), ("en", 1)):
+        (data / f"train.{suffix}").write_text("".join(pair[side] + "\n" for pair in pairs), encoding="utf-8")
+    config = write_tiny_run_config(tmp_path / "run.yaml", "transformer", TINY_MODELS["transformer"], {
+        "data": {"format": "text", "data_dir": str(data), "splits": {"train": "train"}, "source_lang": "de",
+                 "target_lang": "en"},
+        "tokenizer": {"vocab_size": 100},
+        "training": {"output_dir": str(tmp_path / "trained"), "eval_strategy": "no", "report_to": "none",
+                     "per_device_train_batch_size": 16, "warmup_steps": 1, "logging_steps": 1}})
+    assert main(["train", str(config), "--training.max_steps", "2"]) == 0
+    trained = tmp_path / "trained"
+    assert ModelCard.load(trained / "README.md").data.language == ["de", "en"]
+    text = pairs[0][0]
+    expected = {pair: translate(*load_model_and_tokenizer(str(path)), [text])[0]
+                for pair, path in (("de-en", trained), ("en-de", folder))}
+    assert expected["de-en"] != expected["en-de"]  # the two models answer differently: the routing shows
+    with Server(create_app(load_models([str(trained), f"en-de={folder}"]))) as server:
+        _, info, _ = request(f"{server.url}/info", timeout=60)
+        answers = {pair: request(f"{server.url}/translate", {"text": text, "source": pair[:2], "target": pair[3:]},
+                                 timeout=60)[1] for pair in expected}
+    assert [(m["name"], m["source"], m["target"], m["folder"]) for m in info["models"]] == [
+        ("de-en", "de", "en", "trained"), ("en-de", "en", "de", "dates")]
+    assert answers == {pair: {"translations": [{"text": answer}]} for pair, answer in expected.items()}

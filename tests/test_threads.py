@@ -67,7 +67,7 @@ def test_busy_cores_sees_another_process() -> None:
         busy = threads.busy_cores(0.3)
     finally:
         hog.kill()
-        hog.wait()
+        hog.wait(timeout=60)
     assert 0.8 <= busy <= threads.usable_cores() + 0.01, busy
 
 
@@ -182,12 +182,24 @@ def test_usable_cores_is_the_affinity_capped_by_the_quota_rounded_up(monkeypatch
 HOG = "import os; os.sched_setaffinity(0, {{{cpu}}}); print('pinned', flush=True)\nwhile True: pass"
 
 
+def first_line(process: subprocess.Popen, timeout: float) -> bytes:
+    """The first line ``process`` writes on its stdout pipe, or what came of it within ``timeout`` seconds: read as
+    it comes (``select``, then what is there), so that a silent process cannot block the test."""
+    deadline, data = time.monotonic() + timeout, b""
+    while b"\n" not in data and (left := deadline - time.monotonic()) > 0:
+        ready, _, _ = select.select([process.stdout], [], [], left)
+        chunk = os.read(process.stdout.fileno(), 64) if ready else b""
+        if not chunk:
+            break
+        data += chunk
+    return data.partition(b"\n")[0] + b"\n" if b"\n" in data else data
+
+
 def start_hog(cpu: int) -> subprocess.Popen | None:
     """A busy loop pinned to ``cpu``, once it says it is pinned (None where it cannot be pinned there)."""
     hog = subprocess.Popen([sys.executable, "-c", HOG.format(cpu=cpu)], stdout=subprocess.PIPE,
-                           stderr=subprocess.DEVNULL, text=True)
-    ready, _, _ = select.select([hog.stdout], [], [], 60)
-    if ready and hog.stdout.readline() == "pinned\n":
+                           stderr=subprocess.DEVNULL)
+    if first_line(hog, timeout=60) == b"pinned\n":
         return hog
     stop(hog)
     return None

@@ -12,6 +12,15 @@ and styles come from the package ``fastapi-offline`` rather than a CDN, so that 
 at ``/docs`` shows), the errors as one-line JSON, the API key, the body limit, request ids, and a graceful stop
 (uvicorn: on SIGTERM no new connections, requests in flight finish, then the batcher drains).
 
+``encdec serve`` says where it listens once it does, with the port the system gave for ``--port 0``, and says when
+a SIGTERM has closed the listening socket (``EncdecServer``).
+
+A test hook, inert unless its environment variable is set: under ``ENCDEC_TEST_HOLD_BATCHES=1`` every model's
+batcher starts held (``DynamicBatcher(held=True)``): requests queue and none is decoded; each request that queues
+prints ``encdec serve: test hold: N job(s) held by the batcher of NAME`` on stderr; and ``encdec serve`` releases
+the batchers when a line (or the end of input) arrives on its stdin. So a test can have requests in flight at a
+known point (the graceful stop on SIGTERM; batching by the batcher's own queue) without racing the server.
+
 Every error answer, 4xx or 500, is an ``ErrorResponse``: ``{"error": "<field>: <what is wrong>; <the fix>", "field":
 ..., "request_id": ...}`` (``ERROR_STATUSES`` says which status means what; the OpenAPI schema documents them).
 """
@@ -19,13 +28,17 @@ Every error answer, 4xx or 500, is an ``ErrorResponse``: ``{"error": "<field>: <
 import asyncio
 import base64
 import binascii
+import contextlib
 import dataclasses
 import hmac
 import ipaddress
 import json
 import logging
 import os
+import sys
+import threading
 import uuid
+from collections.abc import Callable
 from contextlib import asynccontextmanager
 from importlib import resources
 from typing import Any
@@ -63,6 +76,8 @@ from .libretranslate import PREFIX as LIBRETRANSLATE_PREFIX  # noqa: E402 (needs
 CORS = [(name.lower().encode(), value.encode()) for name, value in CORS_HEADERS.items()]  # LibreTranslate's API
 logger = logging.getLogger("encdec.serve")
 API_KEY_ENV = "ENCDEC_API_KEY"
+HOLD_ENV = "ENCDEC_TEST_HOLD_BATCHES"  # the test hook of the module docstring
+STARTUP_FAILURE = 3  # the exit status of uvicorn.run when the server could not start (a port taken)
 PAGE = "web/index.html"
 FAVICON = "web/favicon.svg"
 INTERNAL_ERROR = "internal server error; the server log has the details under this request id."
@@ -366,8 +381,10 @@ def create_app(served: TranslationService | ServedModels, api_key: str | None = 
     models = served if isinstance(served, ServedModels) else ServedModels([served_as(served)])
     first = next(iter(models.models.values())).service
     limits = first.limits
+    held = os.environ.get(HOLD_ENV, "") not in ("", "0")  # the test hook (module docstring); off in every real run
     batchers = {name: DynamicBatcher(model.service.decode, model.service.limits.max_batch_size,
-                                     model.service.limits.max_wait_ms) for name, model in models.models.items()}
+                                     model.service.limits.max_wait_ms, held=held, name=name)
+                for name, model in models.models.items()}
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -493,10 +510,53 @@ def load_models(models: str | list[str], engine: str = "torch", quantize: str | 
                              defaults)
 
 
+class EncdecServer(uvicorn.Server):
+    """uvicorn's server, saying where it listens once it does (``announce``: the bound address, so ``--port 0``
+    gives the port the system chose) and, on SIGTERM or SIGINT, once it takes no more connections."""
+
+    def __init__(self, config: Any, announce: Callable[[list[str]], None]) -> None:
+        super().__init__(config)
+        self.announce = announce
+
+    async def startup(self, sockets: Any = None) -> None:
+        await super().startup(sockets=sockets)
+        if self.started:
+            self.announce(self.urls())
+
+    def urls(self) -> list[str]:
+        """``http://HOST:PORT`` of each listening socket (``localhost`` may bind IPv4 and IPv6 alike)."""
+        found = []
+        for server in self.servers:
+            for sock in server.sockets:
+                host, port = sock.getsockname()[:2]
+                url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+                found += [url] if url not in found else []
+        return found
+
+    async def shutdown(self, sockets: Any = None) -> None:
+        for server in self.servers:  # uvicorn's first step too: closed here so that the line below is true
+            server.close()
+        print("encdec serve: stopping: no new connections; finishing the requests in flight", flush=True)
+        await super().shutdown(sockets=sockets)
+
+
+def release_on_stdin(batchers: dict[str, DynamicBatcher]) -> None:
+    """The test hook's release (module docstring): a thread that opens the held batchers once stdin gives a line
+    or ends."""
+
+    def wait_for_line() -> None:
+        sys.stdin.readline()
+        for batcher in batchers.values():
+            batcher.release()
+
+    threading.Thread(target=wait_for_line, name="encdec-test-release", daemon=True).start()
+
+
 def serve(models: str | list[str], engine: str = "torch", quantize: str | None = None, dtype: str | None = None,
           host: str = "127.0.0.1", port: int = 8000, api_key: str | None = None, limits: ServeLimits | None = None,
           log_level: str = "info") -> None:
-    """Load the models and serve them until SIGINT or SIGTERM (``encdec serve``)."""
+    """Load the models and serve them until SIGINT or SIGTERM (``encdec serve``); ``port`` 0 takes a free port,
+    which the start-up line names."""
     api_key = api_key or os.environ.get(API_KEY_ENV) or None
     check_bind(host, api_key)
     served = load_models(models, engine, quantize, dtype, limits)
@@ -506,11 +566,22 @@ def serve(models: str | list[str], engine: str = "torch", quantize: str | None =
         print(f"encdec serve: {info['family']} model {model.service.model_dir} ({info['engine']} engine) as {name}",
               flush=True)
     resident = psutil.Process().memory_info().rss / 2**20
-    print(f"encdec serve: {len(served.models)} model(s) loaded, {resident:,.0f} MiB resident; on "
-          f"http://{host}:{port} - page at /, API docs at /docs", flush=True)
-    uvicorn.run(create_app(served, api_key), host=host, port=port, log_level=log_level,
-                timeout_graceful_shutdown=None)  # in-flight requests always finish
+
+    def announce(urls: list[str]) -> None:  # once bound: the port is the real one, also for --port 0
+        print(f"encdec serve: {len(served.models)} model(s) loaded, {resident:,.0f} MiB resident; on "
+              f"{' and '.join(urls)} - page at /, API docs at /docs", flush=True)
+
+    app = create_app(served, api_key)
+    if os.environ.get(HOLD_ENV, "") not in ("", "0"):
+        release_on_stdin(app.app.state.batchers)
+    config = uvicorn.Config(app, host=host, port=port, log_level=log_level,
+                            timeout_graceful_shutdown=None)  # in-flight requests always finish
+    server = EncdecServer(config, announce)
+    with contextlib.suppress(KeyboardInterrupt):  # as uvicorn.run: Ctrl-C ends the command quietly
+        server.run()
+    if not server.started:  # as uvicorn.run
+        sys.exit(STARTUP_FAILURE)
 
 
-__all__ = ["API_KEY_ENV", "SERVE_INSTALL", "ErrorResponse", "TranslateResponse", "build_service", "check_bind",
-           "create_app", "load_models", "request_schema", "serve"]
+__all__ = ["API_KEY_ENV", "HOLD_ENV", "SERVE_INSTALL", "EncdecServer", "ErrorResponse", "TranslateResponse",
+           "build_service", "check_bind", "create_app", "load_models", "request_schema", "serve"]

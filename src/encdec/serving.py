@@ -20,12 +20,15 @@ A batch gives each text what translating it alone gives:
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
 import math
 import queue
 import re
+import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -261,7 +264,8 @@ class TranslationService:
                 "parameters": model.num_parameters() if model is not None else None,
                 "architecture": {name: getattr(config, name) for name in names if hasattr(config, name)},
                 "languages": card.get("languages", []), "metrics": card.get("metrics", []),
-                "engine": self.engine.name, "alignments": self.has_alignments, "encdec_version": __version__,
+                "engine": self.engine.name, "compute_type": compute_type(self.engine),
+                "alignments": self.has_alignments, "encdec_version": __version__,
                 "defaults": {"num_beams": self.default_beams, "length_penalty": self.default_length_penalty,
                              "max_new_tokens": self.default_budget},
                 "limits": dict(self.limits.__dict__)}
@@ -281,6 +285,12 @@ class TranslationService:
         metrics = [{"dataset": r.dataset_name, "split": r.dataset_split, "metric": r.metric_type,
                     "value": r.metric_value} for r in (data.eval_results or [])]
         return {"languages": languages, "metrics": metrics}
+
+
+def compute_type(engine: Engine) -> str:
+    """What a loaded engine computes in (``GET /info``): ``engine.precision``, read from the engine itself rather
+    than from the options it was asked for, so that the answer shows what really serves."""
+    return engine.precision
 
 
 # --- several models, by language pair -------------------------------------------------------------------------
@@ -405,73 +415,133 @@ class ServedModels:
 
 _STOP = object()
 RECENT_BATCHES = 4  # the batches whose sizes say how many jobs to expect
+RECORD_LENGTH = 10_000  # batches kept in ``DynamicBatcher.record``: a server that runs for months stays flat
+
+
+@dataclass(frozen=True)
+class BatchRecord:
+    """Why the batcher ran a batch when it did: ``why`` is ``expected`` (as many jobs as it expected were queued:
+    ``expected`` is that number, 1 for a lone client), ``waited`` (the oldest job had waited ``max_wait_ms``) or
+    ``stopping`` (``stop()`` drains the queue). Tests read the decision here instead of timing the answer."""
+
+    size: int
+    why: str
+    expected: int
 
 
 class DynamicBatcher:
     """A worker thread that decodes queued jobs in batches of equal keys (see the module docstring).
 
-    ``stop()`` finishes every job already submitted before the thread ends.
+    ``stop()`` finishes every job already submitted before the thread ends. ``record`` says what ran and why.
+
+    A batcher made with ``held=True`` (a test hook: ``encdec serve`` does so only under ``ENCDEC_TEST_HOLD_BATCHES``,
+    see ``encdec.server``) queues jobs without running any until ``release()``: a test can hold requests in flight
+    at a known point, see them queued (``held``, ``wait_held``), then let them run as one batch. Otherwise the gate
+    is open from the start and costs nothing.
     """
 
-    def __init__(self, run_batch: Callable[[list[Job]], list[Any]], max_batch_size: int, max_wait_ms: float) -> None:
-        self.run_batch = run_batch
+    def __init__(self, run_batch: Callable[[list[Job]], list[Any]], max_batch_size: int, max_wait_ms: float,
+                 held: bool = False, name: str = "model") -> None:
+        self.run_batch, self.name = run_batch, name
         self.max_batch_size, self.max_wait = max_batch_size, max_wait_ms / 1000
         self.queue: queue.Queue = queue.Queue()
-        self.thread = threading.Thread(target=self.loop, name="encdec-batcher", daemon=True)
-        self.batches: list[int] = []  # sizes of the batches run, for tests and logs
+        self.thread = threading.Thread(target=self.loop, name=f"encdec-batcher-{name}", daemon=True)
+        self.record: deque[BatchRecord] = deque(maxlen=RECORD_LENGTH)
         self.lock = threading.Lock()
+        self.submitted = threading.Condition(self.lock)  # notified on every submit, for ``wait_held``
+        self.gate = threading.Event()  # the worker takes no job while it is clear (held)
+        if not held:
+            self.gate.set()
         self.closed = False
         self.free_since = 0.0  # when the last batch ended
+
+    @property
+    def batches(self) -> list[int]:
+        """The sizes of the batches run, oldest first (of the last ``RECORD_LENGTH``)."""
+        return [batch.size for batch in tuple(self.record)]  # a copy at once: the worker may append meanwhile
 
     def start(self) -> None:
         self.thread.start()
 
     def stop(self) -> None:
-        """Take no more jobs, finish the submitted ones, end the thread."""
+        """Take no more jobs, finish the submitted ones (a held batcher is released), end the thread."""
         with self.lock:
             if self.closed:
                 return
             self.closed = True
             self.queue.put(_STOP)  # after every job submitted so far: the queue is first in, first out
+        self.release()
         self.thread.join()
 
     def submit(self, jobs: list[Job]) -> list[Future]:
-        with self.lock:
+        with self.submitted:
             if self.closed or not self.thread.is_alive():
                 raise RuntimeError("the batcher is not running (the server is shutting down)")
             for job in jobs:
                 self.queue.put(job)
+            self.submitted.notify_all()
+            held = self.held
+        if held:  # the test hook's signal to a test that reads the server's output
+            print(f"encdec serve: test hold: {held} job(s) held by the batcher of {self.name}", file=sys.stderr,
+                  flush=True)
         return [job.future for job in jobs]
+
+    @property
+    def held(self) -> int:
+        """How many jobs a held batcher holds (0 once released)."""
+        return 0 if self.gate.is_set() else self.queue.qsize()
+
+    def wait_held(self, count: int, timeout: float) -> bool:
+        """Wait until a held batcher holds ``count`` jobs (or ``timeout`` seconds pass); whether it does."""
+        with self.submitted:
+            return self.submitted.wait_for(lambda: self.held >= count, timeout)
+
+    def release(self) -> None:
+        """Let a held batcher run: it takes every queued job at once, then batches as usual."""
+        self.gate.set()
 
     @property
     def expected(self) -> int:
         """How many jobs a batch waits for: one while requests come one at a time (the last few batches had one
         job each), so a lone client never waits; a full batch once they come together."""
-        return self.max_batch_size if max(self.batches[-RECENT_BATCHES:], default=1) > 1 else 1
+        recent = itertools.islice(reversed(self.record), RECENT_BATCHES)
+        return self.max_batch_size if max((batch.size for batch in recent), default=1) > 1 else 1
 
     def loop(self) -> None:
+        self.gate.wait()  # open unless held (a test hook)
         pending: dict[tuple, list[Job]] = {}
         stopping = False
         while pending or not stopping:
             stopping = self.collect(pending, stopping, timeout=0.0)  # whatever is queued
-            key = self.ready(pending, stopping)
-            if key is None:  # wait for another job, or until the oldest job's wait is over
+            chosen = self.ready(pending, stopping)
+            if chosen is None:  # wait for another job, or until the oldest job's wait is over
                 oldest = min((self.deadline(jobs) for jobs in pending.values()), default=None)
                 timeout = None if oldest is None else max(0.0, oldest - time.monotonic())
                 stopping = self.collect(pending, stopping, timeout)
                 continue
+            key, why = chosen
             batch, pending[key] = pending[key][:self.max_batch_size], pending[key][self.max_batch_size:]
             if not pending[key]:
                 del pending[key]
-            self.run(batch)
+            self.run(batch, why)
 
-    def ready(self, pending: dict[tuple, list[Job]], stopping: bool) -> tuple | None:
-        """The key of the batch to run now, the oldest first: one with the expected number of jobs, or whose first
-        job has waited ``max_wait_ms``; None to wait."""
-        now = time.monotonic()
-        ready = [key for key, jobs in pending.items()
-                 if stopping or len(jobs) >= self.expected or now >= self.deadline(jobs)]
-        return min(ready, key=lambda k: pending[k][0].arrival) if ready else None
+    def ready(self, pending: dict[tuple, list[Job]], stopping: bool) -> tuple[tuple, str] | None:
+        """The key of the batch to run now, the oldest first, and why (``BatchRecord.why``): one with the expected
+        number of jobs, or whose first job has waited ``max_wait_ms``, or any while stopping; None to wait."""
+        now, expected = time.monotonic(), self.expected
+
+        def why(jobs: list[Job]) -> str | None:
+            if len(jobs) >= expected:
+                return "expected"
+            if now >= self.deadline(jobs):
+                return "waited"
+            return "stopping" if stopping else None
+
+        ready = {key: reason for key, jobs in pending.items() if (reason := why(jobs))}
+        if not ready:
+            return None
+        key = min(ready, key=lambda k: pending[k][0].arrival)
+        return key, ready[key]
 
     def deadline(self, jobs: list[Job]) -> float:
         """When a group stops waiting: ``max_wait_ms`` after its first job came, or after the worker became free
@@ -493,8 +563,8 @@ class DynamicBatcher:
             else:
                 pending.setdefault(item.key, []).append(item)
 
-    def run(self, batch: list[Job]) -> None:
-        self.batches.append(len(batch))
+    def run(self, batch: list[Job], why: str) -> None:
+        self.record.append(BatchRecord(len(batch), why, self.expected))
         try:
             answers = self.run_batch(batch)
         except Exception as error:  # every waiting request gets an answer, an error one if need be
@@ -507,6 +577,6 @@ class DynamicBatcher:
             job.future.set_result(answer)
 
 
-__all__ = ["LANGUAGE_NAMES", "LENGTH_PENALTY_RANGE", "DecodeOptions", "DynamicBatcher", "Job", "ModelSpec",
-           "RequestError", "ServeLimits", "ServedModel", "ServedModels", "TranslationService", "limits_for",
-           "served_as"]
+__all__ = ["LANGUAGE_NAMES", "LENGTH_PENALTY_RANGE", "BatchRecord", "DecodeOptions", "DynamicBatcher", "Job",
+           "ModelSpec", "RequestError", "ServeLimits", "ServedModel", "ServedModels", "TranslationService",
+           "compute_type", "limits_for", "served_as"]
