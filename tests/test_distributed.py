@@ -85,14 +85,15 @@ def free_port() -> int:
 
 
 def launch_command(args: list[str], accelerate: bool = False) -> tuple[list[str], dict[str, str]]:
-    """The command and environment of ``launch``."""
-    port = str(free_port())  # never the default 29500: other jobs on the machine may hold it
+    """The command and environment of ``launch``. torchrun's ``--standalone`` binds its rendezvous store to port 0
+    itself and hands the workers that store: no port is picked, released and bound later. accelerate's launcher takes
+    a port number (never the default 29500, which other jobs on the machine may hold); should another process take
+    it before the launch, accelerate sees the port in use and falls back to the same standalone rendezvous."""
     if accelerate:
         launcher = ["accelerate.commands.launch", "--config_file", str(ACCELERATE_CONFIGS / "cpu-2proc.yaml"),
-                    "--main_process_port", port]
+                    "--main_process_port", str(free_port())]
     else:
-        launcher = ["torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
-                    "--master_port", port]
+        launcher = ["torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
            "TRANSFORMERS_NO_ADVISORY_WARNINGS": "1", "CUDA_VISIBLE_DEVICES": ""}
     program = args if args[0].endswith(".py") else ["-m", *args]
