@@ -450,9 +450,38 @@ def pop_option(items: list[str], name: str, value: int | None) -> tuple[int | No
     return value, kept
 
 
+LAUNCHER_VARIABLES = ("TORCHELASTIC_RUN_ID", "LOCAL_RANK")  # set by torchrun (and accelerate launch) in each worker
+PR_SET_PDEATHSIG = 1  # prctl(2)
+
+
+def die_with_launcher() -> None:
+    """Under ``torchrun`` or ``accelerate launch``, end this worker when its launcher ends. The launchers start each
+    worker in a process group of its own, so a ``kill -9`` of the launcher reaches no worker: they went on writing,
+    and a ``--resume`` started meanwhile met them. Linux's parent-death signal (``prctl(PR_SET_PDEATHSIG)``) has the
+    kernel send SIGKILL to the worker the moment its parent (the launcher) is gone; what the worker had finished is
+    on disk, as after any ``kill -9``. A worker whose launcher is already gone ends at once. Elsewhere (macOS) this
+    does nothing. Written here, with ctypes, because no maintained package offers it (python-prctl is unmaintained
+    and needs a compiler)."""
+    if not any(name in os.environ for name in LAUNCHER_VARIABLES) or not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal
+
+    launcher = os.getppid()
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+            return
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != launcher or launcher == 1:  # the launcher died before the signal was set
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
 def run(func: Callable[[argparse.Namespace], None], args: argparse.Namespace) -> int:
     from encdec.errors import EncdecError
 
+    die_with_launcher()
     try:
         configure_threads(args)
         func(args)

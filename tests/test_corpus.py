@@ -10,9 +10,11 @@ from __future__ import annotations
 import json
 import os
 import queue
+import signal
 import subprocess
 import sys
 import threading
+import time
 import tracemalloc
 from pathlib import Path
 
@@ -33,7 +35,8 @@ from encdec.corpus import (
 from encdec.data import make_date_pairs
 from encdec.errors import EncdecError
 from encdec.io_utils import count_lines
-from test_distributed import launch, launch_until_stopped, run_until_stopped
+from encdec.stop_points import STOP_ENV
+from test_distributed import STOP_DEADLINE, launch, launch_until_stopped, run_until_stopped
 from tiny_model_folders import DATE_TRANSFORMER, date_data, save_folder, train_on_dates
 
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "ENCDEC_THREADS": "1"}
@@ -379,3 +382,61 @@ def test_memory_stays_flat_however_long_the_input(tmp_path) -> None:
 
     small, large = peak(20_000), peak(200_000)
     assert large <= small + 2 * 2**20, (small, large)
+
+
+def test_workers_end_with_their_launcher_and_resume_at_once(model, corpus, reference, tmp_path) -> None:
+    """torchrun starts each worker in a session of its own, so a kill -9 of the launcher reached no worker, and
+    they went on writing. Now the workers end with it (encdec_cli.die_with_launcher): killed right after the third
+    chunk is on disk, with only the launcher killed, no worker is left, and the same command with --resume at once
+    ends with the uninterrupted run's bytes."""
+    out = tmp_path / "out.txt"
+    args = ["translate", "--model", str(model), "--input", str(corpus), "--output", str(out), "--chunk-size", "40",
+            "--num-beams", "1"]
+    launch_until_stopped(["encdec", *args], "chunk:3", tmp_path / "killed.log", accelerate=False, kill_workers=False)
+    assert_stopped_after(out, 120, reference)
+    done = encdec(*args, "--resume")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert out.read_bytes() == reference
+
+
+def wait_until_stopped(process: subprocess.Popen, log: Path) -> None:
+    """Until the child ``process`` stops itself at its ``ENCDEC_STOP_AT`` point; a deadline guards the wait."""
+    deadline = time.monotonic() + STOP_DEADLINE
+    while True:
+        pid, status = os.waitpid(process.pid, os.WUNTRACED | os.WNOHANG)
+        if pid:
+            assert os.WIFSTOPPED(status), f"it ended before its stopping point: {log.read_text()[-3000:]}"
+            return
+        assert time.monotonic() < deadline, f"no stop before the deadline: {log.read_text()[-3000:]}"
+        time.sleep(0.05)
+
+
+def test_a_second_writer_is_refused_naming_the_first(model, corpus, reference, tmp_path) -> None:
+    """Two commands on one output: the first, stopped (SIGSTOP) right after its first chunk, holds the output; a
+    second with --resume, and one with --overwrite, are each refused in one line that names the first one's PID,
+    and leave its files alone; the first, continued, ends with the uninterrupted run's bytes."""
+    out = tmp_path / "out.txt"
+    args = ["translate", "--model", str(model), "--input", str(corpus), "--output", str(out), "--chunk-size", "40",
+            "--num-beams", "1"]
+    log = tmp_path / "first.log"
+    with open(log, "wb") as sink:
+        first = subprocess.Popen([sys.executable, "-m", "encdec", *args], env={**ENV, STOP_ENV: "chunk:1"},
+                                 stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT)
+    try:
+        wait_until_stopped(first, log)
+        partial = (tmp_path / "out.txt.partial").read_bytes()
+        for extra in ("--resume", "--overwrite"):
+            second = encdec(*args, extra)
+            assert second.returncode == 2
+            assert second.stderr.strip().splitlines() == [
+                f"encdec translate: error: {out} is being written by another process (PID {first.pid}, which holds "
+                f"{out}.lock); wait for it to finish, or stop it, then rerun."]
+            assert (tmp_path / "out.txt.partial").read_bytes() == partial
+        os.kill(first.pid, signal.SIGCONT)
+        assert first.wait(timeout=STOP_DEADLINE) == 0, log.read_text()[-3000:]
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait(timeout=60)
+    assert out.read_bytes() == reference
+    assert not (tmp_path / "out.txt.lock").exists()

@@ -24,6 +24,7 @@ from encdec.errors import EncdecError
 from encdec.tokenization import load_tokenizer
 from encdec.training import load_run_config
 from test_distributed import launch, run_until_stopped
+from test_io_utils import hold_lock
 from test_training import run_config
 from tiny_model_folders import DATE_TRANSFORMER, REPO_ROOT, date_data, date_tokenizer, save_folder, train_on_dates
 
@@ -261,15 +262,19 @@ def test_a_student_stopped_before_its_first_checkpoint_goes_on(finished, teacher
 
 
 def test_two_runs_never_write_one_corpus_at_once(teacher, tmp_path) -> None:
-    import fcntl
-
     recipe = write_recipe(tmp_path, teacher)
     corpus = tmp_path / "out" / "corpus"
     corpus.mkdir(parents=True)
-    with open(corpus / ".lock", "w") as held:  # another run is translating into it
-        fcntl.flock(held, fcntl.LOCK_EX)
-        with pytest.raises(EncdecError, match=r"Another encdec distill is writing the corpus in .*\.lock"):
+    holder = hold_lock(corpus / ".lock")  # another run, in another process, is translating into it
+    try:
+        with pytest.raises(EncdecError) as refused:
             distill(load_distill_config(recipe))
+        assert str(refused.value) == (f"The distillation corpus in {corpus} is being written by another process "
+                                      f"(PID {holder.pid}, which holds {corpus}/.lock); wait for it to finish, or "
+                                      "stop it, then rerun.")
+    finally:
+        holder.kill()
+        holder.wait(timeout=60)
 
 
 def test_scores_written_into_a_teacher_folder_do_not_change_its_identity(teacher, tmp_path) -> None:

@@ -176,10 +176,12 @@ def run_until_stopped(command: list[str], env: dict[str, str], stop_at: str, log
         process.wait(timeout=60)
 
 
-def launch_until_stopped(args: list[str], stop_at: str, log: Path, accelerate: bool = True) -> None:
+def launch_until_stopped(args: list[str], stop_at: str, log: Path, accelerate: bool = True,
+                         kill_workers: bool = True) -> None:
     """``launch`` with ``ENCDEC_STOP_AT=stop_at``: once a worker has stopped itself there (state ``T`` in
     /proc/PID/stat; only the main process writes chunks, so it is the one that stops), kill -9 the launcher and
-    every worker (each in its own session), and wait until none is left."""
+    every worker (each in its own session), and wait until none is left. With ``kill_workers=False`` only the
+    launcher is killed: the workers must end by themselves (encdec_cli.die_with_launcher)."""
     command, env = launch_command(args, accelerate)
     with open(log, "wb") as out:
         process = subprocess.Popen(command, env={**env, STOP_ENV: stop_at}, stdin=subprocess.DEVNULL, stdout=out,
@@ -196,15 +198,23 @@ def launch_until_stopped(args: list[str], stop_at: str, log: Path, accelerate: b
             assert time.monotonic() < deadline, f"{stop_at} not reached before the deadline:\n{log_tail(log)}"
             time.sleep(0.05)
     finally:
-        kill_group(process.pid)  # first the launcher, which could otherwise start workers again
         workers |= descendants(process.pid, process_table())
-        for pid in workers:
-            kill_group(pid)
+        kill_group(process.pid)  # first the launcher, which could otherwise start workers again
         process.wait(timeout=60)
+        if kill_workers:
+            for pid in workers:
+                kill_group(pid)
         deadline = time.monotonic() + 60
-        while (left := {pid for pid, (state, _) in process_table().items() if pid in workers and state != "Z"}):
-            assert time.monotonic() < deadline, f"workers {sorted(left)} outlived kill -9"
+
+        def alive() -> set[int]:
+            return {pid for pid, (state, _) in process_table().items() if pid in workers and state != "Z"}
+
+        while (left := alive()) and time.monotonic() < deadline:
             time.sleep(0.05)
+        for pid in left:  # never left behind, also when the test fails
+            kill_group(pid)
+        killed = "them" if kill_workers else "their launcher"
+        assert not left, f"workers {sorted(left)} outlived kill -9 of {killed}"
 
 
 def rank_output(result: subprocess.CompletedProcess, rank: int) -> list[str]:

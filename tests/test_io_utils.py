@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
+import sys
 
 import pytest
 
-from encdec.errors import InputFileError, OverwriteError
+from encdec.errors import EncdecError, InputFileError, OverwriteError
 from encdec.io_utils import (
+    WriterLock,
     atomic_output,
     atomic_write_json,
     count_text_lines,
@@ -17,6 +20,7 @@ from encdec.io_utils import (
     read_aligned_lines,
     text_lines,
 )
+from test_threads import first_line
 
 
 def test_atomic_write_follows_the_umask_and_leaves_no_temporary_file(tmp_path) -> None:
@@ -71,3 +75,33 @@ def test_a_line_that_is_not_utf8_is_named_by_its_number(tmp_path) -> None:
         count_text_lines(path, "source file")
     assert str(error.value) == (f"The source file {path}, line 600002, is not UTF-8 (invalid continuation byte); "
                                 "convert the file to UTF-8, e.g. `iconv -f latin1 -t utf-8`.")
+
+
+HOLDER = ("import sys\nfrom encdec.io_utils import WriterLock\nWriterLock(sys.argv[1], 'the output').acquire()\n"
+          "print('held', flush=True)\nsys.stdin.readline()\n")
+
+
+def hold_lock(path) -> subprocess.Popen:
+    """Another process that holds ``WriterLock(path)`` until its stdin gives a line (or it is killed)."""
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(path)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    assert first_line(holder, timeout=120) == b"held\n", "the holder did not take the lock"
+    return holder
+
+
+def test_a_writer_lock_refuses_another_process_and_dies_with_its_holder(tmp_path) -> None:
+    lock_path = tmp_path / "out.txt.lock"
+    holder = hold_lock(lock_path)
+    try:
+        with pytest.raises(EncdecError) as refused:
+            WriterLock(lock_path, "out.txt").acquire()
+        assert str(refused.value) == (f"out.txt is being written by another process (PID {holder.pid}, which holds "
+                                      f"{lock_path}); wait for it to finish, or stop it, then rerun.")
+    finally:
+        holder.kill()  # kill -9: the kernel drops its lock, and no stale lock stays behind
+        holder.wait(timeout=60)
+    with WriterLock(lock_path, "out.txt"):
+        assert lock_path.read_text() == f"{os.getpid()}\n"
+        with WriterLock(lock_path, "out.txt"):  # this process again (locks belong to processes): granted
+            pass
+    assert not lock_path.exists()

@@ -48,6 +48,7 @@ from encdec.training import (
     train,
     training_arguments,
 )
+from test_io_utils import hold_lock
 from tiny_model_folders import DEMO_CONFIGS, REPO_ROOT, write_tiny_run_config
 from toy import TINY_MODELS
 
@@ -418,6 +419,26 @@ def test_a_checkpoint_without_a_training_clock_resumes_with_the_total_unknown() 
 
 
 # --- early stopping, seeded reruns, kill -9 and resume ---------------------------------------------------------------
+
+def test_a_second_run_into_one_output_folder_is_refused(tmp_path) -> None:
+    """While a run (another process) holds ``OUTPUT_DIR.lock``, a second run into that folder is refused before it
+    writes anything, naming the first one's PID; once the first is gone the folder is free again."""
+    out = tmp_path / "model"
+    config = load_run_config(run_config(tmp_path, "rnn", out, training={"max_steps": 1, "eval_strategy": "no"}))
+    holder = hold_lock(tmp_path / "model.lock")
+    try:
+        with pytest.raises(EncdecError) as refused:
+            train(config)
+        assert str(refused.value) == (f"The output folder {out} is being written by another process (PID "
+                                      f"{holder.pid}, which holds {tmp_path / 'model.lock'}); wait for it to finish, "
+                                      "or stop it, then rerun.")
+        assert not out.exists()
+    finally:
+        holder.kill()
+        holder.wait(timeout=60)
+    assert train(config)["train"]["global_step"] == 1
+    assert not (tmp_path / "model.lock").exists()
+
 
 def test_early_stopping_stops_at_the_patience_and_keeps_the_best_checkpoint(tmp_path, monkeypatch) -> None:
     """``training.early_stopping_patience: 2``: the run stops at the second evaluation in a row without a BLEU gain

@@ -45,7 +45,7 @@ from tqdm.auto import tqdm
 
 from .errors import EncdecError, InputFileError, OverwriteError
 from .inference import CHUNK_SIZE, Engine, Hypothesis, load_engine, translate_chunk, translate_chunk_detailed
-from .io_utils import atomic_write_json, batched, count_lines, refuse_overlap, require_file, text_lines
+from .io_utils import WriterLock, atomic_write_json, batched, count_lines, refuse_overlap, require_file, text_lines
 from .parallel import process_state
 from .stop_points import stop_point
 
@@ -210,7 +210,13 @@ class ChunkFile:
         self.began, self.seconds_before = time.perf_counter(), 0.0  # None: an older record kept no seconds
         self.input_path = None if input_path is None else Path(input_path)
         self.input_done, self.input_offset = hashlib.sha256(), 0  # the finished lines' bytes; where the rest begins
-        self.start(resume, overwrite)
+        # one writer at a time (a second command, or a --resume while the first still runs, is refused)
+        self.lock = WriterLock(self.path.with_name(self.path.name + ".lock"), str(self.path)).acquire()
+        try:
+            self.start(resume, overwrite)
+        except BaseException:
+            self.lock.release()
+            raise
 
     def start(self, resume: bool, overwrite: bool) -> None:
         if resume and self.state_path.is_file():
@@ -343,6 +349,11 @@ class ChunkFile:
     def finish(self) -> None:
         os.replace(self.partial, self.path)
         self.state_path.unlink(missing_ok=True)
+        self.close()
+
+    def close(self) -> None:
+        """Let another writer have the output (``finish`` does; a run that stopped on an error too)."""
+        self.lock.release()
 
 
 class StreamOutput:
@@ -358,6 +369,9 @@ class StreamOutput:
         self.stream.flush()
 
     def finish(self) -> None:
+        pass
+
+    def close(self) -> None:
         pass
 
 
@@ -400,6 +414,19 @@ def run_chunks(chunks: Iterator[Chunk], work: Callable[[Chunk], str], output: Ch
     """Do ``work`` on every chunk, process p of N taking chunks p, p + N, ...; the main process writes the outputs in
     input order (to ``output``, or appended to ``collect``) and counts them in ``progress``. An error in one
     process stops every process, and is raised in each."""
+    try:
+        run_rounds(chunks, work, output, shard, progress, collect)
+        progress.close()
+        if shard.is_main and output is not None:
+            output.finish()
+    finally:  # an error: the output stays resumable, and another writer may have it
+        if output is not None:
+            output.close()
+
+
+def run_rounds(chunks: Iterator[Chunk], work: Callable[[Chunk], str], output: ChunkFile | StreamOutput | None,
+               shard: Shard, progress: Progress, collect: list[str] | None) -> None:
+    """``run_chunks``' loop: one round of ``shard.world`` chunks at a time."""
     for round_ in batched(chunks, shard.world):
         mine = round_[shard.rank] if shard.rank < len(round_) else None
         try:
@@ -417,9 +444,6 @@ def run_chunks(chunks: Iterator[Chunk], work: Callable[[Chunk], str], output: Ch
                 if collect is not None:
                     collect.append(text)
                 progress.update(len(chunk.lines))
-    progress.close()
-    if shard.is_main and output is not None:
-        output.finish()
 
 
 def open_chunks(input_path: str | os.PathLike | None, chunk_size: int, skip: int = 0,

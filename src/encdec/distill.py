@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import fcntl
 import json
 import logging
 import math
@@ -45,7 +44,7 @@ from .data import DataSpec, load_data
 from .ensemble import check_same_tokenizer, tokenizer_difference
 from .errors import EncdecError
 from .inference import CHUNK_SIZE
-from .io_utils import MODEL_FOLDER_FILES, atomic_output, atomic_write_json, batched, require_file
+from .io_utils import MODEL_FOLDER_FILES, WriterLock, atomic_output, atomic_write_json, batched, require_file
 from .parallel import process_state
 from .tokenization import load_tokenizer
 from .training import RunConfig, load_run_config, train
@@ -382,21 +381,12 @@ def on_main_then_all(corpus: Path, manifest: dict[str, Any], stage: str, run: An
 @contextlib.contextmanager
 def corpus_lock(corpus: Path) -> Iterator[None]:
     """Hold ``corpus/.lock`` while writing the corpus: two runs that share a ``corpus_dir`` must not both translate
-    into it. The second is refused at once (on the main process; the others follow it)."""
+    into it. The second is refused at once, naming the first one's PID (on the main process; the others follow)."""
     if not Shard().is_main:
         yield
         return
-    corpus.mkdir(parents=True, exist_ok=True)
-    with open(corpus / ".lock", "w") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            raise EncdecError(f"Another encdec distill is writing the corpus in {corpus} (it holds {corpus}/.lock); "
-                              "run this one once that one has finished its translation.") from None
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    with WriterLock(corpus / ".lock", f"The distillation corpus in {corpus}"):
+        yield
 
 
 __all__ = ["CORPUS_SUBDIR", "STUDENT_SUBDIR", "DistillConfig", "TeacherSettings", "distill", "folder_hashes",

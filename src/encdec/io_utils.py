@@ -12,7 +12,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from .errors import InputFileError, OverwriteError
+from .errors import EncdecError, InputFileError, OverwriteError
+
+try:
+    import fcntl
+except ImportError:  # Windows: no POSIX locks; outputs go unguarded there
+    fcntl = None
 
 
 @contextmanager
@@ -33,6 +38,56 @@ def atomic_output(path: str | os.PathLike) -> Iterator[Path]:
         os.replace(tmp, path)
     finally:
         Path(tmp).unlink(missing_ok=True)
+
+
+class WriterLock:
+    """One writer per output: an exclusive lock on ``path`` (a small file beside the output, holding the writer's
+    PID), taken before anything is written. A second writer, in another process, is refused in one line that names
+    the first one's PID. The lock is the kernel's (``fcntl.lockf``), so it dies with its holder: a ``kill -9``
+    never leaves a stale lock behind, and ``--resume`` right after works. The lock file goes when the writer
+    releases it.
+
+    POSIX locks belong to a process, not to a file handle: a process that takes the lock again (a second call in
+    one Python session after the first failed) gets it. Two threads of one process are not kept apart."""
+
+    def __init__(self, path: str | os.PathLike, what: str) -> None:
+        self.path, self.what, self.fd = Path(path), what, None
+
+    def acquire(self) -> WriterLock:
+        if fcntl is None:
+            return self
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                holder = os.read(fd, 32).decode("ascii", "replace").strip() or "unknown"
+                os.close(fd)
+                raise EncdecError(f"{self.what} is being written by another process (PID {holder}, which holds "
+                                  f"{self.path}); wait for it to finish, or stop it, then rerun.") from None
+            try:  # a writer that finished meanwhile removed the file this one locked: lock the new one instead
+                if os.stat(self.path).st_ino == os.fstat(fd).st_ino:
+                    break
+            except FileNotFoundError:
+                pass
+            os.close(fd)
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode("ascii"))
+        self.fd = fd
+        return self
+
+    def release(self) -> None:
+        if self.fd is not None:
+            self.path.unlink(missing_ok=True)
+            os.close(self.fd)  # closing releases the lock
+            self.fd = None
+
+    def __enter__(self) -> WriterLock:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:

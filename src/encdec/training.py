@@ -6,6 +6,7 @@ documented in ``configs/*.yaml``.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib.util
 import json
@@ -56,7 +57,7 @@ from .data import (
 )
 from .errors import EncdecError, OverwriteError
 from .folders import WEIGHTS_NAME, save_for_pipeline
-from .io_utils import atomic_write_json, publish_folder, refuse_overlap, require_file
+from .io_utils import WriterLock, atomic_write_json, publish_folder, refuse_overlap, require_file
 from .metrics import build_compute_metrics
 from .parallel import cpu_processes, process_state, unsharded_copy
 from .progress import TrainingProgress, quiet_transformers_bars
@@ -784,7 +785,17 @@ def build_trainer(config: RunConfig, model: PreTrainedModel, tokenizer: Any, tok
 
 
 def train(config: RunConfig) -> dict:
-    """Run one training job and return the evaluation results (also written to ``eval_results.json``)."""
+    """Run one training job and return the evaluation results (also written to ``eval_results.json``). One run at a
+    time writes an output folder: the main process holds ``OUTPUT_DIR.lock`` beside it (``io_utils.WriterLock``),
+    and a second run into the same folder is refused, naming the first one's PID."""
+    output_dir = Path(config.training.output_dir)
+    lock = WriterLock(output_dir.with_name(output_dir.name + ".lock"), f"The output folder {output_dir}")
+    with lock if process_state().is_main_process else contextlib.nullcontext():
+        return train_holding_the_lock(config)
+
+
+def train_holding_the_lock(config: RunConfig) -> dict:
+    """``train``, once its output folder is this run's."""
     set_seed(config.training.seed)
     if not process_state().is_main_process:  # several processes: one copy of the progress bars, the main one's
         disable_progress_bars()
