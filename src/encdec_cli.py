@@ -112,8 +112,32 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
     print(json.dumps(results, indent=2))
 
 
+def beams_for_n_best(args: argparse.Namespace) -> int | None:
+    """The ``--num-beams`` to decode with for ``--n-best K``: K hypotheses need K beams. Without ``--num-beams`` a
+    model whose default beam is narrower (the demo models decode greedily) is decoded with K beams, said in one line;
+    an explicit ``--num-beams`` below K is refused, naming both flags."""
+    if args.n_best is None or args.n_best <= (args.num_beams or 0):
+        return args.num_beams
+    if args.num_beams is not None:
+        raise usage_error(f"--n-best {args.n_best} needs at least {args.n_best} beams: pass --num-beams "
+                          f"{args.n_best} or more (got --num-beams {args.num_beams}), or a smaller --n-best.")
+    try:  # the first model's default, as decoding will read it (generation_config.json)
+        saved = json.loads((Path(args.model[0]) / "generation_config.json").read_text(encoding="utf-8"))
+        default = int(saved.get("num_beams") or 1)
+    except (OSError, ValueError, TypeError):
+        return None  # no readable folder: loading it says what is wrong
+    if args.n_best <= default:
+        return None
+    if os.environ.get("RANK", "0") == "0":
+        print(f"encdec translate: --n-best {args.n_best} needs {args.n_best} beams; the model decodes with "
+              f"{default} by default, so this run uses --num-beams {args.n_best}.", file=sys.stderr)
+    return args.n_best
+
+
 def cmd_translate(args: argparse.Namespace) -> None:
     from encdec.corpus import TranslationOutput, translate_file
+
+    args.num_beams = beams_for_n_best(args)
 
     form = TranslationOutput(n_best=args.n_best, scores=args.scores, alignments=args.alignments,
                              alignment_layer=layer_argument(args.alignment_layer))
@@ -323,7 +347,8 @@ def add_inference_commands(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--output", default=None, help="output file (default: stdout)")
     p.add_argument("--n-best", type=int, default=None,
                    help="K hypotheses per input, best first, as lines `ID ||| HYPOTHESIS` (ID: the 0-based input line; "
-                        "Moses n-best format); K <= --num-beams")
+                        "Moses n-best format); it needs K beams: without --num-beams, a model that decodes with fewer "
+                        "by default is decoded with K")
     p.add_argument("--scores", action="store_true",
                    help="add ` ||| SCORE` to each line: log P(hypothesis | input), natural log, </s> included")
     p.add_argument("--alignments", action="store_true",

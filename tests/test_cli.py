@@ -520,3 +520,27 @@ def test_evaluate_keeps_its_scores_beside_the_model_but_never_over_it(copy_of, t
         assert main([*base, "--output", str(folder / name), "--overwrite"]) == 2
         assert "is part of the model" in capsys.readouterr().err
     assert (folder / "config.json").read_text() == config
+
+
+def test_n_best_widens_a_narrower_default_beam_and_names_the_flags(trained, tmp_path, capsys) -> None:
+    """The tour's `--n-best 3` on a model that decodes greedily by default (its generation config says 1 beam): the
+    run decodes with 3 beams, says so in one line, and gives 3 hypotheses per input, as `--num-beams 3` does. An
+    explicit `--num-beams` below K is refused, naming both flags as typed."""
+    folder = trained["rnn"].folder
+    assert json.loads((folder / "generation_config.json").read_text()).get("num_beams", 1) == 1
+    source = tmp_path / "in.txt"
+    source.write_text("3rd of March 2021\nMar 3, 21\n")
+    capsys.readouterr()
+    assert main(["translate", "--model", str(folder), "--input", str(source), "--n-best", "3", "--quiet"]) == 0
+    widened = capsys.readouterr()
+    assert widened.err.strip().splitlines() == [
+        "encdec translate: --n-best 3 needs 3 beams; the model decodes with 1 by default, so this run uses "
+        "--num-beams 3."]
+    assert [line.split(" ||| ")[0] for line in widened.out.splitlines()] == ["0", "0", "0", "1", "1", "1"]
+    assert main(["translate", "--model", str(folder), "--input", str(source), "--n-best", "3", "--num-beams", "3",
+                 "--quiet"]) == 0
+    assert capsys.readouterr().out == widened.out
+    line = user_error(capsys, ["translate", "--model", str(folder), "--input", str(source), "--n-best", "3",
+                               "--num-beams", "2"])
+    assert line == ("encdec translate: error: --n-best 3 needs at least 3 beams: pass --num-beams 3 or more (got "
+                    "--num-beams 2), or a smaller --n-best.")
