@@ -503,10 +503,41 @@ def die_with_launcher() -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+SHARING = {  # how a command shares its work between the processes of a launch
+    "translate": "process p translates chunks p, p + N, ... and the main one writes them in order",
+    "align": "process p aligns chunks p, p + N, ... and the main one writes them in order",
+    "evaluate": "process p translates chunks p, p + N, ... and the main one scores them",
+    "train": "each process trains on its share of every batch (data parallel) and the main one saves",
+    "distill": "the teacher translates chunks p, p + N, ... on process p; the student trains data parallel",
+}
+CPU_LAUNCH = ("`accelerate launch --config_file configs/accelerate/cpu-2proc.yaml` (edit num_processes) or "
+              "`torchrun --nproc_per_node N` start N")
+
+
+def describe_processes(command: str, environ: dict[str, str] | None = None) -> str | None:
+    """The line a command under a launcher prints at start (on the main process): how many processes and how the
+    work is shared. ``accelerate launch --num_processes N`` without GPUs runs its plain launcher, which starts one
+    process: that is said too, with the ways that start N. None outside a launcher, and on the other processes."""
+    environ = os.environ if environ is None else environ
+    if command not in SHARING or environ.get("RANK", "0") != "0":
+        return None
+    world = int(environ.get("WORLD_SIZE", "1") or 1)
+    if world > 1:
+        local = int(environ.get("LOCAL_WORLD_SIZE", str(world)) or world)
+        where = "" if local == world else f", {local} on this machine"
+        return f"encdec {command}: {world} processes{where}: {SHARING[command]}"
+    if "ACCELERATE_MIXED_PRECISION" in environ:  # set by every accelerate launcher: this is its one process
+        return (f"encdec {command}: 1 process: accelerate launch started one (on a machine without GPUs, "
+                f"`--num_processes N` alone starts one); {CPU_LAUNCH}")
+    return None
+
+
 def run(func: Callable[[argparse.Namespace], None], args: argparse.Namespace) -> int:
     from encdec.errors import EncdecError
 
     die_with_launcher()
+    if line := describe_processes(args.command):
+        print(line, file=sys.stderr, flush=True)
     try:
         configure_threads(args)
         func(args)

@@ -544,3 +544,24 @@ def test_n_best_widens_a_narrower_default_beam_and_names_the_flags(trained, tmp_
                                "--num-beams", "2"])
     assert line == ("encdec translate: error: --n-best 3 needs at least 3 beams: pass --num-beams 3 or more (got "
                     "--num-beams 2), or a smaller --n-best.")
+
+
+def test_a_command_under_a_launcher_says_how_many_processes_run() -> None:
+    """One line at start, from the main process alone: N processes and how they share the work; under accelerate's
+    plain launcher (what `accelerate launch --num_processes N` runs without GPUs) one process, said as such, with the
+    ways that start N. Nothing outside a launcher."""
+    from encdec_cli import describe_processes
+
+    two = {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2"}
+    assert describe_processes("translate", two) == ("encdec translate: 2 processes: process p translates chunks p, "
+                                                    "p + N, ... and the main one writes them in order")
+    assert describe_processes("train", {**two, "WORLD_SIZE": "4"}) == (
+        "encdec train: 4 processes, 2 on this machine: each process trains on its share of every batch (data "
+        "parallel) and the main one saves")
+    assert describe_processes("translate", {**two, "RANK": "1"}) is None  # said once
+    assert describe_processes("evaluate", {"ACCELERATE_MIXED_PRECISION": "no"}) == (
+        "encdec evaluate: 1 process: accelerate launch started one (on a machine without GPUs, `--num_processes N` "
+        "alone starts one); `accelerate launch --config_file configs/accelerate/cpu-2proc.yaml` (edit num_processes) "
+        "or `torchrun --nproc_per_node N` start N")
+    assert describe_processes("translate", {}) is None
+    assert describe_processes("serve", two) is None  # not a command a launcher runs

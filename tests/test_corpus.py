@@ -181,10 +181,14 @@ def test_kill_9_then_resume_gives_the_same_bytes(model, corpus, reference, tmp_p
 
 
 def test_two_processes_give_one_process_output(model, corpus, reference, tmp_path) -> None:
+    """And the main process says at start how many processes run and how they share the work (once)."""
     out = tmp_path / "two.txt"
-    launch(["encdec", "translate", "--model", str(model), "--input", str(corpus), "--output", str(out),
-                   "--chunk-size", "40", "--num-beams", "1"], accelerate=True, timeout=600)
+    result = launch(["encdec", "translate", "--model", str(model), "--input", str(corpus), "--output", str(out),
+                     "--chunk-size", "40", "--num-beams", "1"], accelerate=True, timeout=600)
     assert out.read_bytes() == reference
+    said = [line for line in (result.stdout + result.stderr).splitlines() if "processes" in line]
+    assert said == ["[default0]:encdec translate: 2 processes: process p translates chunks p, p + N, ... and the "
+                    "main one writes them in order"], said
 
 
 def test_a_resume_that_differs_is_refused_naming_what(model, corpus, reference, tmp_path, capsys) -> None:
