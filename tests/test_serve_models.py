@@ -60,8 +60,9 @@ def test_model_arguments_parse(value: str, expected: tuple) -> None:
     assert (spec.model_dir, spec.source, spec.target, spec.options) == expected
 
 
-MALFORMED = ("is not DIR or SRC-TGT=DIR (language codes such as de-en=runs/de-en, optionally followed by "
-             ",engine=ctranslate2 ,quantize=int8 or ,dtype=bfloat16).")
+MALFORMED = ("is not DIR or SRC-TGT=DIR (language codes such as de-en=runs/de-en: ISO 639 codes of 2 or 3 lowercase "
+             "letters, optionally _Script or _REGION as in zh_Hant; optionally followed by ,engine=ctranslate2 "
+             ",quantize=int8 or ,dtype=bfloat16).")
 OPTIONS = "the options are engine=torch|ctranslate2, quantize=int8, dtype=float32|bfloat16."
 
 
@@ -69,6 +70,7 @@ OPTIONS = "the options are engine=torch|ctranslate2, quantize=int8, dtype=float3
     ("de=runs/a", f"--model 'de=runs/a' {MALFORMED}"),
     ("de-en=", f"--model 'de-en=' {MALFORMED}"),
     ("DE-EN=runs/a", f"--model 'DE-EN=runs/a' {MALFORMED}"),
+    ("date-iso=runs/a", f"--model 'date-iso=runs/a' {MALFORMED}"),  # not language codes: the rule is said
     ("de-en=runs/a,engine=onnx", f"--model 'de-en=runs/a,engine=onnx': engine=onnx is not an option; {OPTIONS}"),
     ("runs/a,beams=4", f"--model 'runs/a,beams=4': beams=4 is not an option; {OPTIONS}"),
 ])

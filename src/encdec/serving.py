@@ -326,7 +326,8 @@ class ModelSpec:
     def parse(cls, value: str) -> ModelSpec:
         found = MODEL_SPEC.match(value.strip())
         if not found:
-            raise EncdecError(f"--model {value!r} is not DIR or SRC-TGT=DIR (language codes such as de-en=runs/de-en, "
+            raise EncdecError(f"--model {value!r} is not DIR or SRC-TGT=DIR (language codes such as de-en=runs/de-en: "
+                              "ISO 639 codes of 2 or 3 lowercase letters, optionally _Script or _REGION as in zh_Hant; "
                               "optionally followed by ,engine=ctranslate2 ,quantize=int8 or ,dtype=bfloat16).")
         options = tuple(tuple(item.split("=", 1)) for item in found["options"].split(",") if item)
         for name, choice in options:
