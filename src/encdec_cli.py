@@ -430,7 +430,21 @@ def build_parser() -> argparse.ArgumentParser:
     add_demo_options(p)
     add_threads_option(p)
     p.set_defaults(func=cmd_demo)
+    for command in commands.choices.values():  # main() refuses a wrong flag with its own command's usage
+        command.set_defaults(parser=command)
     return parser
+
+
+def refuse_unknown(parser: argparse.ArgumentParser, unknown: list[str]) -> None:
+    """A wrong flag, refused with the subcommand's usage (argparse would show the top-level one) and, when a flag of
+    the command is close, "did you mean" it (Python 3.12's ``suggest_on_error`` does this for choices only)."""
+    import difflib
+
+    flags = [flag for action in parser._actions for flag in action.option_strings]
+    wrong = [arg.split("=", 1)[0] for arg in unknown if arg.startswith("-")] or unknown
+    close = difflib.get_close_matches(wrong[0], flags, n=1, cutoff=0.6)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    parser.error(f"unrecognized arguments: {' '.join(unknown)}{hint}")
 
 
 def add_demo_options(p: argparse.ArgumentParser) -> None:
@@ -551,7 +565,9 @@ def run(func: Callable[[argparse.Namespace], None], args: argparse.Namespace) ->
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args, unknown = build_parser().parse_known_args(argv)
+    if unknown:
+        refuse_unknown(args.parser, unknown)
     return run(args.func, args)
 
 
