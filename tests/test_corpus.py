@@ -360,6 +360,24 @@ def test_a_line_that_is_not_utf8_stops_the_run_and_the_finished_chunks_survive_i
     assert not (tmp_path / "out.txt.partial").exists() and not (tmp_path / "out.txt.partial.json").exists()
 
 
+def test_a_run_that_fails_before_its_first_chunk_leaves_nothing_behind(model, corpus, reference, tmp_path,
+                                                                      capsys) -> None:
+    """A line that is not UTF-8 in the first chunk: nothing was finished, so nothing is kept (no FILE.partial, its
+    record or the lock), and once the line is fixed the same command runs, without --resume or --overwrite."""
+    lines = corpus.read_bytes().split(b"\n")
+    source = tmp_path / "in.txt"
+    source.write_bytes(b"\n".join([*lines[:10], b"M\xe4rz 3, 2001", *lines[11:]]))
+    out = tmp_path / "out.txt"
+    args = ["translate", "--model", str(model), "--input", str(source), "--output", str(out), "--chunk-size", "40",
+            "--num-beams", "1", "--quiet"]
+    assert main(args) == 2
+    assert f"{source}, line 11, is not UTF-8" in capsys.readouterr().err
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["in.txt"]
+    source.write_bytes(corpus.read_bytes())
+    assert main(args) == 0
+    assert out.read_bytes() == reference
+
+
 def test_memory_stays_flat_however_long_the_input(tmp_path) -> None:
     """README: `encdec translate` "keeps memory flat however long the input". The whole path of a chunked run but
     the model (open_chunks, file_chunks, run_chunks, ChunkFile with its record of the input) is run over 20,000 and

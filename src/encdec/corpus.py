@@ -352,7 +352,12 @@ class ChunkFile:
         self.close()
 
     def close(self) -> None:
-        """Let another writer have the output (``finish`` does; a run that stopped on an error too)."""
+        """Let another writer have the output (``finish`` does; a run that stopped on an error too). A run that
+        stopped before finishing a chunk leaves nothing behind: a fixed rerun needs neither --resume nor
+        --overwrite."""
+        if self.lock.fd is not None and self.done_lines == 0:
+            self.partial.unlink(missing_ok=True)
+            self.state_path.unlink(missing_ok=True)
         self.lock.release()
 
 
