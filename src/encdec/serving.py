@@ -264,7 +264,7 @@ class TranslationService:
                 "parameters": model.num_parameters() if model is not None else None,
                 "architecture": {name: getattr(config, name) for name in names if hasattr(config, name)},
                 "languages": card.get("languages", []), "metrics": card.get("metrics", []),
-                "engine": self.engine.name, "compute_type": compute_type(self.engine),
+                "engine": self.engine.name, "compute_type": self.engine.precision,
                 "alignments": self.has_alignments, "encdec_version": __version__,
                 "defaults": {"num_beams": self.default_beams, "length_penalty": self.default_length_penalty,
                              "max_new_tokens": self.default_budget},
@@ -285,12 +285,6 @@ class TranslationService:
         metrics = [{"dataset": r.dataset_name, "split": r.dataset_split, "metric": r.metric_type,
                     "value": r.metric_value} for r in (data.eval_results or [])]
         return {"languages": languages, "metrics": metrics}
-
-
-def compute_type(engine: Engine) -> str:
-    """What a loaded engine computes in (``GET /info``): ``engine.precision``, read from the engine itself rather
-    than from the options it was asked for, so that the answer shows what really serves."""
-    return engine.precision
 
 
 # --- several models, by language pair -------------------------------------------------------------------------
@@ -580,4 +574,4 @@ class DynamicBatcher:
 
 __all__ = ["LANGUAGE_NAMES", "LENGTH_PENALTY_RANGE", "BatchRecord", "DecodeOptions", "DynamicBatcher", "Job",
            "ModelSpec", "RequestError", "ServeLimits", "ServedModel", "ServedModels", "TranslationService",
-           "compute_type", "limits_for", "served_as"]
+           "limits_for", "served_as"]
