@@ -84,6 +84,39 @@ def cmd_distill(args: argparse.Namespace) -> None:
         print(f"student model folder: {Path(config.output_dir) / STUDENT_SUBDIR}")
 
 
+def cmd_data(args: argparse.Namespace) -> None:
+    from encdec.data.text_files import SUFFIXES, write_data_folder
+    from encdec.training import load_run_config
+
+    overrides = take_data_options(args)
+    config = load_run_config(args.config, overrides)
+    counts = write_data_folder(config.data, args.output, overwrite=args.overwrite, inputs=[args.config])
+    for split, lines in counts.items():
+        files = ", ".join(str(Path(args.output) / f"{split}.{suffix}") for suffix in SUFFIXES)
+        print(f"{split}: {lines:,} lines in {files}")
+
+
+def take_data_options(args: argparse.Namespace) -> list[str]:
+    """``encdec data``'s ``--output DIR`` and ``--overwrite`` given after the config, where the overrides take every
+    argument (as ``encdec train``'s do), moved into ``args``; returns the overrides left."""
+    kept, items = [], list(args.overrides)
+    while items:
+        item = items.pop(0)
+        if item == "--overwrite":
+            args.overwrite = True
+        elif item == "--output" or item.startswith("--output="):
+            value = item.split("=", 1)[1] if "=" in item else items.pop(0) if items else ""
+            if not value or value.startswith("--"):
+                raise usage_error("--output needs a folder: --output DIR (e.g. --output data/dates).")
+            args.output = value
+        else:
+            kept.append(item)
+    if args.output is None:
+        raise usage_error(f"encdec data needs --output DIR, the folder for the split files, e.g. "
+                          f"{shlex.join(['encdec', 'data', args.config, '--output', 'data/dates'])}.")
+    return kept
+
+
 def close_progress_bars() -> None:
     """Close the tqdm progress bars still open (an interrupted run's), so that nothing is drawn after a message."""
     from tqdm.auto import tqdm
@@ -140,7 +173,8 @@ def cmd_translate(args: argparse.Namespace) -> None:
     args.num_beams = beams_for_n_best(args)
 
     form = TranslationOutput(n_best=args.n_best, scores=args.scores, alignments=args.alignments,
-                             alignment_layer=layer_argument(args.alignment_layer))
+                             alignment_layer=layer_argument(args.alignment_layer),
+                             keep_duplicates=args.keep_duplicates)
     stdin = getattr(sys.stdin, "buffer", None) or (line.encode("utf-8") for line in sys.stdin)  # tests swap stdin
     lines = translate_file(args.model, args.input, args.output, form=form, chunk_size=args.chunk_size,
                            resume=args.resume, overwrite=args.overwrite, quiet=args.quiet, engine=args.engine,
@@ -327,6 +361,18 @@ def add_training_commands(commands: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_average)
 
 
+def add_data_command(commands: argparse._SubParsersAction) -> None:
+    p = commands.add_parser("data", help="write a run config's data splits (any format, the built-in task too) as "
+                                         "aligned text files DIR/{train,validation,test}.{src,tgt}")
+    p.add_argument("config", help="run config, e.g. configs/demo-transformer.yaml (its data section is written)")
+    p.add_argument("--output", metavar="DIR", default=None,
+                   help="the new folder for the split files (required; before or after the config)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing, non-empty --output folder")
+    p.add_argument("overrides", nargs=argparse.REMAINDER,
+                   help="--section.key value pairs, as for `encdec train`, e.g. --data.builtin_test 1000")
+    p.set_defaults(func=cmd_data)
+
+
 def add_inference_commands(commands: argparse._SubParsersAction) -> None:
     p = commands.add_parser("evaluate", help="BLEU (sacreBLEU, with signature) and chrF on a test set")
     add_decoding_options(p)
@@ -346,9 +392,13 @@ def add_inference_commands(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--input", default=None, help="input file (default: stdin)")
     p.add_argument("--output", default=None, help="output file (default: stdout)")
     p.add_argument("--n-best", type=int, default=None,
-                   help="K hypotheses per input, best first, as lines `ID ||| HYPOTHESIS` (ID: the 0-based input line; "
-                        "Moses n-best format); it needs K beams: without --num-beams, a model that decodes with fewer "
-                        "by default is decoded with K")
+                   help="up to K hypotheses per input, as lines `ID ||| HYPOTHESIS` (ID: the 0-based input line; "
+                        "Moses n-best format), ordered by log P(hypothesis | input) (the SCORE), best first, each text "
+                        "once; it needs K beams: without --num-beams, a model that decodes with fewer by default is "
+                        "decoded with K. Fewer than K lines: the beams held fewer distinct texts (raise --num-beams)")
+    p.add_argument("--keep-duplicates", action="store_true",
+                   help="with --n-best: keep hypotheses whose text an earlier one already has (different token "
+                        "sequences that decode to the same text); by default each text is listed once")
     p.add_argument("--scores", action="store_true",
                    help="add ` ||| SCORE` to each line: log P(hypothesis | input), natural log, </s> included")
     p.add_argument("--alignments", action="store_true",
@@ -418,6 +468,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     add_training_commands(commands)
     add_inference_commands(commands)
+    add_data_command(commands)
     add_alignment_command(commands)
     add_export_commands(commands)
     add_serve_command(commands)

@@ -23,11 +23,11 @@ from transformers import AutoTokenizer
 from transformers.utils import logging as hf_logging
 
 from encdec.cli import main
-from encdec.data import make_date_pairs
+from encdec.data import load_data, make_date_pairs
 from encdec.folders import check_model_folder, save_for_pipeline
 from encdec.training import load_run_config
 from test_hub import UPLOAD
-from tiny_model_folders import FAMILIES, date_tokenizer, write_tiny_run_config
+from tiny_model_folders import FAMILIES, REPO_ROOT, date_tokenizer, write_tiny_run_config
 from toy import TINY_MODELS, folder_model
 
 SOURCES = ["3rd of March 2021", "Mar 3, 21", "1/2/2000", "Wednesday, 3 Mar 2021"]
@@ -348,6 +348,40 @@ def test_console_script() -> None:
     done = subprocess.run([str(script), "--help"], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert done.returncode == 0 and "plot-attention" in done.stdout
+
+
+def test_data_writes_the_demo_splits_as_aligned_text_that_evaluate_scores(trained, tmp_path, capsys) -> None:
+    """`encdec data` writes the demo config's built-in splits (any `--section.key value` override applied, its
+    `--output` before or after the config) as aligned `{split}.src` / `{split}.tgt`, the pairs `load_data` gives;
+    `encdec evaluate` scores the written test split; a second run needs `--overwrite`, which replaces the folder."""
+    config, out = str(REPO_ROOT / "configs" / "demo-transformer.yaml"), tmp_path / "dates"
+    sizes = ["--data.builtin_train", "50", "--data.builtin_validation", "7", "--data.builtin_test", "12"]
+    capsys.readouterr()
+    assert main(["data", config, "--output", str(out), *sizes]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        f"{split}: {count} lines in {out / f'{split}.src'}, {out / f'{split}.tgt'}"
+        for split, count in (("train", 50), ("validation", 7), ("test", 12))]
+    expected = load_data(load_run_config(config, sizes).data)
+    for split in ("train", "validation", "test"):
+        assert (out / f"{split}.src").read_text().splitlines() == expected[split]["source"]
+        assert (out / f"{split}.tgt").read_text().splitlines() == expected[split]["target"]
+    assert sorted(path.name for path in out.iterdir()) == sorted(f"{split}.{side}" for split in expected
+                                                                 for side in ("src", "tgt"))
+
+    results = tmp_path / "scores.json"
+    assert main(["evaluate", "--model", str(trained["transformer"].folder), "--source-file", str(out / "test.src"),
+                 "--reference-file", str(out / "test.tgt"), "--output", str(results), "--quiet"]) == 0
+    assert json.loads(results.read_text())["num_sentences"] == 12
+
+    before = (out / "train.src").read_bytes()
+    user_error(capsys, ["data", config, "--output", str(out), *sizes], str(out), "pass --overwrite")
+    assert (out / "train.src").read_bytes() == before
+    assert main(["data", "--output", str(out), config, "--overwrite", "--data.builtin_train", "30",
+                 "--data.builtin_test", "0"]) == 0  # no test split now: no test files left behind
+    assert sorted(path.name for path in out.iterdir()) == ["train.src", "train.tgt", "validation.src",
+                                                           "validation.tgt"]
+    assert len((out / "train.tgt").read_text().splitlines()) == 30
+    user_error(capsys, ["data", config], "--output DIR")
 
 
 # --- user errors: one line, exit status 2 ---------------------------------------------------------------------------

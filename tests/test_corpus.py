@@ -1,6 +1,7 @@
 """Corpus-scale translation (encdec.corpus): streaming from a pipe, resuming after kill -9 to the same bytes (one
 process or two, before and after), two processes equal to one, refused resumes, a line that is not UTF-8, memory that
-does not grow with the input, and n-best lists, scores and alignments aligned across chunk boundaries.
+does not grow with the input, and n-best lists, scores and alignments aligned across chunk boundaries, ordered by
+their scores, each text once unless ``--keep-duplicates``.
 
 The kill -9 tests stop the run at a known point (``ENCDEC_STOP_AT=chunk:N``, ``encdec.stop_points``: right after its
 N-th chunk is on disk) and kill it there, so the lines done at the kill are known exactly, on any machine."""
@@ -33,7 +34,9 @@ from encdec.corpus import (
     run_chunks,
 )
 from encdec.data import make_date_pairs
+from encdec.engines import TorchEngine
 from encdec.errors import EncdecError
+from encdec.inference import load_engine, translate_n_best_ids
 from encdec.io_utils import count_lines
 from encdec.stop_points import STOP_ENV
 from test_distributed import STOP_DEADLINE, launch, launch_until_stopped, run_until_stopped
@@ -208,6 +211,7 @@ def test_a_resume_that_differs_is_refused_naming_what(model, corpus, reference, 
     for argv, named, input_bytes in (
             (["--num-beams", "2"], "options num_beams: 1 before, 2 now", None),
             (["--chunk-size", "50"], "options chunk_size: 40 before, 50 now", None),
+            (["--keep-duplicates"], "options keep_duplicates: false before, true now", None),
             (["--input", str(changed)], f"input path: {json.dumps(str(source.resolve()))} before", None),
             (["--model", str(model), "--model", str(model)], "models:", None),
             ([], "input sha256:", finished_line_changed)):
@@ -238,6 +242,92 @@ def test_n_best_scores_and_alignments_stay_aligned_across_chunks(model, corpus, 
     for a, b in zip(small, whole, strict=True):  # the scores agree; beams of (nearly) tied scores may swap
         assert a[2:3] == [""] == b[2:3] or abs(float(a[2]) - float(b[2])) < 1e-3, (a, b)
     assert sum(a == b for a, b in zip(small, whole, strict=True)) >= 0.98 * len(small)
+
+
+def n_best_lists(out: str) -> dict[int, list[tuple[str, float]]]:
+    """``ID ||| HYPOTHESIS ||| SCORE`` lines as each input's list of (hypothesis, score), in the printed order."""
+    lists: dict[int, list[tuple[str, float]]] = {}
+    for line in out.splitlines():
+        index, text, score = line.split(" ||| ")
+        lists.setdefault(int(index), []).append((text, float(score)))
+    return lists
+
+
+def test_n_best_lists_are_ordered_by_their_scores_each_text_once(model, tmp_path, capsys) -> None:
+    """The K best distinct texts among all the beams, ordered by the printed score, log P(hypothesis | input): each
+    score is the teacher-forced log-probability of the first (best) beam that gives its text. Without length
+    normalisation (``--length-penalty 0``) beam search ranks by that same sum, so the first line is the plain
+    translation."""
+    sources = [source for source, _ in make_date_pairs(15, seed=11)]
+    source = tmp_path / "in.txt"
+    source.write_text("".join(line + "\n" for line in sources))
+    args = ["translate", "--model", str(model), "--input", str(source), "--num-beams", "6", "--quiet"]
+    engine, tokenizer = load_engine(model)
+    for length_penalty in ("1", "0"):
+        source_ids, beams = translate_n_best_ids(engine, tokenizer, sources, 6, num_beams=6,
+                                                 length_penalty=float(length_penalty))
+        capsys.readouterr()
+        assert main([*args, "--length-penalty", length_penalty, "--n-best", "4", "--scores"]) == 0
+        lists = n_best_lists(capsys.readouterr().out)
+        assert sorted(lists) == list(range(len(sources)))
+        for index, listed in lists.items():
+            texts, scores = [text for text, _ in listed], [score for _, score in listed]
+            assert 1 <= len(listed) <= 4 and len(set(texts)) == len(texts), listed
+            assert scores == sorted(scores, reverse=True), listed
+            first = {}  # each text's first beam, scored by one teacher-forced pass
+            for ids in beams[index]:
+                first.setdefault(tokenizer.decode(ids, skip_special_tokens=True).strip(),
+                                 sum(engine.teacher_forced(source_ids[index], ids)[0]))
+            assert scores == pytest.approx([first[text] for text in texts], abs=1e-4)
+            left_out = [score for text, score in first.items() if text not in texts]
+            assert len(listed) == min(4, len(first)) and all(score <= scores[-1] + 1e-4 for score in left_out)
+        if length_penalty == "0":
+            capsys.readouterr()
+            assert main([*args, "--length-penalty", "0"]) == 0
+            plain = capsys.readouterr().out.splitlines()
+            assert [lists[i][0][0] for i in range(len(sources))] == plain
+
+
+def test_n_best_drops_texts_met_before_unless_asked_to_keep_them(model, tmp_path, capsys, monkeypatch) -> None:
+    """Two token sequences that decode to one text (a subword split in two): listed once, as the earlier (better)
+    beam, unless ``--keep-duplicates``. The beam search is asked for all its beams, whatever K, and its beams come
+    here worst first, so the list, ordered by the printed score, reverses them."""
+    engine, tokenizer = load_engine(model)
+    whole, other = (tokenizer(text_target=text)["input_ids"] for text in ("2021-03-03", "1999-12-31"))
+    vocab = tokenizer.get_vocab()
+    split = next([*whole[:i], vocab[token[:cut]], vocab[token[cut:]], *whole[i + 1:]]
+                 for i, token in enumerate(tokenizer.convert_ids_to_tokens(whole))
+                 for cut in range(1, len(token)) if token[:cut] in vocab and token[cut:] in vocab)
+    assert split != whole and tokenizer.decode(split, skip_special_tokens=True) == "2021-03-03"
+    source_ids = tokenizer("3 March 2021")["input_ids"]
+    expected = {tuple(ids): sum(engine.teacher_forced(source_ids, ids)[0]) for ids in (whole, split, other)}
+    beams = [*sorted((whole, other), key=lambda ids: expected[tuple(ids)]), split]  # the split after the whole
+    start = engine.config.decoder_start_token_id
+    asked = []
+
+    def generate(self, input_ids, attention_mask, max_new_tokens, settings) -> list[list[int]]:
+        asked.append(settings.get("num_return_sequences", 1))
+        return [[start, *ids] for _ in input_ids for ids in beams][:len(input_ids) * asked[-1]]
+
+    monkeypatch.setattr(TorchEngine, "generate", generate)
+    source = tmp_path / "in.txt"
+    source.write_text("3 March 2021\n")
+    args = ["translate", "--model", str(model), "--input", str(source), "--num-beams", "3", "--scores", "--quiet"]
+    assert expected[tuple(beams[0])] < expected[tuple(beams[1])]  # the beams come worst first
+    for k, keep, kept in ((2, False, (whole, other)), (3, False, (whole, other)), (2, True, (whole, split, other)),
+                          (3, True, (whole, split, other))):
+        capsys.readouterr()
+        assert main([*args, "--n-best", str(k), *(["--keep-duplicates"] if keep else [])]) == 0
+        assert asked[-1] == 3  # every beam, to choose among
+        listed = n_best_lists(capsys.readouterr().out)[0]
+        ranked = sorted(kept, key=lambda ids: -expected[tuple(ids)])[:k]
+        assert [text for text, _ in listed] == [tokenizer.decode(ids, skip_special_tokens=True) for ids in ranked]
+        assert [score for _, score in listed] == pytest.approx([expected[tuple(ids)] for ids in ranked], abs=1e-4)
+    capsys.readouterr()
+    assert main([*args, "--n-best", "1"]) == 0 and asked[-1] == 1  # 1-best: the beam search's best, as it is
+    best = beams[0]
+    assert n_best_lists(capsys.readouterr().out)[0] == [(tokenizer.decode(best, skip_special_tokens=True),
+                                                         pytest.approx(expected[tuple(best)], abs=1e-4))]
 
 
 def test_align_streams_and_resumes(model, corpus, tmp_path) -> None:

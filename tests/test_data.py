@@ -28,8 +28,10 @@ from encdec.data import (
     load_text_pair,
     make_date_splits,
     tokenize_dataset,
+    write_aligned_splits,
+    write_data_folder,
 )
-from encdec.errors import EncdecError, InputFileError
+from encdec.errors import EncdecError, InputFileError, OverwriteError
 from encdec.tokenization import special_token_ids, train_tokenizer
 
 MULTI30K = Path(os.environ.get("MULTI30K_DIR", Path(__file__).resolve().parents[1] / "data" / "multi30k"))
@@ -316,6 +318,70 @@ def test_data_spec_errors() -> None:
         DataSpec(builtin_test=-1)
     with pytest.raises(EncdecError, match="no splits"):
         load_data(DataSpec(builtin_train=0, builtin_validation=0, builtin_test=0))
+
+
+# -- splits as aligned text files (encdec data, encdec distill's sources) -------------------------------------------
+
+
+def test_splits_are_written_as_aligned_files_of_any_format(tmp_path: Path) -> None:
+    """A JSON Lines corpus's splits, a quote and a stray U+2028 kept inside their line, named and suffixed as asked."""
+    odd = [("a \u2028 b", "\"quoted\", too"), *PAIRS]
+    files = {split: str(write_jsonl(tmp_path / f"{split}.jsonl", [{"source": s, "target": t} for s, t in pairs]))
+             for split, pairs in (("train", odd), ("dev", PAIRS[:1]))}
+    counts = write_aligned_splits(load_data(DataSpec(format="jsonl", files=files)), tmp_path / "out", ("de", "en"),
+                                  names={"train": "original"})
+    assert counts == {"train": 4, "dev": 1}
+    out = tmp_path / "out"
+    assert sorted(path.name for path in out.iterdir()) == ["dev.de", "dev.en", "original.de", "original.en"]
+    assert (out / "original.de").read_text(encoding="utf-8") == "".join(f"{s}\n" for s, _ in odd)
+    assert (out / "original.en").read_text(encoding="utf-8") == "".join(f"{t}\n" for _, t in odd)
+
+
+@pytest.mark.parametrize("side", ["source", "target"])
+def test_a_line_break_in_a_pair_is_refused_naming_the_split_and_line(tmp_path: Path, side: str) -> None:
+    pairs = [("eins", "one"), ("zwei", "two"), ("drei\r", "three") if side == "source" else ("drei", "thr\nee")]
+    splits = DatasetDict({"test": Dataset.from_dict({"source": [s for s, _ in pairs],
+                                                     "target": [t for _, t in pairs]}, features=TEXT_FEATURES)})
+    with pytest.raises(EncdecError, match=rf"Pair 3 of the 'test' split \(line 3 of its files\) holds a line break "
+                                          rf"in its {side}; .* Remove the line breaks"):
+        write_aligned_splits(splits, tmp_path / "out")
+    assert not (tmp_path / "out" / "test.src").exists() and not (tmp_path / "out" / "test.tgt").exists()
+    (tmp_path / "kept").mkdir()
+    write(tmp_path / "kept" / "notes.txt", "mine")  # a refused `encdec data` leaves the old folder as it was
+    with pytest.raises(EncdecError, match="'test' split"):
+        write_data_folder(DataSpec(format="jsonl", files={"test": str(write_jsonl(
+            tmp_path / "bad.jsonl", [{"source": s, "target": t} for s, t in pairs]))}), tmp_path / "kept",
+            overwrite=True)
+    assert [path.name for path in (tmp_path / "kept").iterdir()] == ["notes.txt"]
+    assert [path.name for path in tmp_path.iterdir() if path.name.startswith(".kept")] == []  # no temporary left
+
+
+def test_a_data_folder_is_never_written_over_without_overwrite_nor_over_its_inputs(
+        corpus_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = DataSpec(format="text", data_dir=str(corpus_dir), source_lang="de", target_lang="en")
+    out = tmp_path / "out"
+    assert write_data_folder(spec, out) == {"train": 3, "validation": 2, "test": 1}
+    assert (out / "validation.tgt").read_text(encoding="utf-8") == "".join(f"{t}\n" for _, t in PAIRS[:2])
+    write(out / "notes.txt", "mine")
+    with pytest.raises(OverwriteError, match=escaped(out, "already exists and is not empty; pass --overwrite")):
+        write_data_folder(spec, out)
+    assert write_data_folder(spec, out, overwrite=True) == {"train": 3, "validation": 2, "test": 1}
+    assert not (out / "notes.txt").exists() and (out / "train.src").is_file()
+    for inside in (corpus_dir, corpus_dir.parent):  # replacing either would delete the corpus
+        with pytest.raises(OverwriteError, match=escaped("--output", inside, "holds the input", corpus_dir)):
+            write_data_folder(spec, inside, overwrite=True)
+    (tmp_path / "configs").mkdir()
+    config = write(tmp_path / "configs" / "run.yaml", "data: {}\n")  # the run config: an input as well
+    with pytest.raises(OverwriteError, match=escaped("--output", config.parent, "holds the input", config)):
+        write_data_folder(spec, config.parent, overwrite=True, inputs=[config])
+    assert (corpus_dir / "train.de").is_file() and config.is_file()
+    monkeypatch.chdir(out)
+    for here in (Path("."), out.parent):  # the folder it runs in, or one that holds it, is never replaced
+        with pytest.raises(OverwriteError, match=escaped("--output", here, "is the folder you run in, or holds it")):
+            write_data_folder(spec, here, overwrite=True)
+    assert (out / "train.src").is_file()
+    with pytest.raises(OverwriteError, match="exists and is a file"):
+        write_data_folder(spec, corpus_dir / "train.de", overwrite=True)
 
 
 # -- tokenization and batching ------------------------------------------------------------------------------------

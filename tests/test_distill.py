@@ -21,12 +21,21 @@ from huggingface_hub import ModelCard
 
 from encdec.distill import distill, load_distill_config, shown_path
 from encdec.errors import EncdecError
+from encdec.inference import load_model_and_tokenizer, translate
 from encdec.tokenization import load_tokenizer
 from encdec.training import load_run_config
 from test_distributed import launch, run_until_stopped
 from test_io_utils import hold_lock
 from test_training import run_config
-from tiny_model_folders import DATE_TRANSFORMER, REPO_ROOT, date_data, date_tokenizer, save_folder, train_on_dates
+from tiny_model_folders import (
+    DATE_RNN,
+    DATE_TRANSFORMER,
+    REPO_ROOT,
+    date_data,
+    date_tokenizer,
+    save_folder,
+    train_on_dates,
+)
 
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "ENCDEC_THREADS": "1"}
 DATA = {"builtin_train": 600, "builtin_validation": 20, "builtin_test": 20}
@@ -227,6 +236,66 @@ def test_the_multi30k_recipes_load_and_name_the_ensemble_teacher(student: str) -
     run = load_run_config(config.student, config.student_overrides)
     assert run.data.format == "text" and Path(run.data.data_dir).name == "multi30k"
     assert Path(run.model).is_file()
+
+
+DATES_RECIPE = REPO_ROOT / "configs" / "distill-dates.yaml"
+DEMO_TEACHERS = ("demo-transformer", "demo-lstm-bahdanau")
+
+
+def test_the_dates_recipe_names_the_demo_models_and_a_smaller_student_on_their_data() -> None:
+    """From the repository root, the recipe's teachers are `encdec demo`'s folders; the demo configs train one
+    tokenizer (an ensemble's members must share it), and the student learns on their data, so its held-out dates are
+    theirs; its overrides are strings, as `--section.key value` items must be."""
+    config = load_distill_config(DATES_RECIPE)
+    assert [Path(model).resolve() for model in config.teacher.models] == [REPO_ROOT / "runs" / name
+                                                                          for name in DEMO_TEACHERS]
+    assert config.teacher.num_beams == 4 and config.output_dir == "runs/distill-dates" and config.corpus_dir is None
+    assert all(isinstance(item, str) for item in config.student_overrides)
+    student = load_run_config(config.student, config.student_overrides)
+    assert student.model_overrides == {"d_model": 64, "decoder_layers": 1}
+    demos = [load_run_config(REPO_ROOT / "configs" / f"{name}.yaml") for name in DEMO_TEACHERS]
+    for demo in demos:
+        assert (demo.data, demo.tokenizer) == (student.data, demos[0].tokenizer)
+
+
+@pytest.fixture(scope="module")
+def demo_teachers(tmp_path_factory) -> list[Path]:
+    """Stand-ins for `encdec demo`'s models: a tiny Transformer and a tiny Bahdanau LSTM on one tokenizer, trained on
+    dates for a moment, in folders named as the demo's."""
+    dates = date_data()
+    root = tmp_path_factory.mktemp("demo-runs")
+    models = [train_on_dates({**DATE_TRANSFORMER, "encoder_layers": 1, "decoder_layers": 1}, dates, 150, 3e-3),
+              train_on_dates(DATE_RNN, dates, 150, 5e-3)]
+    return [save_folder(model, dates[0], root / name) for model, name in zip(models, DEMO_TEACHERS, strict=True)]
+
+
+def test_the_dates_recipe_distils_the_demo_ensemble_into_a_student_that_translates(demo_teachers, tmp_path) -> None:
+    """The real recipe file, its teachers pointed at the stand-ins and its student shortened on the command line
+    (its own overrides kept, 300 training dates, 30 steps): the student loads, translates, is the recipe's smaller
+    Transformer, and the manifest and its card name both teachers."""
+    recipe = yaml.safe_load(DATES_RECIPE.read_text(encoding="utf-8"))
+    short = [*recipe["student_overrides"], "--data.builtin_train", "300", "--data.builtin_validation", "20",
+             "--data.builtin_test", "20", "--training.max_steps", "30", "--training.eval_steps", "30",
+             "--training.warmup_steps", "5", "--training.logging_steps", "10"]
+    out = tmp_path / "out"
+    done = encdec_distill(DATES_RECIPE, "--teacher.models", json.dumps([str(path) for path in demo_teachers]),
+                          "--output_dir", str(out), "--student_overrides", json.dumps(short))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "distilled corpus: 300 of 300 teacher translations kept" in done.stdout
+    assert f"student model folder: {out / 'student'}" in done.stdout
+    manifest = json.loads((out / "corpus" / "manifest.json").read_text())
+    assert [teacher["path"] for teacher in manifest["recipe"]["teacher"]] == [str(path.resolve())
+                                                                              for path in demo_teachers]
+    assert manifest["recipe"]["decoding"]["num_beams"] == 4
+    assert manifest["stages"]["sources"] == {"train": 300, "validation": 20, "test": 20}
+    model, tokenizer = load_model_and_tokenizer(out / "student")
+    assert (model.config.d_model, model.config.decoder_layers) == (64, 1)
+    outputs = translate(model, tokenizer, ["Wednesday, 3 Mar 2021", "4/5/99"], num_beams=4)
+    assert len(outputs) == 2 and all(isinstance(output, str) for output in outputs)
+    results = json.loads((out / "student" / "eval_results.json").read_text())
+    assert results["train"]["global_step"] == 30 and {"validation", "test"} <= set(results)
+    card = (out / "student" / "README.md").read_text()
+    assert f"the ensemble of {demo_teachers[0].resolve()} + {demo_teachers[1].resolve()} (beam 4" in card
 
 
 def test_two_processes_distil_the_same_corpus_as_one(finished, teacher, tmp_path) -> None:

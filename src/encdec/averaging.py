@@ -37,7 +37,7 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, PreTrainedModel, 
 
 from .errors import EncdecError, InputFileError, OverwriteError
 from .folders import WEIGHTS_NAME, read_json, read_safetensors_shapes, require_dir, save_for_pipeline
-from .io_utils import atomic_write_json, refuse_overlap
+from .io_utils import atomic_write_json, refuse_overlap, replace_folder
 from .progress import quiet_transformers_bars
 
 # config.json keys that differ between checkpoints of one model without changing it
@@ -145,20 +145,11 @@ def _check_request(folders: list[Path], output_dir: Path, overwrite: bool) -> No
 
 def _write_folder(model, tokenizer, record: dict, output_dir: Path) -> None:
     """Save the averaged model folder (with ``averaging.json``) beside ``output_dir``, then swap it in."""
-    output_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=output_dir.parent, prefix=f".{output_dir.name}.", suffix=".tmp"))
-    try:
+    def save(staging: Path) -> None:
         save_for_pipeline(model, tokenizer, staging)
         atomic_write_json(staging / "averaging.json", record)
-        if output_dir.exists():  # only reached with overwrite (or an empty folder): swap, then drop the old one
-            old = Path(tempfile.mkdtemp(dir=output_dir.parent, prefix=f".{output_dir.name}.", suffix=".old"))
-            os.replace(output_dir, old / "folder")
-            os.replace(staging, output_dir)
-            shutil.rmtree(old)
-        else:
-            os.replace(staging, output_dir)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+
+    replace_folder(save, output_dir)
 
 
 def _checkpoint_step(folder: Path) -> int | None:

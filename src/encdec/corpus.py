@@ -485,12 +485,14 @@ def on_main(shard: Shard, make: Callable[[], Any]) -> Any:
 class TranslationOutput:
     """What each input line becomes in ``encdec translate``'s output: its translation, or with ``n_best``, ``scores``
     or ``alignments`` the fields ``[ID |||] HYPOTHESIS [||| SCORE] [||| ALIGNMENT]`` (ID: the 0-based input line;
-    ``n_best`` lines of them per input line, Moses's n-best format)."""
+    up to ``n_best`` lines of them per input line, Moses's n-best format, the best log P(hypothesis | input) first;
+    ``keep_duplicates``: a text may be listed more than once, see ``translate_detailed``)."""
 
     n_best: int | None = None
     scores: bool = False
     alignments: bool = False
     alignment_layer: int | str | None = None
+    keep_duplicates: bool = False
 
     @property
     def detailed(self) -> bool:
@@ -502,7 +504,8 @@ class TranslationOutput:
             return "".join(line + "\n" for line in translate_chunk(engine, tokenizer, chunk.lines, **options))
         results = translate_chunk_detailed(engine, tokenizer, chunk.lines, n_best=self.n_best or 1,
                                            scores=self.scores, alignments=self.alignments,
-                                           alignment_layer=self.alignment_layer, **options)
+                                           alignment_layer=self.alignment_layer,
+                                           keep_duplicates=self.keep_duplicates, **options)
         return "".join(self.line(chunk.start + i, hypothesis) + "\n"
                        for i, hypotheses in enumerate(results) for hypothesis in hypotheses)
 

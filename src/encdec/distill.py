@@ -40,7 +40,7 @@ from typing import Any
 
 from .config_io import apply_overrides, from_dict, load_yaml
 from .corpus import ChunkFile, Shard, TranslationOutput, difference, file_identity, on_main, translate_file
-from .data import DataSpec, load_data
+from .data import DataSpec, load_data, write_aligned_splits
 from .ensemble import check_same_tokenizer, tokenizer_difference
 from .errors import EncdecError
 from .inference import CHUNK_SIZE
@@ -199,29 +199,11 @@ def languages(data: DataSpec) -> tuple[str, str]:
 def write_sources(student: RunConfig, corpus: Path) -> dict[str, int]:
     """Stage 1: every split of the student's data as aligned text files (``original`` for the training split),
     streamed from the ``datasets`` cache; returns the line counts."""
-    src, tgt = languages(student.data)
-    counts = {}
-    for split, data in load_data(student.data).items():
-        name = "original" if split == "train" else split
-        with atomic_output(corpus / f"{name}.{src}") as s, atomic_output(corpus / f"{name}.{tgt}") as t, \
-                open(s, "w", encoding="utf-8") as source_file, open(t, "w", encoding="utf-8") as target_file:
-            counts[split] = 0
-            for batch in data.iter(batch_size=10_000):
-                for source, target in zip(batch["source"], batch["target"], strict=True):
-                    source_file.write(_one_line(source, split, counts[split]) + "\n")
-                    target_file.write(_one_line(target, split, counts[split]) + "\n")
-                    counts[split] += 1
+    counts = write_aligned_splits(load_data(student.data), corpus, languages(student.data), names={"train": "original"})
     if not counts.get("train"):
         raise EncdecError("The student's data has no training pairs to distil (its `data` section gives no train "
                           "split, or an empty one).")
     return counts
-
-
-def _one_line(text: str, split: str, row: int) -> str:
-    if "\n" in text or "\r" in text:
-        raise EncdecError(f"Row {row} of the {split!r} split holds a line break; a corpus of aligned lines cannot "
-                          "keep it. Remove line breaks from the data first.")
-    return text
 
 
 def translate_sources(config: DistillConfig, corpus: Path, src: str) -> None:

@@ -230,18 +230,31 @@ class Hypothesis:
 
 def translate_detailed(model: PreTrainedModel | Engine, tokenizer: PreTrainedTokenizerBase, sources: list[str],
                        n_best: int = 1, scores: bool = False, alignments: bool = False,
-                       alignment_layer: int | str | None = None, **options: Any) -> list[list[Hypothesis]]:
-    """The ``n_best`` translations of each source, best first, each with its score (``scores``: one teacher-forced
-    pass over that pair alone, the same log-probability ``encdec serve`` answers) and its word alignment
-    (``alignments``: ``encdec.alignment`` on decoder layer ``alignment_layer``, by default the one the model
-    folder's ``alignment.json`` records, else the penultimate). ``options`` are ``translate``'s."""
+                       alignment_layer: int | str | None = None, keep_duplicates: bool = False,
+                       **options: Any) -> list[list[Hypothesis]]:
+    """The ``n_best`` translations of each source, each with its score (``scores``: one teacher-forced pass over that
+    pair alone, the same log-probability ``encdec serve`` answers) and its word alignment (``alignments``:
+    ``encdec.alignment`` on decoder layer ``alignment_layer``, by default the one the model folder's
+    ``alignment.json`` records, else the penultimate). ``options`` are ``translate``'s.
+
+    With ``n_best`` 1 the one hypothesis is ``translate``'s. With more, beam search returns all its beams (sampling:
+    ``n_best`` samples), which are ordered by that score, log P(hypothesis | source), best first (beam search chose
+    them by its length-normalised score, so the order can differ from the beams'; ties keep the beams' order), after
+    dropping each text met before (two token sequences can decode to the same text) unless ``keep_duplicates``; the
+    ``n_best`` first are kept. A list is shorter than ``n_best`` when the beams held fewer distinct texts: more beams
+    (``num_beams``) give more candidates."""
     engine = model if isinstance(model, (TorchEngine, CTranslate2Engine)) else TorchEngine(model)
     if alignments and not isinstance(engine, TorchEngine):
         raise EncdecError("Alignments come from the model's attention, which the ctranslate2 engine does not return; "
                           "use --engine torch with --alignments.")
-    source_ids, outputs = translate_n_best_ids(engine, tokenizer, sources, n_best, **options)
+    beams = default_beams(engine) if options.get("num_beams") is None else options["num_beams"]
+    candidates = beams if 1 < n_best <= beams and not options.get("do_sample") else n_best  # else: refused below
+    source_ids, outputs = translate_n_best_ids(engine, tokenizer, sources, candidates, **options)
     layer = alignment_layer if alignment_layer is not None else default_layer(engine.model) if alignments else None
-    return [[_hypothesis(engine, tokenizer, ids, hypothesis, scores, alignments, layer) for hypothesis in hypotheses]
+    if n_best == 1:
+        return [[_hypothesis(engine, tokenizer, ids, hypothesis, scores, alignments, layer)
+                 for hypothesis in hypotheses] for ids, hypotheses in zip(source_ids, outputs, strict=True)]
+    return [_n_best_list(engine, tokenizer, ids, hypotheses, n_best, scores, alignments, layer, keep_duplicates)
             for ids, hypotheses in zip(source_ids, outputs, strict=True)]
 
 
@@ -254,6 +267,31 @@ def _hypothesis(engine: Engine, tokenizer: PreTrainedTokenizerBase, source_ids: 
     log_probs, by_layer = teacher_forced_attention(engine.model, source_ids, output)
     return Hypothesis(text, float(log_probs.sum()) if scores else None,
                       to_pharaoh(word_links(by_layer, tokenizer, source_ids, output, layer)))
+
+
+def _n_best_list(engine: Engine, tokenizer: PreTrainedTokenizerBase, source_ids: list[int],
+                 outputs: list[list[int]], n_best: int, scores: bool, alignments: bool, layer: int | str | None,
+                 keep_duplicates: bool) -> list[Hypothesis]:
+    """One source's n-best list from its candidate outputs (best beam first): each text once (its first, better
+    beam) unless ``keep_duplicates``, ordered by log P(text | source), best first (a stable sort: ties keep the beams'
+    order), the ``n_best`` first. Each candidate gets one teacher-forced pass, which with ``alignments`` also gives
+    the attention that aligns the kept ones; the score is computed for the order even when ``scores`` is not asked."""
+    seen: set[str] = set()
+    ranked = []
+    for output in outputs:
+        text = tokenizer.decode(output, skip_special_tokens=True).strip()
+        if text in seen and not keep_duplicates:
+            continue
+        seen.add(text)
+        if alignments:
+            log_probs, by_layer = teacher_forced_attention(engine.model, source_ids, output)
+            ranked.append((float(log_probs.sum()), text, output, by_layer))
+        else:
+            ranked.append((float(sum(engine.teacher_forced(source_ids, output)[0])), text, output, None))
+    ranked.sort(key=lambda candidate: -candidate[0])
+    return [Hypothesis(text, score if scores else None,
+                       to_pharaoh(word_links(by_layer, tokenizer, source_ids, output, layer)) if alignments else None)
+            for score, text, output, by_layer in ranked[:n_best]]
 
 
 CHUNK_SIZE = 1000  # lines read, translated and handed on at a time (encdec.corpus streams files in such chunks)

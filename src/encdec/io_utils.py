@@ -118,6 +118,30 @@ def publish_folder(save: Callable[[Path], Any], folder: Path) -> None:
         raise
 
 
+def replace_folder(save: Callable[[Path], Any], folder: Path) -> Any:
+    """``save(staging)`` into a new folder beside ``folder`` (with the usual permissions, not ``mkdtemp``'s 0700),
+    then swapped in for ``folder``; the old folder, if any, is removed only once the new one is complete, so an
+    interrupted or failed run leaves the old one as it was. Returns what ``save`` returned."""
+    folder = Path(folder).resolve()  # `.` too has a name and a parent to write beside
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.", suffix=".tmp"))
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(staging, 0o777 & ~umask)
+    try:
+        made = save(staging)
+        if folder.exists():
+            old = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.", suffix=".old"))
+            os.replace(folder, old / "folder")
+            os.replace(staging, folder)
+            shutil.rmtree(old)
+        else:
+            os.replace(staging, folder)
+        return made
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
 def ensure_output_dir(path: str | os.PathLike, overwrite: bool, what: str = "output directory") -> Path:
     """Create ``path``; refuse an existing non-empty folder unless ``overwrite`` (then it is emptied)."""
     path = Path(path)

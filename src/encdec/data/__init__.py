@@ -6,7 +6,8 @@
   ``data`` section);
 - ``tokenizing``: text -> ``input_ids`` / ``attention_mask`` / ``labels`` for ``DataCollatorForSeq2Seq``, on
   several processes, cached by data, tokenizer and length settings;
-- ``batching``: batches by tokens (``training.max_tokens``), a batch sampler for the Trainer and accelerate.
+- ``batching``: batches by tokens (``training.max_tokens``), a batch sampler for the Trainer and accelerate;
+- ``text_files``: splits -> aligned ``{split}.{src,tgt}`` text files (``encdec data``, ``encdec distill``'s sources).
 """
 
 from .batching import (
@@ -33,6 +34,7 @@ from .loading import (
     load_parallel_corpus,
     load_text_pair,
 )
+from .text_files import write_aligned_splits, write_data_folder
 from .tokenizing import (
     OVERLONG,
     default_cache_dir,
@@ -47,4 +49,4 @@ __all__ = ["COLUMNS", "DATE_FORMATS", "DATE_RANGE", "FORMATS", "MONTHS", "MULTI3
            "default_cache_dir", "format_report", "load_builtin_dates", "load_data", "load_delimited",
            "load_hub_dataset", "load_jsonl", "load_parallel_corpus", "load_text_pair", "make_date_pairs",
            "make_date_splits", "padding_share", "pair_lengths", "plan_summary", "token_batches", "tokenize_dataset",
-           "tokenizer_identity", "trained_tokenizer_folder"]
+           "tokenizer_identity", "trained_tokenizer_folder", "write_aligned_splits", "write_data_folder"]
