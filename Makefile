@@ -1,6 +1,7 @@
 # encdec: the two commands of the README.
 #   make test   set up .venv (torch 2.13.0 CPU first, then the project) and run the test suite offline
 #   make demo   set up .venv and train + translate with small models on the built-in task
+# A .venv where the project is already installed (by hand, as the README's Install section says) is used as it is.
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
@@ -17,12 +18,64 @@ export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
-# torch is installed first and pinned: a bare `torch` requirement would pull a CUDA build
+# Whether $(VENV) already holds what the install below puts there (a project installed by hand, as the README's
+# Install section says): this checkout's encdec, editable (src/ is what runs), every requirement of pyproject.toml's
+# dependencies and its dev, ct2 and serve extras installed at a version that satisfies it, and torch importable.
+# It exits 1 with one line saying what is missing (Python 3.10 has no tomllib: there it always says so).
+define INSTALL_CHECK
+import importlib.metadata as metadata
+import importlib.util
+import pathlib
+import sys
+
+
+def missing():
+    try:
+        import tomllib
+        from packaging.requirements import Requirement
+    except ImportError as error:
+        return f"{error.name} (to read pyproject.toml)"
+    spec = importlib.util.find_spec("encdec")
+    if spec is None or pathlib.Path(spec.origin).resolve().parent.parent != pathlib.Path("src").resolve():
+        return "encdec installed from this checkout (pip install -e .)"
+    project = tomllib.loads(pathlib.Path("pyproject.toml").read_text(encoding="utf-8"))["project"]
+    extras = project["optional-dependencies"]
+    for line in project["dependencies"] + extras["dev"] + extras["ct2"] + extras["serve"]:
+        requirement = Requirement(line)
+        if requirement.marker is not None and not requirement.marker.evaluate({"extra": ""}):
+            continue
+        try:
+            version = metadata.version(requirement.name)
+        except metadata.PackageNotFoundError:
+            return line
+        if not requirement.specifier.contains(version, prereleases=True):
+            return f"{line} (found {version})"
+    try:
+        import torch  # noqa: F401
+    except Exception as error:
+        return f"an importable torch ({error})"
+    return None
+
+
+need = missing()
+if need:
+    sys.exit(f"installing into the venv, which lacks {need}")
+endef
+export INSTALL_CHECK
+
+# A venv without a stamp that passes INSTALL_CHECK is only stamped; otherwise, and whenever pyproject.toml is newer
+# than the stamp (the requirements may have changed; pip is quick when they are met), the project is installed.
+# torch is installed first and pinned: a bare `torch` requirement would pull a CUDA build.
 $(STAMP): $(PY) pyproject.toml
-	$(PIP) install --quiet --upgrade pip
-	$(PIP) install --quiet "torch==$(TORCH_VERSION)"
-	$(PIP) install --quiet -e ".[dev,ct2,serve]"
-	touch $(STAMP)
+	@if [ ! -e $@ ] && $(PY) -c "$$INSTALL_CHECK"; then \
+		echo "using the existing install in $(VENV)"; \
+	else \
+		set -ex; \
+		$(PIP) install --quiet --upgrade pip; \
+		$(PIP) install --quiet "torch==$(TORCH_VERSION)"; \
+		$(PIP) install --quiet -e ".[dev,ct2,serve]"; \
+	fi
+	@touch $@
 
 venv: $(STAMP)
 

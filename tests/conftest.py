@@ -4,6 +4,9 @@ from toy.py)."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 os.environ["HF_HUB_OFFLINE"] = "1"  # before transformers is imported: tests never touch the network
 os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
@@ -26,6 +29,8 @@ from toy import (  # noqa: E402
 
 # Tiny models run fastest on one thread, and the test machine is shared (2 cores): more threads only contend. The
 # environment variable keeps the command line (and the processes tests start) at one thread too (encdec.threads).
+REPO = Path(__file__).resolve().parents[1]
+
 torch.set_num_threads(1)
 os.environ.setdefault("ENCDEC_THREADS", "1")
 
@@ -35,7 +40,8 @@ os.environ.setdefault("ENCDEC_THREADS", "1")
 # (and CI) runs them all.
 INTEGRATION_FILES = frozenset({
     "test_corpus.py", "test_demo.py", "test_distill.py", "test_distributed.py", "test_first_hour.py",
-    "test_libretranslate.py", "test_multi30k.py", "test_serve.py", "test_serve_fuzz.py", "test_serve_models.py",
+    "test_libretranslate.py", "test_multi30k.py", "test_readme_tour.py", "test_serve.py", "test_serve_fuzz.py",
+    "test_serve_models.py",
 })
 
 
@@ -43,6 +49,27 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.path.name in INTEGRATION_FILES:
             item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture(scope="session")
+def demo_run(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    """``encdec demo --max-steps 2`` run once for the session (test_demo.py checks it, test_readme_tour.py runs the
+    README's tour on its models), as a user runs it: in a folder of its own, ``runs/`` beside the repository's
+    ``configs/`` (linked in, as in a checkout). Returns the folder and the finished process."""
+    root = tmp_path_factory.mktemp("demo")
+    (root / "configs").symlink_to(REPO / "configs")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-m", "encdec", "demo", "--max-steps", "2", "--runs-dir", "runs"],
+                          cwd=root, env=env, capture_output=True, text=True, timeout=900)
+    return root, done
+
+
+@pytest.fixture
+def demo_workspace(demo_run) -> Path:
+    """The folder of ``demo_run``, once the demo has succeeded."""
+    root, done = demo_run
+    assert done.returncode == 0, done.stderr[-3000:]
+    return root
 
 
 @pytest.fixture(autouse=True)

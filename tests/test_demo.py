@@ -14,10 +14,9 @@ import urllib.request
 from pathlib import Path
 
 
-def test_the_demo_runs_outside_the_repository(tmp_path: Path) -> None:
+def test_the_demo_runs_outside_the_repository(demo_run) -> None:
+    tmp_path, done = demo_run  # `encdec demo --max-steps 2` in a folder of its own (conftest.py)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, "-m", "encdec", "demo", "--max-steps", "2", "--runs-dir", "runs"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     deprecations = [line for line in done.stderr.splitlines() if "deprecat" in line.lower() or "FutureWarning" in line]
     assert not deprecations, deprecations  # e.g. transformers 5.24's `past_key_values` renamed `cache`
@@ -28,8 +27,22 @@ def test_the_demo_runs_outside_the_repository(tmp_path: Path) -> None:
         assert f"\n{name}: exact match " in done.stdout
         assert (tmp_path / "runs" / f"demo-{name}" / "model.safetensors").is_file()
         assert (tmp_path / "runs" / f"attention-{name}.png").read_bytes().startswith(b"\x89PNG")
+        assert f"Training demo-{name}: " in done.stderr  # each model's progress bar says which model it trains
+        # --max-steps 2 still saves (and keeps) two checkpoints: enough for `encdec average`
+        assert len(list((tmp_path / "runs" / f"demo-{name}" / "checkpoints").glob("checkpoint-*"))) >= 2
+    assert_averages(tmp_path / "runs" / "demo-transformer" / "checkpoints", tmp_path / "runs" / "avg", env)
     serve_line = done.stdout.strip().splitlines()[-1]
     assert_serves(shlex.split(serve_line), cwd=tmp_path, env=env)
+
+
+def assert_averages(checkpoints: Path, output: Path, env: dict) -> None:
+    """The README's ``encdec average runs/demo-transformer/checkpoints/checkpoint-* --output ...`` works on what the
+    demo kept: a model folder comes out."""
+    paths = sorted(str(path) for path in checkpoints.glob("checkpoint-*"))
+    done = subprocess.run([sys.executable, "-m", "encdec", "average", *paths, "--output", str(output)],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (output / "model.safetensors").is_file() and (output / "averaging.json").is_file()
 
 
 def assert_serves(command: list[str], cwd: Path, env: dict) -> None:

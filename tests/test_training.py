@@ -418,6 +418,16 @@ def test_a_checkpoint_without_a_training_clock_resumes_with_the_total_unknown() 
     assert "wall time (s)" not in summary and summary["wall time since resuming at step 2000 (s)"] == 60.0
 
 
+def test_the_progress_bar_names_the_run(tmp_path, capsys) -> None:
+    """The training bar's description is the output folder's name: ``encdec demo`` trains two models one after the
+    other, and each bar says which one it is."""
+    out = tmp_path / "dates-rnn"
+    train(load_run_config(run_config(tmp_path, "rnn", out, training={"max_steps": 2, "eval_strategy": "no"})))
+    bars = [line for line in re.split(r"[\r\n]", capsys.readouterr().err) if "%|" in line]  # tqdm: "desc: 50%|##"
+    assert bars, "no progress bar on stderr"
+    assert all(line.lstrip().startswith("Training dates-rnn: ") for line in bars), bars
+
+
 # --- early stopping, seeded reruns, kill -9 and resume ---------------------------------------------------------------
 
 def test_a_second_run_into_one_output_folder_is_refused(tmp_path) -> None:

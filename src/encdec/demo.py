@@ -3,8 +3,10 @@
 For a Transformer and a BiLSTM with Bahdanau attention it trains a tokenizer and the model with
 ``Seq2SeqTrainer`` (``encdec train configs/demo-*.yaml``), reloads the saved folder through ``pipeline()``,
 reports exact match and BLEU on held-out dates with a few translations, and writes an attention heatmap.
-Everything lands in ``runs/`` (of the current folder). The run configs are package data (``encdec/configs`` is a
-link to the repository's ``configs/``), so an installed encdec runs the demo from any folder.
+Everything lands in ``runs/`` (of the current folder); each run keeps two checkpoints, the inputs of
+``encdec average runs/demo-transformer/checkpoints/checkpoint-* --output runs/avg``. The run configs are package
+data (``encdec/configs`` is a link to the repository's ``configs/``), so an installed encdec runs the demo from any
+folder.
 
 Run: ``encdec demo [--max-steps N] [--runs-dir runs]``.
 """
@@ -31,11 +33,20 @@ EXAMPLE = "Wednesday, 3 Mar 2021"
 
 def demo_config(name: str, runs_dir: Path, max_steps: int | None) -> RunConfig:
     """The demo's run config ``name`` (its model JSON, relative to it, comes from the package too), writing to
-    ``runs_dir``."""
+    ``runs_dir``.
+
+    Each demo run keeps two checkpoints (``save_total_limit: 2``), enough for ``encdec average``. A ``max_steps``
+    shorter than two of the config's evaluation intervals also shortens the interval to ``max_steps // 2`` (at
+    least 1), so that the run still saves two checkpoints, and the loss logging interval to ``max_steps // 10``."""
     overrides = ["--training.output_dir", str(runs_dir / f"demo-{name}"), "--training.overwrite", "true"]
     if max_steps:
         overrides += ["--training.max_steps", str(max_steps)]
-    return load_run_config(CONFIGS / DEMOS[name], overrides)
+    config = load_run_config(CONFIGS / DEMOS[name], overrides)
+    if max_steps:
+        training = config.training
+        training.eval_steps = min(training.eval_steps or max_steps, max(1, max_steps // 2))
+        training.logging_steps = min(training.logging_steps, max(1, max_steps // 10))
+    return config
 
 
 def run_one(name: str, runs_dir: Path, max_steps: int | None) -> dict:

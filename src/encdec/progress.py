@@ -48,15 +48,18 @@ def format_scores(metrics: dict[str, Any]) -> str:
 
 class TrainingProgress(TrainerCallback):
     """Trainer's ``ProgressCallback`` without the evaluation sub-bars, with ``format_log`` lines written above the
-    bar (main process only)."""
+    bar (main process only). The bar says what it trains, ``Training demo-transformer:  50%|...``: ``label`` names
+    the run (``encdec train`` passes its output folder's name), so that the bars of several runs in one terminal
+    (``encdec demo`` trains two models) tell which is which."""
 
-    def __init__(self) -> None:
+    def __init__(self, label: str | None = None) -> None:
+        self.description = f"Training {label}" if label else "Training"
         self.bar: tqdm | None = None
         self.step = 0
 
     def on_train_begin(self, args, state, control, **kwargs) -> None:
         if state.is_world_process_zero:
-            self.bar = tqdm(total=state.max_steps, initial=state.global_step, desc="Training", unit="step",
+            self.bar = tqdm(total=state.max_steps, initial=state.global_step, desc=self.description, unit="step",
                             dynamic_ncols=True)
         self.step = state.global_step
 

@@ -777,7 +777,7 @@ def build_trainer(config: RunConfig, model: PreTrainedModel, tokenizer: Any, tok
     )
     if not args.disable_tqdm:  # one bar and readable log lines (encdec.progress), not raw dicts and sub-bars
         trainer.remove_callback(ProgressCallback)
-        trainer.add_callback(TrainingProgress())
+        trainer.add_callback(TrainingProgress(label=output_dir.resolve().name))  # the bar names the run
     if config.training.average_last and trainer.is_fsdp_enabled:
         raise EncdecError("`training.average_last` does not support FSDP runs (each process holds a shard); set it "
                           "to 0 and average checkpoints afterwards with `encdec average`.")
