@@ -40,10 +40,10 @@ from transformers import (
 )
 from transformers.trainer_callback import ExportableState
 
-from .averaging import WeightSnapshots, average_state_dicts, load_weights, snapshot_folders, snapshot_step
-from .cards import data_languages, training_summary, write_model_card
-from .config_io import apply_overrides, from_dict, load_yaml
-from .data import (
+from ..averaging import WeightSnapshots, average_state_dicts, load_weights, snapshot_folders, snapshot_step
+from ..cards import data_languages, training_summary, write_model_card
+from ..config_io import apply_overrides, from_dict, load_yaml
+from ..data import (
     DataSpec,
     LengthGroupedPairs,
     TokenBatchSampler,
@@ -55,14 +55,14 @@ from .data import (
     tokenize_dataset,
     trained_tokenizer_folder,
 )
-from .errors import EncdecError, OverwriteError
-from .folders import WEIGHTS_NAME, save_for_pipeline
-from .io_utils import WriterLock, atomic_write_json, publish_folder, refuse_overlap, require_file
-from .metrics import build_compute_metrics
-from .parallel import cpu_processes, process_state, unsharded_copy
-from .progress import TrainingProgress, quiet_transformers_bars
-from .stop_points import stop_point
-from .tokenization import check_tokenizer_matches_model, load_tokenizer, special_token_ids, train_tokenizer
+from ..errors import EncdecError, OverwriteError
+from ..folders import WEIGHTS_NAME, save_for_pipeline
+from ..io_utils import WriterLock, atomic_write_json, publish_folder, refuse_overlap, require_file
+from ..metrics import build_compute_metrics
+from ..parallel import cpu_processes, process_state, unsharded_copy
+from ..progress import TrainingProgress, quiet_transformers_bars
+from ..stop_points import stop_point
+from ..tokenization import check_tokenizer_matches_model, load_tokenizer, special_token_ids, train_tokenizer
 
 logger = logging.getLogger(__name__)
 
