@@ -456,7 +456,7 @@ def test_early_stopping_stops_at_the_patience_and_keeps_the_best_checkpoint(tmp_
     one's (docs/command-line.md: "the best checkpoint kept, early stopping"). The evaluations are real, their BLEU
     is scripted (a tiny model scores 0 at every step, which would make every evaluation a tie): 10, 20, 20, 15 at
     steps 2, 4, 6 and 8 put the best at step 4 and the stop at step 8 of 20."""
-    import encdec.training as training_module
+    import encdec.training.run as training_module  # build_trainer looks the metrics up there
 
     scripted, real_metrics = iter([10.0, 20.0, 20.0, 15.0]), training_module.build_compute_metrics
 
@@ -638,7 +638,7 @@ def snapshot_names(out: Path) -> list[str]:
 def test_average_last_keeps_whichever_scores_better_on_validation(tmp_path, monkeypatch, average_wins) -> None:
     """Snapshots every 2 steps, the last 3 kept; the average replaces the best checkpoint exactly when its validation
     score is higher (the scores are rigged per branch, the evaluations are real), and averaging.json says so."""
-    import encdec.training as training_module
+    import encdec.training.results as training_module  # average_or_best scores through it there
 
     real_score, calls = training_module._validation_score, []
 

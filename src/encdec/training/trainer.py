@@ -1,0 +1,114 @@
+"""``EncdecTrainer``: ``Seq2SeqTrainer`` with token batching, length grouping read from Arrow, and evaluation that
+leaves the model's generation config and the gathered predictions as they should be."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+import torch
+from datasets import Dataset
+from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments, TrainerCallback
+
+from ..data import LengthGroupedPairs, TokenBatchSampler, column_lengths, pair_lengths, plan_summary
+
+logger = logging.getLogger(__name__)
+
+
+class SamplerEpoch(TrainerCallback):
+    """Sets the token batch sampler's epoch at the start of each epoch. The Trainer sets it too, except in one case:
+    resuming mid-epoch with several processes, where the sampler sits under two accelerate wrappers
+    (``SkipBatchSampler`` around ``BatchSamplerShard``) that pass no epoch on. ``state.epoch`` then is the
+    checkpoint's (e.g. 1.6: epoch 1)."""
+
+    def __init__(self, trainer: EncdecTrainer) -> None:
+        self.trainer = trainer
+
+    def on_epoch_begin(self, args, state, control, **kwargs) -> None:
+        if self.trainer.token_sampler is not None:
+            self.trainer.token_sampler.set_epoch(int(state.epoch or 0))
+
+
+class EncdecTrainer(Seq2SeqTrainer):
+    """``Seq2SeqTrainer`` whose evaluation leaves the model's generation config as it found it, and which batches by
+    tokens when ``max_tokens`` is set.
+
+    ``Seq2SeqTrainer.prediction_step`` fills transformers' defaults into ``model.generation_config`` (``max_length``
+    = 20), after which every ``generate()`` warns that ``max_new_tokens`` and ``max_length`` are both set, and the
+    saved ``generation_config.json`` carries the stray 20.
+    """
+
+    def __init__(self, *args: Any, max_tokens: int | None = None, **kwargs: Any) -> None:
+        self.max_tokens, self.token_sampler = max_tokens, None
+        super().__init__(*args, **kwargs)
+        if max_tokens is not None:
+            self.add_callback(SamplerEpoch(self))
+
+    def prediction_step(self, *args, **kwargs):
+        config = self.model.generation_config
+        max_length = config.max_length
+        try:
+            return super().prediction_step(*args, **kwargs)
+        finally:
+            config.max_length = max_length
+
+    def _get_train_sampler(self, train_dataset: Any = None) -> Any:
+        """With ``max_tokens``, batches by tokens (``encdec.data.batching``) instead of a fixed sentence count; with
+        ``group_by_length``, the Trainer's length-grouped order with the lengths read from Arrow, not example by
+        example (``LengthGroupedPairs``)."""
+        dataset = train_dataset if train_dataset is not None else self.train_dataset
+        if self.max_tokens is None:
+            if self._groups_tokenized(dataset):
+                return LengthGroupedPairs(self.args.train_batch_size * self.args.gradient_accumulation_steps,
+                                          column_lengths(dataset, "input_ids"))
+            return super()._get_train_sampler(train_dataset)
+        source, target = pair_lengths(dataset)
+        sampler = TokenBatchSampler(np.maximum(source, target), self.max_tokens, seed=self.args.seed,
+                                    world_size=self.args.world_size, rank=self.args.process_index)
+        self.token_sampler = sampler
+        if self.is_world_process_zero():
+            plan = sampler.batches(0)
+            per_step = self.args.gradient_accumulation_steps * self.args.world_size  # batches an optimizer step
+            logger.info("batches by tokens (max_tokens %d): %s; %d batches a step", self.max_tokens,
+                        plan_summary(source, target, plan, per_step), per_step)
+        return sampler
+
+    def _groups_tokenized(self, dataset: Any) -> bool:
+        """``group_by_length`` is on and ``dataset`` is a tokenized ``datasets.Dataset`` (its lengths are in Arrow)."""
+        return _groups_by_length(self.args) and isinstance(dataset, Dataset) and "input_ids" in dataset.column_names
+
+    def _get_eval_sampler(self, eval_dataset: Any) -> Any:
+        """With ``group_by_length`` the Trainer orders evaluation by length too (seeded): the same order, with the
+        lengths read from Arrow (``LengthGroupedPairs``)."""
+        if self._groups_tokenized(eval_dataset):
+            seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
+            return LengthGroupedPairs(self.args.eval_batch_size, column_lengths(eval_dataset, "input_ids"),
+                                      generator=torch.Generator().manual_seed(seed))  # a split may lack labels
+        return super()._get_eval_sampler(eval_dataset)
+
+    def _issue_warnings_after_load(self, load_result: Any) -> None:
+        """Loading the best checkpoint at the end: with tied embeddings the checkpoint stores the shared matrix once
+        (safetensors keeps one copy), so ``load_state_dict`` reports its aliases (``lm_head.weight``, the decoder
+        embedding) as missing, and transformers warned about it on every run. They are not missing: they are the
+        loaded matrix itself. Only keys that are really absent are reported."""
+        tied = set(self.model._tied_weights_keys or {}) if self.model.config.tie_word_embeddings else set()
+        missing = [key for key in load_result.missing_keys if key not in tied]
+        super()._issue_warnings_after_load(load_result._replace(missing_keys=missing))
+
+    def evaluation_loop(self, *args, **kwargs):
+        """Several processes: ``Seq2SeqTrainer.evaluate``/``predict`` gather with ``accelerator.gather`` (transformers
+        PR #27025, for ``num_return_sequences`` > 1), which keeps the examples Accelerate repeats to even out the
+        processes' last batches: BLEU would count some sentences twice whenever the split is not a multiple of
+        processes x batch. With one sequence per example, ``gather_for_metrics`` drops the repeats."""
+        returned = (getattr(self, "_gen_kwargs", None) or {}).get("num_return_sequences") \
+            or getattr(self.model.generation_config, "num_return_sequences", None) or 1
+        if returned == 1:
+            self.gather_function = self.accelerator.gather_for_metrics
+        return super().evaluation_loop(*args, **kwargs)
+
+
+def _groups_by_length(args: Seq2SeqTrainingArguments) -> bool:
+    """Whether the arguments ask for the Trainer's length-grouped order (either name, see ``length_grouping``)."""
+    return getattr(args, "train_sampling_strategy", None) == "group_by_length" or bool(getattr(args, "group_by_length",
+                                                                                               False))
