@@ -47,9 +47,11 @@ from safetensors.torch import load_file
 from transformers import AutoModelForSeq2SeqLM
 
 from distributed_worker import DDP_VARIANTS, TOKEN_BATCHING, WORKER_MODELS, evaluate_folder, train_steps
+from encdec import processes as processes_module
 from encdec.data import load_data, pair_lengths, token_batches
 from encdec.folders import check_model_folder
-from encdec.parallel import cpu_processes, fsdp_units
+from encdec.parallel import fsdp_units
+from encdec.processes import cpu_processes, is_main_process
 from encdec.stop_points import STOP_ENV
 from encdec.tokenization import load_tokenizer
 from encdec.training import CHECKPOINT_SUBDIR, TOKENIZER_SUBDIR, load_run_config, tokenize_splits, train
@@ -318,6 +320,20 @@ def test_cpu_processes_only_under_a_launcher_without_gpu(monkeypatch) -> None:
     monkeypatch.setenv("WORLD_SIZE", "1")
     monkeypatch.setenv("ACCELERATE_USE_CPU", "true")
     assert cpu_processes()
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_the_main_process_is_the_only_one_or_rank_0_of_a_launch(monkeypatch, rank: int) -> None:
+    """Without a launcher no process group is joined to answer; under one, Accelerate's state (rank 0) answers."""
+    def joined() -> SimpleNamespace:
+        return SimpleNamespace(is_main_process=rank == 0)
+
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.setattr(processes_module, "process_state", lambda: pytest.fail("joined a process group"))
+    assert is_main_process()
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setattr(processes_module, "process_state", joined)
+    assert is_main_process() == (rank == 0)
 
 
 @pytest.mark.parametrize("tied", [True, False])

@@ -2,15 +2,16 @@
 
 ``encdec train`` needs nothing special to run in several processes: Seq2SeqTrainer (Accelerate underneath) wraps
 the model in DDP, gives each process its share of every batch and gathers the generated predictions for BLEU,
-and ``training.py`` lets only the main process write files. Launch it with Accelerate or torchrun::
+and ``encdec.training`` lets only the main process write files. Launch it with Accelerate or torchrun::
 
     accelerate launch --config_file configs/accelerate/cpu-2proc.yaml -m encdec train configs/demo-transformer.yaml
     torchrun --nproc_per_node 2 -m encdec train configs/demo-transformer.yaml
 
 What this module adds:
 
-- ``cpu_processes()`` / ``process_state()``: Accelerate joins processes only on an accelerator unless told to use
-  the CPU; under a launcher on a machine without a GPU, encdec tells it (gloo backend).
+- ``cpu_processes()`` / ``process_state()`` (from ``encdec.processes``, where "am I the main process?" is answered):
+  Accelerate joins processes only on an accelerator unless told to use the CPU; under a launcher on a machine without
+  a GPU, encdec tells it (gloo backend).
 - FSDP on CPU processes. Accelerate (and so Trainer) turn FSDP on only for GPU-type devices: on CPU processes
   Trainer silently falls back to DDP. ``shard_model`` applies torch's FSDP2 ``fully_shard`` directly, one unit per
   ``_no_split_modules`` class (Transformer: each encoder and decoder layer), except that a unit never holds a
@@ -29,33 +30,13 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from accelerate import PartialState
 from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.distributed.fsdp import FSDPModule, FullyShardedDataParallel, fully_shard
 from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
 from transformers import PreTrainedModel
 
-# --- processes -------------------------------------------------------------------------------------------------------
-
-def _has_accelerator() -> bool:
-    accelerator = getattr(torch, "accelerator", None)  # torch >= 2.6: CUDA, XPU, MPS, ...
-    return accelerator.is_available() if accelerator is not None else torch.cuda.is_available()
-
-
-def cpu_processes() -> bool:
-    """Whether Accelerate must be told to join the processes on the CPU (gloo): under a launcher (``WORLD_SIZE`` >
-    1) on a machine without a GPU, or with ``ACCELERATE_USE_CPU=true``. Without it Accelerate sees no device to
-    join the processes on, and each one would train alone on the whole data."""
-    if os.environ.get("ACCELERATE_USE_CPU", "").lower() in ("1", "true", "yes"):
-        return True
-    return int(os.environ.get("WORLD_SIZE", "1")) > 1 and not _has_accelerator()
-
-
-def process_state() -> PartialState:
-    """Accelerate's view of the processes (rank, main process, barriers); creating it joins the process group."""
-    return PartialState(cpu=cpu_processes())
-
+from .processes import cpu_processes, process_state  # their home is encdec.processes; importers here still work
 
 # --- FSDP --------------------------------------------------------------------------------------------------------
 

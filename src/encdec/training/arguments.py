@@ -12,7 +12,7 @@ import torch
 from transformers import Seq2SeqTrainingArguments
 
 from ..errors import EncdecError
-from ..parallel import cpu_processes
+from ..processes import cpu_processes
 from .config import RunConfig, TrainingSettings
 from .run_folder import CHECKPOINT_SUBDIR
 

@@ -15,7 +15,7 @@ from transformers import Seq2SeqTrainer
 from ..averaging import average_state_dicts, load_weights, snapshot_folders, snapshot_step
 from ..errors import EncdecError
 from ..folders import WEIGHTS_NAME
-from ..parallel import process_state
+from ..processes import process_state
 from .callbacks import TrainingClock
 from .config import RunConfig, TrainingSettings
 

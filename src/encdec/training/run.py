@@ -21,7 +21,7 @@ from ..data import format_report, load_data
 from ..errors import EncdecError
 from ..io_utils import WriterLock, publish_folder
 from ..metrics import build_compute_metrics
-from ..parallel import process_state
+from ..processes import is_main_process, process_state
 from ..progress import TrainingProgress, quiet_transformers_bars
 from .arguments import check_token_batching, training_arguments
 from .callbacks import CheckpointStopPoint, StopOnCtrlC, TrainingClock
@@ -78,14 +78,14 @@ def train(config: RunConfig) -> dict:
     and a second run into the same folder is refused, naming the first one's PID."""
     output_dir = Path(config.training.output_dir)
     lock = WriterLock(output_dir.with_name(output_dir.name + ".lock"), f"The output folder {output_dir}")
-    with lock if process_state().is_main_process else contextlib.nullcontext():
+    with lock if is_main_process() else contextlib.nullcontext():
         return train_holding_the_lock(config)
 
 
 def train_holding_the_lock(config: RunConfig) -> dict:
     """``train``, once its output folder is this run's."""
     set_seed(config.training.seed)
-    if not process_state().is_main_process:  # several processes: one copy of the progress bars, the main one's
+    if not is_main_process():  # several processes: one copy of the progress bars, the main one's
         disable_progress_bars()
     check_token_batching(config.training)  # before anything is written
     output_dir = prepare_output_dir(config.training, run_inputs(config))
@@ -94,7 +94,7 @@ def train_holding_the_lock(config: RunConfig) -> dict:
     tokenizer = get_tokenizer(config, datasets["train"], output_dir)
     model_config = build_model_config(config, tokenizer)
     check_positions(config, model_config)
-    if (warning := post_ln_warmup_warning(model_config, config.training)) and process_state().is_main_process:
+    if (warning := post_ln_warmup_warning(model_config, config.training)) and is_main_process():
         logger.warning(warning)
     model = build_model(model_config, config.generation, tokenizer)
     with process_state().main_process_first():  # the main one tokenizes and caches; the others load its cache
@@ -105,7 +105,7 @@ def train_holding_the_lock(config: RunConfig) -> dict:
     resume = checkpoint_to_resume(config.training, output_dir)
     # saved only now (a setup error leaves output_dir empty), and whole or not at all (a kill leaves no half folder)
     if not config.tokenizer.path and not (output_dir / TOKENIZER_SUBDIR / "tokenizer_config.json").is_file() \
-            and trainer.is_world_process_zero():
+            and is_main_process():
         publish_folder(tokenizer.save_pretrained, output_dir / TOKENIZER_SUBDIR)
     stop_on_ctrl_c = StopOnCtrlC()
     trainer.add_callback(stop_on_ctrl_c)
@@ -116,6 +116,6 @@ def train_holding_the_lock(config: RunConfig) -> dict:
             results["train"]["distilled_from"] = config.data.distilled_from
         # FSDP (GPUs only): every process takes part in gathering the sharded weights, the main one saves them
         full_state = trainer.accelerator.get_state_dict(trainer.model) if trainer.is_fsdp_enabled else None
-        if trainer.is_world_process_zero():
+        if is_main_process():
             save_final_folder(trainer, tokenizer, output_dir, results, config, state_dict=full_state)
     return results

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ..errors import OverwriteError
 from ..io_utils import refuse_overlap
-from ..parallel import process_state
+from ..processes import is_main_process, process_state
 from .config import RunConfig, TrainingSettings
 
 logger = logging.getLogger(__name__)
@@ -51,7 +51,7 @@ def prepare_output_dir(settings: TrainingSettings, inputs: list[str] = ()) -> Pa
         refuse_overlap(output_dir, inputs, option="training.output_dir")
     state = process_state()
     state.wait_for_everyone()  # every process has looked before the main one changes anything
-    if state.is_main_process:
+    if is_main_process():
         if clear:
             shutil.rmtree(output_dir)
         output_dir.mkdir(parents=True, exist_ok=True)
@@ -65,7 +65,7 @@ def checkpoint_to_resume(settings: TrainingSettings, output_dir: Path) -> str | 
     resume = settings.resume_from_checkpoint
     if resume is True:
         resume = latest_complete_checkpoint(output_dir / CHECKPOINT_SUBDIR)
-        if resume is None and process_state().is_main_process:
+        if resume is None and is_main_process():
             logger.warning("training.resume_from_checkpoint is true, but %s holds no complete checkpoint yet: "
                            "starting from step 0.", output_dir / CHECKPOINT_SUBDIR)
     return str(resume) if resume else None

@@ -12,7 +12,7 @@ from datasets import DatasetDict
 
 from ..data import DataSpec, tokenize_dataset, trained_tokenizer_folder
 from ..io_utils import publish_folder
-from ..parallel import process_state
+from ..processes import process_state
 from ..tokenization import load_tokenizer, train_tokenizer
 from .config import RunConfig, TrainingSettings
 from .run_folder import TOKENIZER_SUBDIR

@@ -12,6 +12,7 @@ from datasets import Dataset
 from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments, TrainerCallback
 
 from ..data import LengthGroupedPairs, TokenBatchSampler, column_lengths, pair_lengths, plan_summary
+from ..processes import is_main_process
 
 logger = logging.getLogger(__name__)
 
@@ -67,7 +68,7 @@ class EncdecTrainer(Seq2SeqTrainer):
         sampler = TokenBatchSampler(np.maximum(source, target), self.max_tokens, seed=self.args.seed,
                                     world_size=self.args.world_size, rank=self.args.process_index)
         self.token_sampler = sampler
-        if self.is_world_process_zero():
+        if is_main_process():
             plan = sampler.batches(0)
             per_step = self.args.gradient_accumulation_steps * self.args.world_size  # batches an optimizer step
             logger.info("batches by tokens (max_tokens %d): %s; %d batches a step", self.max_tokens,
