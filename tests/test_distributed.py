@@ -46,11 +46,11 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForSeq2SeqLM
 
+from cpu_fsdp import fsdp_units
 from distributed_worker import DDP_VARIANTS, TOKEN_BATCHING, WORKER_MODELS, evaluate_folder, train_steps
 from encdec import processes as processes_module
 from encdec.data import load_data, pair_lengths, token_batches
 from encdec.folders import check_model_folder
-from encdec.parallel import fsdp_units
 from encdec.processes import cpu_processes, is_main_process
 from encdec.stop_points import STOP_ENV
 from encdec.tokenization import load_tokenizer
