@@ -125,13 +125,35 @@ def test_help_and_argument_errors_import_neither_torch_nor_transformers(argv: li
 
 
 def test_modules_stay_small_enough_to_read() -> None:
-    """Every function fits on a screen (50 lines at most), and no modeling file passes 600 lines."""
+    """Every function fits on a screen (50 lines at most), and no file of the package passes 600 lines."""
     long_functions = []
     for path in [*sorted(PACKAGE.rglob("*.py")), CLI]:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.end_lineno - node.lineno >= 50:
                 long_functions.append(f"{module_name(path)}.{node.name}: {node.end_lineno - node.lineno + 1} lines")
     assert not long_functions, long_functions
-    modeling = {path.name: len(path.read_text(encoding="utf-8").splitlines())
-                for path in (PACKAGE / "models").glob("modeling_*.py")}
-    assert max(modeling.values()) < 600, modeling
+    long_files = {module_name(path): lines for path in PACKAGE.rglob("*.py")
+                  if (lines := len(path.read_text(encoding="utf-8").splitlines())) >= 600}
+    assert not long_files, long_files
+
+
+def reachable(graph: dict[str, set[str]], start: set[str]) -> set[str]:
+    """Every module that ``start`` imports, directly or through others."""
+    seen, todo = set(), list(start)
+    while todo:
+        for target in graph.get(todo.pop(), ()):
+            if target not in seen:
+                seen.add(target)
+                todo.append(target)
+    return seen
+
+
+def test_models_and_data_import_nothing_from_training() -> None:
+    """Training is a stage above the models and the data: they import nothing from ``encdec.training``, not even
+    through another module; the training package's own modules import their siblings, never the package."""
+    graph, _ = import_graph()
+    below = {name for name in graph if name.split(".")[1:2] in (["models"], ["data"])}
+    assert below and "encdec.training.run" in graph
+    assert not {name for name in reachable(graph, below) if name.startswith("encdec.training")}
+    inside = {name for name in graph if name.startswith("encdec.training.")}
+    assert not {name for name in inside if "encdec.training" in graph[name]}
