@@ -142,15 +142,33 @@ def replace_folder(save: Callable[[Path], Any], folder: Path) -> Any:
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def ensure_output_dir(path: str | os.PathLike, overwrite: bool, what: str = "output directory") -> Path:
-    """Create ``path``; refuse an existing non-empty folder unless ``overwrite`` (then it is emptied)."""
+def refuse_existing(path: str | os.PathLike, overwrite: bool, what: str, option: str | None = "--output", *,
+                    folder: bool = False, consent: str = "--overwrite", example: str = "results.json") -> Path:
+    """The one answer to "may I write here?", for every output: ``path`` (a ``folder``, or else a file) is free when
+    it is absent, or an empty folder; what is there is replaced only with ``overwrite``; a file where a folder goes,
+    or a folder where a file goes, never. Returns ``path`` as a Path; otherwise an ``OverwriteError`` in one message
+    (``The WHAT PATH already exists; pass --overwrite to replace it or choose another OPTION path.``) that names the
+    output, the flag that consents (``consent``) and the one that moves it (``option``; None when its name is fixed).
+    Whether the output overlaps an input is ``refuse_overlap``'s question, asked first."""
     path = Path(path)
-    if path.exists() and not path.is_dir():
-        raise OverwriteError(f"The {what} {path} exists and is a file; choose another path.")
+    another = f"another {option} path" if option else "another path"
+    if folder and path.exists() and not path.is_dir():
+        raise OverwriteError(f"The {what} {path} exists and is a file; choose {another}.")
+    if not folder and path.is_dir():
+        raise OverwriteError(f"The {what} {path} is a folder; give a file path such as {path / example}.")
+    if overwrite or not path.exists() or (folder and not any(path.iterdir())):
+        return path
+    state = "already exists and is not empty" if folder else "already exists"
+    elsewhere = f" or choose {another}" if option else ""
+    raise OverwriteError(f"The {what} {path} {state}; pass {consent} to replace it{elsewhere}.")
+
+
+def ensure_output_dir(path: str | os.PathLike, overwrite: bool, what: str = "output directory",
+                      option: str | None = "--output") -> Path:
+    """Create the folder ``path``; an existing non-empty one is emptied with ``overwrite``, refused without
+    (``refuse_existing``)."""
+    path = refuse_existing(path, overwrite, what, option, folder=True)
     if path.is_dir() and any(path.iterdir()):
-        if not overwrite:
-            raise OverwriteError(f"The {what} {path} already exists and is not empty; pass --overwrite to replace it "
-                                 "or choose another path.")
         shutil.rmtree(path)
     path.mkdir(parents=True, exist_ok=True)
     return path
