@@ -26,6 +26,7 @@ from .corpus import (
     run_chunks,
 )
 from .errors import InputFileError
+from .folders import refuse_model_overwrite
 from .inference import (
     CHUNK_SIZE,
     default_beams,
@@ -41,7 +42,6 @@ from .io_utils import (
     read_aligned_lines,
     read_lines,
     refuse_existing,
-    refuse_model_overwrite,
     refuse_overlap,
     require_file,
 )

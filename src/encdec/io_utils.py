@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import codecs
+import hashlib
 import json
 import os
 import shutil
@@ -187,25 +188,20 @@ def refuse_overlap(output: str | os.PathLike, inputs: Sequence[str | os.PathLike
                                  f"input. Choose another {option} path.")
 
 
-# what a model folder is made of: an output may be written beside these (scores kept with their model), never over one
+# Superseded by encdec.folders (MODEL_FILES, RECORD_FILES, decides_translations, model_identity), which holds what
+# a model folder is made of; kept only while distill.TEACHER_FILES is computed from it. Delete it when distill's
+# folder_hashes becomes folders.model_identity.
 MODEL_FOLDER_FILES = {"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
                       "special_tokens_map.json", "eval_results.json", "averaging.json", "README.md"}
 
 
-def refuse_model_overwrite(output: str | os.PathLike, model_dirs: Sequence[str | os.PathLike],
-                           option: str = "--output") -> None:
-    """An output file may lie in a model folder (``encdec evaluate --output runs/m/test2016-beam5.json`` keeps the
-    scores with their model), but may not be the folder, contain it, or be one of the files that make the model
-    (configs, tokenizer, card, weights, code); an ``OverwriteError`` naming both otherwise."""
-    target = Path(output).resolve()
-    for folder in model_dirs:
-        folder = Path(folder).resolve()
-        if target == folder or target in folder.parents:
-            refuse_overlap(output, [folder], option)
-        if folder in target.parents and (target.name in MODEL_FOLDER_FILES or target.suffix in (
-                ".safetensors", ".bin", ".py", ".model") or target.parent != folder):
-            raise OverwriteError(f"{option} {output} is part of the model {folder}; writing there would destroy "
-                                 f"it. Choose another {option} path (a new file beside its files is fine).")
+def file_sha256(path: str | os.PathLike) -> str:
+    """The SHA-256 of a file's content (hex), read in blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def require_file(path: str | os.PathLike, what: str = "file") -> Path:
