@@ -109,7 +109,8 @@ def test_bad_requests_are_refused(tokenizer, tmp_path: Path) -> None:
     keep = tmp_path / "taken"
     keep.mkdir()
     (keep / "notes.txt").write_text("mine")
-    with pytest.raises(OverwriteError, match=rf"{re.escape(str(keep))} exists and is not empty; pass --overwrite"):
+    with pytest.raises(OverwriteError,
+                       match=rf"{re.escape(str(keep))} already exists and is not empty; pass --overwrite"):
         average_checkpoints([a, b], keep)
     assert (keep / "notes.txt").read_text() == "mine"
     average_checkpoints([a, b], keep, overwrite=True)

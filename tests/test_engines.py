@@ -265,8 +265,8 @@ def test_refusals_name_the_problem(folders, exports, tmp_path, monkeypatch) -> N
     assert not (tmp_path / "rnn").exists()
     with pytest.raises(EncdecError, match="`quantization` must be one of"):
         export_ctranslate2(folders["paper"], tmp_path / "x", quantization="int4")
-    with pytest.raises(OverwriteError, match=f"export folder {re.escape(str(exports['paper']))} already exists; "
-                                             "pass --overwrite"):
+    with pytest.raises(OverwriteError, match=f"export folder {re.escape(str(exports['paper']))} already exists and is "
+                                             "not empty; pass --overwrite"):
         export_ctranslate2(folders["paper"], exports["paper"])
     with pytest.raises(EncdecError, match="is a torch model folder, not a CTranslate2 export: export it first with"):
         load_engine(folders["paper"], "ctranslate2")

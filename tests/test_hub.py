@@ -17,7 +17,7 @@ import encdec
 from encdec.cards import card_template, render_model_card, write_model_card
 from encdec.cli import main
 from encdec.errors import EncdecError, InputFileError, OverwriteError
-from encdec.folders import check_model_folder, save_for_pipeline
+from encdec.folders import check_model_folder, model_identity, refuse_model_overwrite, save_for_pipeline
 from encdec.hub import push_model
 from encdec.inference import load_pipeline, translate_lines
 from remote_code import assert_same_as_encdec, load_without_encdec
@@ -230,6 +230,41 @@ def test_check_names_what_remote_loading_would_miss(copy_of, tokenizer, tmp_path
         check_model_folder(folder)
     with pytest.raises(InputFileError, match="does not exist"):
         check_model_folder(tmp_path / "nowhere")
+
+
+def test_model_identity_changes_with_what_decides_translations_only(copy_of, tmp_path) -> None:
+    """Is this the same model? Scores, a card and a new file written beside the model leave the answer unchanged;
+    a changed weight, generation default or recorded alignment layer changes it, named by its file. A copy elsewhere
+    has the same files but another path."""
+    folder = copy_of("transformer")
+    before = model_identity(folder)
+    assert {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json"} <= before.keys()
+    assert not {name for name in before if name.endswith(".py")}
+    write_model_card(folder)
+    for name in ("eval_results.json", "averaging.json", "test2016-beam5.json"):
+        (folder / name).write_text("{}")
+    assert model_identity(folder) == before
+    copy = shutil.copytree(folder, tmp_path / "copy")
+    assert {**model_identity(copy), "path": before["path"]} == before
+    for name, content in (("generation_config.json", b'{"num_beams": 7}'), ("alignment.json", b'{"layer": 0}')):
+        (folder / name).write_bytes(content)
+        changed = model_identity(folder)
+        assert changed[name] != before.get(name), name
+        before = changed
+    weights = folder / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-4] + b"\0\0\0\0")
+    assert model_identity(folder)["model.safetensors"] != before["model.safetensors"]
+
+
+def test_outputs_may_go_beside_a_model_but_not_over_one_of_its_files(copy_of) -> None:
+    folder = copy_of("rnn")
+    refuse_model_overwrite(folder / "test2016-beam5.json", [folder])
+    for name in ("config.json", "model.safetensors", "tokenizer.json", "vocab.json", "alignment.json",
+                 "eval_results.json", "README.md", "modeling_rnn_seq2seq.py", "plots/attention.png"):
+        with pytest.raises(OverwriteError, match="is part of the model"):
+            refuse_model_overwrite(folder / name, [folder])
+    with pytest.raises(OverwriteError, match="is the input"):
+        refuse_model_overwrite(folder, [folder])
 
 
 # --- push ------------------------------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from encdec.io_utils import (
     count_text_lines,
     ensure_output_dir,
     read_aligned_lines,
+    refuse_existing,
     text_lines,
 )
 from test_threads import first_line
@@ -50,6 +51,36 @@ def test_ensure_output_dir_refuses_a_non_empty_folder_without_overwrite(tmp_path
     assert (tmp_path / "mine.txt").exists()
     ensure_output_dir(tmp_path, overwrite=True)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_refuse_existing_is_the_one_answer_to_may_i_write_here(tmp_path) -> None:
+    """A file or a non-empty folder is replaced only with consent, in one message that names the output, the flag
+    that consents and the one that moves it; a file where a folder goes, or a folder where a file goes, never."""
+    taken, empty, new = tmp_path / "taken", tmp_path / "empty", tmp_path / "new"
+    taken.mkdir()
+    (taken / "mine.txt").write_text("user data")
+    empty.mkdir()
+    assert refuse_existing(new, False, "output folder", folder=True) == new
+    assert refuse_existing(empty, False, "output folder", folder=True) == empty
+    assert refuse_existing(taken, True, "output folder", folder=True) == taken
+    with pytest.raises(OverwriteError) as refused:
+        refuse_existing(taken, False, "export folder", folder=True)
+    assert str(refused.value) == (f"The export folder {taken} already exists and is not empty; pass --overwrite to "
+                                  "replace it or choose another --output path.")
+    with pytest.raises(OverwriteError) as refused:
+        refuse_existing(taken / "mine.txt", False, "plot file", "--out")
+    assert str(refused.value) == (f"The plot file {taken / 'mine.txt'} already exists; pass --overwrite to replace it "
+                                  "or choose another --out path.")
+    assert refuse_existing(taken / "mine.txt", True, "plot file") == taken / "mine.txt"
+    with pytest.raises(OverwriteError, match=r"exists and is a file; choose another --output path\.$"):
+        refuse_existing(taken / "mine.txt", True, "output folder", folder=True)
+    with pytest.raises(OverwriteError, match=r"is a folder; give a file path such as .*results\.json\.$"):
+        refuse_existing(taken, True, "output file")
+    card = taken / "README.md"
+    card.write_text("a card")
+    with pytest.raises(OverwriteError, match=r"README\.md already exists; pass overwrite=True to replace it\.$"):
+        refuse_existing(card, False, "model card", option=None, consent="overwrite=True")
+    assert (taken / "mine.txt").read_text() == "user data"
 
 
 def test_read_aligned_lines_names_both_files_and_counts(tmp_path) -> None:

@@ -1,6 +1,6 @@
 """The package's modules sit in layers: no import cycle between encdec's modules, and no encdec module imported inside
-a function to dodge one. The command line alone imports lazily, from a module outside the package (``encdec_cli``),
-so that ``encdec --help`` and argument errors answer without importing torch and transformers."""
+a function to dodge one. The command line alone imports lazily, from a package beside this one (``encdec_cli``), so
+that ``encdec --help`` and argument errors answer without importing torch and transformers."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 import encdec
 
 PACKAGE = Path(encdec.__file__).parent
-CLI = PACKAGE.parent / "encdec_cli.py"
+CLI = sorted((PACKAGE.parent / "encdec_cli").glob("*.py"))  # the command line: a package beside encdec
 
 
 def module_name(path: Path) -> str:
@@ -103,12 +103,20 @@ def test_no_encdec_import_inside_a_function_outside_the_cli() -> None:
     assert not lazy, lazy
 
 
-def test_the_cli_module_imports_only_the_standard_library_at_the_top() -> None:
-    tree = ast.parse(CLI.read_text(encoding="utf-8"))
+@pytest.mark.parametrize("path", CLI, ids=lambda path: path.name)
+def test_the_cli_modules_import_only_the_standard_library_at_the_top(path: Path) -> None:
+    """Each module of ``encdec_cli`` imports the standard library and its sibling modules (``from .x import y``)
+    at the top, and ``encdec`` only inside the commands."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
     top = [node for node in tree.body if isinstance(node, ast.Import | ast.ImportFrom)]
     names = {alias.name.split(".")[0] for node in top if isinstance(node, ast.Import) for alias in node.names}
-    names |= {node.module.split(".")[0] for node in top if isinstance(node, ast.ImportFrom) and node.module}
-    assert names and names <= set(sys.stdlib_module_names) | {"__future__"}, names
+    names |= {node.module.split(".")[0] for node in top
+              if isinstance(node, ast.ImportFrom) and node.module and not node.level}
+    assert top and names <= set(sys.stdlib_module_names) | {"__future__"}, names
+
+
+def test_the_cli_is_a_package_of_several_modules() -> None:
+    assert {path.name for path in CLI} >= {"__init__.py", "parser.py", "commands.py", "runner.py"}
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["translate", "--help"], ["translate"], ["serve", "--port", "x"],
@@ -125,14 +133,15 @@ def test_help_and_argument_errors_import_neither_torch_nor_transformers(argv: li
 
 
 def test_modules_stay_small_enough_to_read() -> None:
-    """Every function fits on a screen (50 lines at most), and no file of the package passes 600 lines."""
+    """Every function fits on a screen (50 lines at most), and no file of the package or the command line passes 600
+    lines."""
     long_functions = []
-    for path in [*sorted(PACKAGE.rglob("*.py")), CLI]:
+    for path in [*sorted(PACKAGE.rglob("*.py")), *CLI]:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.end_lineno - node.lineno >= 50:
                 long_functions.append(f"{module_name(path)}.{node.name}: {node.end_lineno - node.lineno + 1} lines")
     assert not long_functions, long_functions
-    long_files = {module_name(path): lines for path in PACKAGE.rglob("*.py")
+    long_files = {module_name(path): lines for path in [*PACKAGE.rglob("*.py"), *CLI]
                   if (lines := len(path.read_text(encoding="utf-8").splitlines())) >= 600}
     assert not long_files, long_files
 

@@ -35,9 +35,9 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, PreTrainedModel, TrainerCallback
 
-from .errors import EncdecError, InputFileError, OverwriteError
+from .errors import EncdecError, InputFileError
 from .folders import WEIGHTS_NAME, read_json, read_safetensors_shapes, require_dir, save_for_pipeline
-from .io_utils import atomic_write_json, refuse_overlap, replace_folder
+from .io_utils import atomic_write_json, refuse_existing, refuse_overlap, replace_folder
 from .progress import quiet_transformers_bars
 
 # config.json keys that differ between checkpoints of one model without changing it
@@ -138,9 +138,7 @@ def _check_request(folders: list[Path], output_dir: Path, overwrite: bool) -> No
     if len({folder.resolve() for folder in folders}) != len(folders):
         raise EncdecError("The same checkpoint folder was given twice; each checkpoint may be averaged only once.")
     refuse_overlap(output_dir, folders)  # not a checkpoint, inside one, or around one (--overwrite would delete it)
-    if output_dir.exists() and (not output_dir.is_dir() or any(output_dir.iterdir())) and not overwrite:
-        raise OverwriteError(f"The output folder {output_dir} exists and is not empty; pass --overwrite to replace "
-                             "it or choose another folder.")
+    refuse_existing(output_dir, overwrite, "output folder", folder=True)
 
 
 def _write_folder(model, tokenizer, record: dict, output_dir: Path) -> None:

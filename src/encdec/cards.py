@@ -20,9 +20,9 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from transformers import PreTrainedModel
 
 from . import __version__
-from .errors import EncdecError, OverwriteError
+from .errors import EncdecError
 from .folders import FAMILIES, PIPELINE_TASK, config_and_size, read_json, require_dir
-from .io_utils import atomic_write_text
+from .io_utils import atomic_write_text, refuse_existing
 
 
 def card_template(family: str) -> str:
@@ -145,8 +145,7 @@ def write_model_card(model_dir: str | os.PathLike, *, overwrite: bool = False, *
     """Render the card of the model saved in ``model_dir`` and write it to ``model_dir/README.md`` atomically.
     ``card_kwargs`` are those of ``render_model_card``. An existing README.md is replaced only with ``overwrite``."""
     path = require_dir(model_dir) / "README.md"
-    if path.exists() and not overwrite:
-        raise OverwriteError(f"{path} already exists; pass overwrite=True (--overwrite) to replace it.")
+    refuse_existing(path, overwrite, "model card", option=None, consent="overwrite=True")
     atomic_write_text(path, render_model_card(model_dir, **card_kwargs))
     return path
 

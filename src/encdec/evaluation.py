@@ -25,7 +25,8 @@ from .corpus import (
     paired_chunks,
     run_chunks,
 )
-from .errors import InputFileError, OverwriteError
+from .errors import InputFileError
+from .folders import refuse_model_overwrite
 from .inference import (
     CHUNK_SIZE,
     default_beams,
@@ -40,7 +41,7 @@ from .io_utils import (
     count_lines,
     read_aligned_lines,
     read_lines,
-    refuse_model_overwrite,
+    refuse_existing,
     refuse_overlap,
     require_file,
 )
@@ -93,14 +94,7 @@ def check_output_file(output_file: str | os.PathLike | None, overwrite: bool,
         return None
     refuse_overlap(output_file, inputs)
     refuse_model_overwrite(output_file, models)
-    output_file = Path(output_file)
-    if output_file.is_dir():
-        raise OverwriteError(f"The output file {output_file} is a folder; give a file path such as "
-                             f"{output_file / 'results.json'}.")
-    if output_file.exists() and not overwrite:
-        raise OverwriteError(f"The output file {output_file} already exists; pass --overwrite to replace it "
-                             "or choose another path.")
-    return output_file
+    return refuse_existing(output_file, overwrite, "output file")
 
 
 def evaluate_model(

@@ -29,10 +29,10 @@ from typing import Any
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from .engines import require_ctranslate2
-from .errors import EncdecError, OverwriteError
+from .errors import EncdecError
 from .folders import EXPORT_INFO, require_model_folder
 from .inference import load_model_and_tokenizer
-from .io_utils import atomic_write_json, refuse_overlap
+from .io_utils import atomic_write_json, refuse_existing, refuse_overlap
 
 try:  # an optional extra: encdec[ct2]
     import ctranslate2
@@ -181,10 +181,7 @@ def export_ctranslate2(model_dir: str | os.PathLike, output_dir: str | os.PathLi
     refuse_overlap(output_dir, [model_dir])  # before anything is loaded or replaced, --overwrite or not
     model, tokenizer = load_model_and_tokenizer(model_dir)
     converter = EncdecTransformerConverter(model, tokenizer)  # refuses the RNN family before anything is written
-    output_dir = Path(output_dir)
-    if output_dir.exists() and not (output_dir.is_dir() and (overwrite or not any(output_dir.iterdir()))):
-        raise OverwriteError(f"The export folder {output_dir} already exists; pass --overwrite to replace it or "
-                             "choose another path.")
+    output_dir = refuse_existing(output_dir, overwrite, "export folder", folder=True)
     output_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=output_dir.parent, prefix=f".{output_dir.name}."))
     try:  # everything is written under a temporary name; the old folder goes only once the new one is complete

@@ -1,4 +1,12 @@
-"""Model folders: what a shippable folder holds, checks that name the broken file, and saving one.
+"""Model folders: what a folder holds, whether two folders hold the same model, checks that name the broken file,
+and saving one.
+
+A model folder (torch, or a CTranslate2 export) is made of the files that decide its translations (``MODEL_FILES``,
+the weights, the vocabularies: ``decides_translations``), the records that encdec writes beside them about the model
+(``RECORD_FILES``: scores, averaging record, card) and the code that ``trust_remote_code`` loading imports. Two
+folders hold the same model when their ``model_identity`` is equal: a resumed corpus run and a distillation's
+teacher ask this, and a new file written beside the model (``encdec evaluate --output runs/m/test.json``) does not
+change the answer; ``refuse_model_overwrite`` keeps outputs off every file of the model.
 
 A shippable folder holds exactly what ``check_model_folder`` lists: ``config.json`` (with ``auto_map`` and
 ``custom_pipelines``), ``generation_config.json``, ``model.safetensors``, the tokenizer files, the code files that
@@ -12,7 +20,7 @@ import json
 import math
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +28,11 @@ from huggingface_hub import ModelCard
 from safetensors import safe_open
 from transformers import AutoConfig, PretrainedConfig, PreTrainedModel
 
-from .errors import InputFileError
+from .alignment import ALIGNMENT_FILE
+from .errors import InputFileError, OverwriteError
+from .io_utils import file_sha256, refuse_overlap
 from .models.pipeline_seq2seq import Seq2SeqGenerationPipeline
-from .tokenization import check_tokenizer_matches_model
+from .tokenization import TOKENIZER_FILES, check_tokenizer_matches_model
 
 PIPELINE_TASK = "seq2seq-generation"
 FAMILIES = ("transformer_seq2seq", "rnn_seq2seq")
@@ -30,6 +40,12 @@ WEIGHTS_NAME = "model.safetensors"
 EXPORT_INFO = "encdec_export.json"  # what `encdec export` writes into a CTranslate2 folder (encdec.export)
 REQUIRED_FILES = ("config.json", "generation_config.json", WEIGHTS_NAME, "tokenizer.json", "tokenizer_config.json")
 OPTIONAL_FILES = ("special_tokens_map.json", "README.md")
+WEIGHT_SUFFIXES = (".safetensors", ".bin")  # torch weights, and CTranslate2's model.bin
+# the files that decide what a model folder translates (with its weights and CTranslate2's *vocabulary* files)
+MODEL_FILES = frozenset({"config.json", "generation_config.json", "special_tokens_map.json", "added_tokens.json",
+                         *TOKENIZER_FILES, EXPORT_INFO, ALIGNMENT_FILE})
+# what encdec writes beside a model about it: scores (`encdec train`), the averaging record, the model card
+RECORD_FILES = frozenset({"eval_results.json", "averaging.json", "README.md"})
 RESAVE_FIX = ("load the model and tokenizer and re-save them with `encdec.folders.save_for_pipeline(model, "
               "tokenizer, DIR)`")
 _SIBLING_IMPORT = re.compile(r"^\s*from\s+\.(\w+)\s+import", flags=re.MULTILINE)
@@ -57,6 +73,43 @@ def model_folders_in(folder: Path) -> list[Path]:
     """The model folders (torch or CTranslate2) directly inside ``folder``, sorted."""
     return sorted(child for child in folder.iterdir()
                   if child.is_dir() and ((child / "config.json").is_file() or (child / EXPORT_INFO).is_file()))
+
+
+def decides_translations(name: str) -> bool:
+    """Whether the file ``name`` of a model folder decides what the model translates: its configs, tokenizer,
+    weights, CTranslate2 vocabularies, export record and recorded alignment layer; not the ``RECORD_FILES`` written
+    about it, the code that remote-code loading imports, nor a file that someone put beside them."""
+    return name in MODEL_FILES or Path(name).suffix in (*WEIGHT_SUFFIXES, ".model") or "vocabulary" in name
+
+
+def model_identity(model_dir: str | os.PathLike) -> dict[str, str]:
+    """The one answer to "is this the same model?": the folder's resolved path and the SHA-256 of each of its files
+    that ``decides_translations``, by name. Two folders (or one folder at two times) hold the same model when their
+    identities are equal; the first name whose hash differs says what changed. Scores, cards and other files written
+    beside the model leave it unchanged."""
+    folder = Path(model_dir)
+    identity = {"path": str(folder.resolve())}
+    for path in sorted(folder.iterdir()):
+        if path.is_file() and decides_translations(path.name):
+            identity[path.name] = file_sha256(path)
+    return identity
+
+
+def refuse_model_overwrite(output: str | os.PathLike, model_dirs: Sequence[str | os.PathLike],
+                           option: str = "--output") -> None:
+    """An output file may lie in a model folder (``encdec evaluate --output runs/m/test2016-beam5.json`` keeps the
+    scores with their model), but may not be the folder, contain it, lie in a subfolder of it, or be one of its
+    files: those that decide its translations, its records and its code; an ``OverwriteError`` naming both
+    otherwise."""
+    target = Path(output).resolve()
+    for folder in map(Path, model_dirs):
+        folder = folder.resolve()
+        if target == folder or target in folder.parents:
+            refuse_overlap(output, [folder], option)
+        if folder in target.parents and (target.parent != folder or decides_translations(target.name)
+                                         or target.name in RECORD_FILES or target.suffix == ".py"):
+            raise OverwriteError(f"{option} {output} is part of the model {folder}; writing there would destroy "
+                                 f"it. Choose another {option} path (a new file beside its files is fine).")
 
 
 def family_of(model_dir: Path) -> str | None:
@@ -222,6 +275,7 @@ def config_and_size(model_dir_or_model: str | os.PathLike | PreTrainedModel) -> 
     return config, sum(math.prod(shape) for shape in shapes.values()), model_dir.resolve().name
 
 
-__all__ = ["EXPORT_INFO", "FAMILIES", "PIPELINE_TASK", "WEIGHTS_NAME", "check_model_folder", "config_and_size",
-           "family_of", "read_json", "read_safetensors_shapes", "require_dir",
-           "require_model_folder", "save_for_pipeline"]
+__all__ = ["EXPORT_INFO", "FAMILIES", "MODEL_FILES", "PIPELINE_TASK", "RECORD_FILES", "WEIGHTS_NAME", "WEIGHT_SUFFIXES",
+           "check_model_folder", "config_and_size", "decides_translations", "family_of", "model_identity", "read_json",
+           "read_safetensors_shapes", "refuse_model_overwrite", "require_dir", "require_model_folder",
+           "save_for_pipeline"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import codecs
+import hashlib
 import json
 import os
 import shutil
@@ -142,15 +143,33 @@ def replace_folder(save: Callable[[Path], Any], folder: Path) -> Any:
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def ensure_output_dir(path: str | os.PathLike, overwrite: bool, what: str = "output directory") -> Path:
-    """Create ``path``; refuse an existing non-empty folder unless ``overwrite`` (then it is emptied)."""
+def refuse_existing(path: str | os.PathLike, overwrite: bool, what: str, option: str | None = "--output", *,
+                    folder: bool = False, consent: str = "--overwrite", example: str = "results.json") -> Path:
+    """The one answer to "may I write here?", for every output: ``path`` (a ``folder``, or else a file) is free when
+    it is absent, or an empty folder; what is there is replaced only with ``overwrite``; a file where a folder goes,
+    or a folder where a file goes, never. Returns ``path`` as a Path; otherwise an ``OverwriteError`` in one message
+    (``The WHAT PATH already exists; pass --overwrite to replace it or choose another OPTION path.``) that names the
+    output, the flag that consents (``consent``) and the one that moves it (``option``; None when its name is fixed).
+    Whether the output overlaps an input is ``refuse_overlap``'s question, asked first."""
     path = Path(path)
-    if path.exists() and not path.is_dir():
-        raise OverwriteError(f"The {what} {path} exists and is a file; choose another path.")
+    another = f"another {option} path" if option else "another path"
+    if folder and path.exists() and not path.is_dir():
+        raise OverwriteError(f"The {what} {path} exists and is a file; choose {another}.")
+    if not folder and path.is_dir():
+        raise OverwriteError(f"The {what} {path} is a folder; give a file path such as {path / example}.")
+    if overwrite or not path.exists() or (folder and not any(path.iterdir())):
+        return path
+    state = "already exists and is not empty" if folder else "already exists"
+    elsewhere = f" or choose {another}" if option else ""
+    raise OverwriteError(f"The {what} {path} {state}; pass {consent} to replace it{elsewhere}.")
+
+
+def ensure_output_dir(path: str | os.PathLike, overwrite: bool, what: str = "output directory",
+                      option: str | None = "--output") -> Path:
+    """Create the folder ``path``; an existing non-empty one is emptied with ``overwrite``, refused without
+    (``refuse_existing``)."""
+    path = refuse_existing(path, overwrite, what, option, folder=True)
     if path.is_dir() and any(path.iterdir()):
-        if not overwrite:
-            raise OverwriteError(f"The {what} {path} already exists and is not empty; pass --overwrite to replace it "
-                                 "or choose another path.")
         shutil.rmtree(path)
     path.mkdir(parents=True, exist_ok=True)
     return path
@@ -169,25 +188,20 @@ def refuse_overlap(output: str | os.PathLike, inputs: Sequence[str | os.PathLike
                                  f"input. Choose another {option} path.")
 
 
-# what a model folder is made of: an output may be written beside these (scores kept with their model), never over one
+# Superseded by encdec.folders (MODEL_FILES, RECORD_FILES, decides_translations, model_identity), which holds what
+# a model folder is made of; kept only while distill.TEACHER_FILES is computed from it. Delete it when distill's
+# folder_hashes becomes folders.model_identity.
 MODEL_FOLDER_FILES = {"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
                       "special_tokens_map.json", "eval_results.json", "averaging.json", "README.md"}
 
 
-def refuse_model_overwrite(output: str | os.PathLike, model_dirs: Sequence[str | os.PathLike],
-                           option: str = "--output") -> None:
-    """An output file may lie in a model folder (``encdec evaluate --output runs/m/test2016-beam5.json`` keeps the
-    scores with their model), but may not be the folder, contain it, or be one of the files that make the model
-    (configs, tokenizer, card, weights, code); an ``OverwriteError`` naming both otherwise."""
-    target = Path(output).resolve()
-    for folder in model_dirs:
-        folder = Path(folder).resolve()
-        if target == folder or target in folder.parents:
-            refuse_overlap(output, [folder], option)
-        if folder in target.parents and (target.name in MODEL_FOLDER_FILES or target.suffix in (
-                ".safetensors", ".bin", ".py", ".model") or target.parent != folder):
-            raise OverwriteError(f"{option} {output} is part of the model {folder}; writing there would destroy "
-                                 f"it. Choose another {option} path (a new file beside its files is fine).")
+def file_sha256(path: str | os.PathLike) -> str:
+    """The SHA-256 of a file's content (hex), read in blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def require_file(path: str | os.PathLike, what: str = "file") -> Path:

@@ -21,9 +21,9 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from .errors import EncdecError, OverwriteError
+from .errors import EncdecError
 from .inference import load_model_and_tokenizer, max_source_length
-from .io_utils import atomic_output
+from .io_utils import atomic_output, refuse_existing
 
 
 def readable_tokens(tokenizer: PreTrainedTokenizerBase, ids: list[int]) -> list[str]:
@@ -129,10 +129,7 @@ def save_attention_plot(
 ) -> Path:
     """Translate ``text`` with the model folder ``model_dir`` and save its cross-attention heatmap to ``out_path``
     (format from the suffix: .png, .pdf, .svg, ...), atomically. Refuses to replace a file unless ``overwrite``."""
-    out_path = Path(out_path)
-    if out_path.exists() and not overwrite:
-        raise OverwriteError(f"The plot file {out_path} already exists; pass --overwrite to replace it or choose "
-                             "another path.")
+    out_path = refuse_existing(out_path, overwrite, "plot file", "--out", example="attention.png")
     file_format = out_path.suffix.lstrip(".").lower()
     supported = FigureCanvasAgg(Figure()).get_supported_filetypes()
     if file_format not in supported:

@@ -18,7 +18,7 @@ from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_toke
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from .errors import InputFileError
-from .io_utils import ensure_output_dir, read_lines, refuse_overlap
+from .io_utils import ensure_output_dir, read_lines, refuse_existing, refuse_overlap
 
 SPECIAL_TOKENS = {"pad_token": "<pad>", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}
 ALGORITHMS = ("bpe", "unigram")
@@ -138,8 +138,7 @@ def train_tokenizer_from_files(
     refuse_overlap(output_dir, files)  # --overwrite empties the folder: never one that holds the training files
     texts = [line for file in files for line in read_lines(file, "tokenizer training file")]
     output_dir = Path(output_dir)
-    if output_dir.exists() and not overwrite:
-        ensure_output_dir(output_dir, overwrite=False, what="tokenizer folder")  # refuse before training
+    refuse_existing(output_dir, overwrite, "tokenizer folder", folder=True)  # refused before training
     tokenizer = train_tokenizer(texts, vocab_size=vocab_size, algorithm=algorithm, pre_tokenizer=pre_tokenizer,
                                 min_frequency=min_frequency)
     output_dir.parent.mkdir(parents=True, exist_ok=True)

@@ -17,7 +17,7 @@ from pathlib import Path
 from datasets import Dataset
 
 from ..errors import EncdecError, OverwriteError
-from ..io_utils import atomic_output, replace_folder
+from ..io_utils import atomic_output, refuse_existing, replace_folder
 from .loading import DataSpec, load_data
 
 SUFFIXES = ("src", "tgt")  # encdec data's file suffixes: {split}.src / {split}.tgt
@@ -68,12 +68,7 @@ def write_data_folder(spec: DataSpec, output: str | os.PathLike, overwrite: bool
     only with ``overwrite``, and never when it is or holds the working folder, the data's own files or one of
     ``inputs`` (the run config).
     """
-    output = Path(output)
-    if output.exists() and not output.is_dir():
-        raise OverwriteError(f"The output folder {output} exists and is a file; choose another --output path.")
-    if output.is_dir() and any(output.iterdir()) and not overwrite:
-        raise OverwriteError(f"The output folder {output} already exists and is not empty; pass --overwrite to replace "
-                             "it or choose another --output path.")
+    output = refuse_existing(output, overwrite, "output folder", folder=True)
     _refuse_replacing_inputs(spec, output, inputs)
     splits = load_data(spec)
     return replace_folder(lambda staging: write_aligned_splits(splits, staging), output)

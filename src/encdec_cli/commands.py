@@ -1,0 +1,254 @@
+"""What each ``encdec`` subcommand does once its arguments are parsed: ``cmd_NAME(args)`` checks what the flags
+alone decide and calls one function of the package. Each imports what it needs from ``encdec`` inside the function,
+so that only the command that runs pays for importing torch and transformers (see ``encdec_cli``'s docstring)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+from pathlib import Path
+
+
+def usage_error(message: str) -> Exception:
+    """An ``encdec.errors.EncdecError`` (imported when raised: see the module docstring), which ``run`` prints as
+    one line."""
+    from encdec.errors import EncdecError
+
+    return EncdecError(message)
+
+
+def cmd_tokenizer_train(args: argparse.Namespace) -> None:
+    from encdec.tokenization import train_tokenizer_from_files
+
+    tokenizer = train_tokenizer_from_files(args.files, args.output, vocab_size=args.vocab_size,
+                                           algorithm=args.algorithm, pre_tokenizer=args.pre_tokenizer,
+                                           min_frequency=args.min_frequency, overwrite=args.overwrite)
+    print(f"tokenizer with {len(tokenizer)} entries saved to {args.output}")
+
+
+def cmd_train(args: argparse.Namespace) -> None:
+    from encdec.parallel import process_state
+    from encdec.progress import format_scores
+    from encdec.training import load_run_config, resume_hint, train
+
+    config = load_run_config(args.config, args.overrides)
+    try:
+        results = train(config)
+    except KeyboardInterrupt:  # Ctrl-C: one line (the checkpoint kept, the command that resumes), no traceback
+        close_progress_bars()  # Trainer's bar would otherwise redraw itself after the message, at exit
+        if process_state().is_main_process:
+            hint = resume_hint(config.training.output_dir, ["encdec", "train", args.config, *args.overrides])
+            print(f"\nencdec train: {hint}", file=sys.stderr)
+        raise SystemExit(130) from None
+    if process_state().is_main_process:  # under `accelerate launch`, one summary, not one per process
+        for split in ("validation", "test"):
+            if split in results:
+                print(f"{split}: {format_scores(results[split])}")
+        print(f"model folder: {config.training.output_dir} (every score: eval_results.json there)")
+
+
+def cmd_distill(args: argparse.Namespace) -> None:
+    from encdec.distill import STUDENT_SUBDIR, distill, load_distill_config
+    from encdec.parallel import process_state
+    from encdec.progress import format_scores
+
+    config = load_distill_config(args.config, args.overrides)
+    try:
+        results = distill(config)
+    except KeyboardInterrupt:  # Ctrl-C: every stage resumes, so the same command goes on
+        close_progress_bars()
+        if process_state().is_main_process:
+            print(f"\nencdec distill: stopped; every finished stage is kept in {config.output_dir}. Go on with: "
+                  f"{shlex.join(['encdec', 'distill', args.config, *args.overrides])}", file=sys.stderr)
+        raise SystemExit(130) from None
+    if process_state().is_main_process:
+        counts = results["stages"]["corpus"]
+        print(f"distilled corpus: {counts['distilled']:,} of {counts['translated']:,} teacher translations kept "
+              f"({counts['empty']:,} empty, {counts['below_min_score']:,} below min_score), {counts['original']:,} "
+              f"original pairs added; manifest: {config.corpus / 'manifest.json'}")
+        for split in ("validation", "test"):
+            if split in results["student"]:
+                print(f"student {split}: {format_scores(results['student'][split])}")
+        print(f"student model folder: {Path(config.output_dir) / STUDENT_SUBDIR}")
+
+
+def cmd_data(args: argparse.Namespace) -> None:
+    from encdec.data.text_files import SUFFIXES, write_data_folder
+    from encdec.training import load_run_config
+
+    overrides = take_data_options(args)
+    config = load_run_config(args.config, overrides)
+    counts = write_data_folder(config.data, args.output, overwrite=args.overwrite, inputs=[args.config])
+    for split, lines in counts.items():
+        files = ", ".join(str(Path(args.output) / f"{split}.{suffix}") for suffix in SUFFIXES)
+        print(f"{split}: {lines:,} lines in {files}")
+
+
+def take_data_options(args: argparse.Namespace) -> list[str]:
+    """``encdec data``'s ``--output DIR`` and ``--overwrite`` given after the config, where the overrides take every
+    argument (as ``encdec train``'s do), moved into ``args``; returns the overrides left."""
+    kept, items = [], list(args.overrides)
+    while items:
+        item = items.pop(0)
+        if item == "--overwrite":
+            args.overwrite = True
+        elif item == "--output" or item.startswith("--output="):
+            value = item.split("=", 1)[1] if "=" in item else items.pop(0) if items else ""
+            if not value or value.startswith("--"):
+                raise usage_error("--output needs a folder: --output DIR (e.g. --output data/dates).")
+            args.output = value
+        else:
+            kept.append(item)
+    if args.output is None:
+        raise usage_error(f"encdec data needs --output DIR, the folder for the split files, e.g. "
+                          f"{shlex.join(['encdec', 'data', args.config, '--output', 'data/dates'])}.")
+    return kept
+
+
+def close_progress_bars() -> None:
+    """Close the tqdm progress bars still open (an interrupted run's), so that nothing is drawn after a message."""
+    from tqdm.auto import tqdm
+
+    for bar in list(getattr(tqdm, "_instances", ())):
+        bar.close()
+
+
+def cmd_evaluate(args: argparse.Namespace) -> None:
+    from encdec.evaluation import evaluate_model
+
+    if args.card_dataset and len(args.model) > 1:  # refused before any work
+        raise usage_error("--card-dataset writes one model's card; an ensemble has none. Drop --card-dataset or "
+                          "evaluate one --model.")
+    model = args.model[0] if len(args.model) == 1 else args.model
+    results = evaluate_model(model, args.source_file, args.reference_file, num_beams=args.num_beams,
+                             batch_size=args.batch_size, max_new_tokens=args.max_new_tokens,
+                             output_file=args.output, overwrite=args.overwrite, length_penalty=args.length_penalty,
+                             engine=args.engine, quantize=args.quantize, dtype=args.dtype,
+                             chunk_size=args.chunk_size, show_progress=not args.quiet)
+    if args.card_dataset:
+        from encdec.cards import record_scores_in_card
+
+        split = args.card_split or Path(args.source_file).name.split(".")[0]
+        record_scores_in_card(model, results, args.card_dataset, split, dataset_id=args.card_dataset_id)
+    print(json.dumps(results, indent=2))
+
+
+def beams_for_n_best(args: argparse.Namespace) -> int | None:
+    """The ``--num-beams`` to decode with for ``--n-best K``: K hypotheses need K beams. Without ``--num-beams`` a
+    model whose default beam is narrower (the demo models decode greedily) is decoded with K beams, said in one line;
+    an explicit ``--num-beams`` below K is refused, naming both flags."""
+    if args.n_best is None or args.n_best <= (args.num_beams or 0):
+        return args.num_beams
+    if args.num_beams is not None:
+        raise usage_error(f"--n-best {args.n_best} needs at least {args.n_best} beams: pass --num-beams "
+                          f"{args.n_best} or more (got --num-beams {args.num_beams}), or a smaller --n-best.")
+    try:  # the first model's default, as decoding will read it (generation_config.json)
+        saved = json.loads((Path(args.model[0]) / "generation_config.json").read_text(encoding="utf-8"))
+        default = int(saved.get("num_beams") or 1)
+    except (OSError, ValueError, TypeError):
+        return None  # no readable folder: loading it says what is wrong
+    if args.n_best <= default:
+        return None
+    if os.environ.get("RANK", "0") == "0":
+        print(f"encdec translate: --n-best {args.n_best} needs {args.n_best} beams; the model decodes with "
+              f"{default} by default, so this run uses --num-beams {args.n_best}.", file=sys.stderr)
+    return args.n_best
+
+
+def cmd_translate(args: argparse.Namespace) -> None:
+    from encdec.corpus import TranslationOutput, translate_file
+
+    args.num_beams = beams_for_n_best(args)
+
+    form = TranslationOutput(n_best=args.n_best, scores=args.scores, alignments=args.alignments,
+                             alignment_layer=layer_argument(args.alignment_layer),
+                             keep_duplicates=args.keep_duplicates)
+    stdin = getattr(sys.stdin, "buffer", None) or (line.encode("utf-8") for line in sys.stdin)  # tests swap stdin
+    lines = translate_file(args.model, args.input, args.output, form=form, chunk_size=args.chunk_size,
+                           resume=args.resume, overwrite=args.overwrite, quiet=args.quiet, engine=args.engine,
+                           quantize=args.quantize, dtype=args.dtype, stdin=stdin, num_beams=args.num_beams,
+                           max_new_tokens=args.max_new_tokens, length_penalty=args.length_penalty,
+                           batch_size=args.batch_size)  # None: the model's generation config
+    if not lines and os.environ.get("RANK", "0") == "0":
+        print(f"encdec translate: {args.input or 'standard input'} is empty: nothing to translate, so the output is "
+              "empty too.", file=sys.stderr)
+
+
+def layer_argument(value: str | None) -> int | str | None:
+    """``--alignment-layer``/``--layer``: an integer, ``mean``, or None."""
+    if value is None or value == "mean":
+        return value
+    try:
+        return int(value)
+    except ValueError:
+        raise usage_error(f"--alignment-layer {value!r}: give a decoder layer number (0-based) or `mean`.") from None
+
+
+def cmd_align(args: argparse.Namespace) -> None:
+    from encdec.evaluation import align_file, choose_layer_on_files
+
+    if args.gold_file:
+        report = choose_layer_on_files(args.model, args.source_file, args.target_file, args.gold_file,
+                                       record=args.record)
+        print(json.dumps(report, indent=2))
+        return
+    if args.record:
+        raise usage_error("--record needs --gold-file: the layer is chosen by its error rate on gold alignments.")
+    if args.output:
+        from encdec.io_utils import refuse_overlap
+
+        refuse_overlap(args.output, [args.model, args.source_file, args.target_file])
+    align_file(args.model, args.source_file, args.target_file, layer_argument(args.layer), output_file=args.output,
+               resume=args.resume, overwrite=args.overwrite, quiet=args.quiet, chunk_size=args.chunk_size,
+               stdout=None if args.output else sys.stdout)
+
+
+def cmd_average(args: argparse.Namespace) -> None:
+    from encdec.averaging import average_checkpoints
+
+    path = average_checkpoints(args.checkpoints, args.output, tokenizer_dir=args.tokenizer, overwrite=args.overwrite)
+    print(f"the average of {len(args.checkpoints)} checkpoints saved to {path}")
+
+
+def cmd_push(args: argparse.Namespace) -> None:
+    from encdec.hub import push_model
+
+    url = push_model(args.model, args.repo_id, private=args.private)
+    print(f"pushed {args.model} to {url}")
+
+
+def cmd_plot_attention(args: argparse.Namespace) -> None:
+    from encdec.plotting import save_attention_plot
+
+    path = save_attention_plot(args.model, args.text, args.out, layer=args.layer, head=args.head, mean=args.mean,
+                               overwrite=args.overwrite)
+    print(f"attention heatmap written to {path}")
+
+
+def cmd_export(args: argparse.Namespace) -> None:
+    from encdec.export import export_ctranslate2
+
+    out = export_ctranslate2(args.model, args.output, quantization=args.quantization, overwrite=args.overwrite)
+    print(f"CTranslate2 model ({args.quantization}) written to {out}; translate with "
+          f"`encdec translate --engine ctranslate2 --model {out}`")
+
+
+def cmd_serve(args: argparse.Namespace) -> None:
+    from encdec.server import serve
+    from encdec.serving import ServeLimits
+
+    limits = ServeLimits(max_batch_size=args.max_batch_size, max_wait_ms=args.max_wait_ms, max_texts=args.max_texts,
+                         max_source_tokens=args.max_source_tokens, max_new_tokens=args.max_new_tokens,
+                         max_beams=args.max_beams, max_body_bytes=args.max_body_bytes)
+    serve(args.model, engine=args.engine, quantize=args.quantize, dtype=args.dtype, host=args.host, port=args.port,
+          api_key=args.api_key, limits=limits, log_level=args.log_level)
+
+
+def cmd_demo(args: argparse.Namespace) -> None:
+    from encdec.demo import run_demo
+
+    run_demo(args.runs_dir, args.max_steps)
+

@@ -1,0 +1,273 @@
+"""The ``encdec`` argument parser: every subcommand, its flags and their help, built with the standard library
+alone, so that ``encdec --help`` and a mistyped flag answer at once. Each subcommand's ``func`` is its
+``encdec_cli.commands.cmd_*``."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from .commands import (
+    cmd_align,
+    cmd_average,
+    cmd_data,
+    cmd_demo,
+    cmd_distill,
+    cmd_evaluate,
+    cmd_export,
+    cmd_plot_attention,
+    cmd_push,
+    cmd_serve,
+    cmd_tokenizer_train,
+    cmd_train,
+    cmd_translate,
+)
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: an integer >= 1 (a mistyped value is refused at once, before anything loads)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is below 1")
+    return value
+
+
+def add_serve_command(commands: argparse._SubParsersAction) -> None:
+    p = commands.add_parser("serve", help="serve a model over HTTP: POST /translate, a web page with the alignment")
+    p.add_argument("--model", required=True, action="append",
+                   help="a model folder (for --engine ctranslate2: one written by `encdec export`); repeat it to serve "
+                        "several, each as SRC-TGT=DIR (e.g. de-en=runs/a), optionally with its own ,engine=E "
+                        ",quantize=Q ,dtype=D; a plain DIR takes its pair from its model card")
+    p.add_argument("--engine", choices=["torch", "ctranslate2"], default="torch")
+    p.add_argument("--quantize", choices=["int8"], default=None, help="as for `encdec translate`")
+    p.add_argument("--dtype", choices=["float32", "bfloat16"], default=None, help="as for `encdec translate`")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to bind; anything but loopback needs --api-key (or ENCDEC_API_KEY)")
+    p.add_argument("--port", type=int, default=8000,
+                   help="port to listen on (default: 8000); 0 takes a free one, which the start-up line names")
+    p.add_argument("--api-key", default=None,
+                   help="require this key on every request (Authorization: Bearer KEY or X-API-Key: KEY); default: "
+                        "the ENCDEC_API_KEY environment variable")
+    p.add_argument("--max-batch-size", type=int, default=32, help="most texts decoded in one batch (1: no batching)")
+    p.add_argument("--max-wait-ms", type=float, default=10.0,
+                   help="how long the first text of a batch waits for others to join it")
+    p.add_argument("--max-texts", type=int, default=64, help="most texts in one request")
+    p.add_argument("--max-source-tokens", type=int, default=None,
+                   help="most source tokens per text, </s> included (default: the model's max_position_embeddings)")
+    p.add_argument("--max-new-tokens", type=int, default=None,
+                   help="the largest max_new_tokens a request may ask (default: the model's positions - 1)")
+    p.add_argument("--max-beams", type=int, default=8, help="the largest num_beams a request may ask")
+    p.add_argument("--max-body-bytes", type=int, default=1_000_000, help="largest request body")
+    p.add_argument("--log-level", choices=["critical", "error", "warning", "info", "debug"], default="info")
+    add_threads_option(p)
+    p.set_defaults(func=cmd_serve)
+
+
+LENGTH_PENALTY_HELP = ("beam search's length normalisation exponent: scores are log p / length**this; default: the "
+                       "model's generation_config (greedy search ignores it)")
+
+
+def add_decoding_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", required=True, action="append",
+                   help="model folder (for --engine ctranslate2: a folder written by `encdec export`); give it "
+                        "several times for an ensemble, which averages the models' log-probabilities at each step "
+                        "(the models must share one tokenizer; torch engine)")
+    p.add_argument("--engine", choices=["torch", "ctranslate2"], default="torch",
+                   help="torch: the model's generate(); ctranslate2: CTranslate2 (pip install 'encdec[ct2]')")
+    p.add_argument("--quantize", choices=["int8"], default=None,
+                   help="int8: dynamic int8 of the linear and LSTM/GRU layers (torch), int8 compute (ctranslate2)")
+    p.add_argument("--dtype", choices=["float32", "bfloat16"], default=None, help="compute type (default float32)")
+    p.add_argument("--num-beams", type=positive_int, default=None,
+                   help="beam size; 1 = greedy; default: the model's generation_config.json (what `encdec train` "
+                        "saved from the recipe's generation.num_beams; 1 if unset), as `encdec serve` uses")
+    p.add_argument("--batch-size", type=positive_int, default=32, help="sentences per batch (default 32)")
+    p.add_argument("--max-new-tokens", type=positive_int, default=None,
+                   help="longest output; default: the model's generation_config.json, else 2 x source + 10")
+    p.add_argument("--length-penalty", type=float, default=None, help=LENGTH_PENALTY_HELP)
+    p.add_argument("--overwrite", action="store_true")
+
+
+def add_training_commands(commands: argparse._SubParsersAction) -> None:
+    tok = commands.add_parser("tokenizer", help="subword vocabularies").add_subparsers(dest="action", required=True)
+    p = tok.add_parser("train", help="train a joint source/target vocabulary with `tokenizers`")
+    p.add_argument("--files", nargs="+", required=True, help="text files, one sentence per line (source and target)")
+    p.add_argument("--output", required=True, help="folder for the PreTrainedTokenizerFast")
+    p.add_argument("--vocab-size", type=int, default=8000)
+    p.add_argument("--algorithm", choices=["bpe", "unigram"], default="bpe")
+    p.add_argument("--pre-tokenizer", choices=["metaspace", "whitespace_punct"], default="metaspace")
+    p.add_argument("--min-frequency", type=int, default=2)
+    p.add_argument("--overwrite", action="store_true")
+    p.set_defaults(func=cmd_tokenizer_train)
+    p = commands.add_parser("train", help="train a model from a run config (YAML)")
+    p.add_argument("config", help="run config, e.g. configs/demo-transformer.yaml")
+    p.add_argument("overrides", nargs=argparse.REMAINDER,
+                   help="--section.key value pairs, e.g. --training.max_steps 100")
+    add_threads_option(p)
+    p.set_defaults(func=cmd_train)
+    p = commands.add_parser("distill", help="distil a teacher (one model or an ensemble) into a student: the teacher "
+                                            "translates the training sources, the student trains on them")
+    p.add_argument("config", help="distillation recipe (YAML), e.g. configs/distill-multi30k-transformer-small.yaml")
+    p.add_argument("overrides", nargs=argparse.REMAINDER,
+                   help="--key value pairs, e.g. --teacher.num_beams 4 --output_dir runs/other")
+    add_threads_option(p)
+    p.set_defaults(func=cmd_distill)
+    p = commands.add_parser("average", help="average the weights of checkpoints of one run into a model folder")
+    p.add_argument("checkpoints", nargs="+",
+                   help="checkpoint or model folders of one model, e.g. runs/X/checkpoints/checkpoint-{7500,9000}")
+    p.add_argument("--output", required=True, help="the new model folder")
+    p.add_argument("--tokenizer", default=None, help="tokenizer folder (default: the last checkpoint's tokenizer)")
+    p.add_argument("--overwrite", action="store_true")
+    p.set_defaults(func=cmd_average)
+
+
+def add_data_command(commands: argparse._SubParsersAction) -> None:
+    p = commands.add_parser("data", help="write a run config's data splits (any format, the built-in task too) as "
+                                         "aligned text files DIR/{train,validation,test}.{src,tgt}")
+    p.add_argument("config", help="run config, e.g. configs/demo-transformer.yaml (its data section is written)")
+    p.add_argument("--output", metavar="DIR", default=None,
+                   help="the new folder for the split files (required; before or after the config)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing, non-empty --output folder")
+    p.add_argument("overrides", nargs=argparse.REMAINDER,
+                   help="--section.key value pairs, as for `encdec train`, e.g. --data.builtin_test 1000")
+    p.set_defaults(func=cmd_data)
+
+
+def add_inference_commands(commands: argparse._SubParsersAction) -> None:
+    p = commands.add_parser("evaluate", help="BLEU (sacreBLEU, with signature) and chrF on a test set")
+    add_decoding_options(p)
+    p.add_argument("--source-file", required=True)
+    p.add_argument("--reference-file", required=True)
+    p.add_argument("--output", default=None, help="also write the results to this JSON file")
+    p.add_argument("--card-dataset", default=None,
+                   help="also write these scores into the model folder's README.md model card (text and model-index), "
+                        "as measured on the data of this name, e.g. \"Multi30k De-En\"")
+    p.add_argument("--card-split", default=None, help="split name for the card (default: the source file's stem)")
+    p.add_argument("--card-dataset-id", default=None, help="Hub dataset id for the card, e.g. bentrevett/multi30k")
+    add_corpus_options(p, resumable=False)
+    add_threads_option(p)
+    p.set_defaults(func=cmd_evaluate)
+    p = commands.add_parser("translate", help="translate lines from a file or stdin")
+    add_decoding_options(p)
+    p.add_argument("--input", default=None, help="input file (default: stdin)")
+    p.add_argument("--output", default=None, help="output file (default: stdout)")
+    p.add_argument("--n-best", type=int, default=None,
+                   help="up to K hypotheses per input, as lines `ID ||| HYPOTHESIS` (ID: the 0-based input line; "
+                        "Moses n-best format), ordered by log P(hypothesis | input) (the SCORE), best first, each text "
+                        "once; it needs K beams: without --num-beams, a model that decodes with fewer by default is "
+                        "decoded with K. Fewer than K lines: the beams held fewer distinct texts (raise --num-beams)")
+    p.add_argument("--keep-duplicates", action="store_true",
+                   help="with --n-best: keep hypotheses whose text an earlier one already has (different token "
+                        "sequences that decode to the same text); by default each text is listed once")
+    p.add_argument("--scores", action="store_true",
+                   help="add ` ||| SCORE` to each line: log P(hypothesis | input), natural log, </s> included")
+    p.add_argument("--alignments", action="store_true",
+                   help="add ` ||| i-j ...` to each line: word alignments in Pharaoh format (source word i, output "
+                        "word j, 0-based) from the attention (torch engine)")
+    p.add_argument("--alignment-layer", default=None,
+                   help="Transformer decoder layer for --alignments (0-based, or `mean`); default: the layer "
+                        "`encdec align --gold-file ... --record` chose, else the penultimate")
+    add_corpus_options(p)
+    add_threads_option(p)
+    p.set_defaults(func=cmd_translate)
+
+
+def add_corpus_options(p: argparse.ArgumentParser, resumable: bool = True) -> None:
+    """The options of the commands that stream a corpus in chunks (encdec.corpus)."""
+    p.add_argument("--chunk-size", type=positive_int, default=1000,
+                   help="input lines read, translated and written at a time (default 1000): memory stays flat, "
+                        "output follows input, and a resume restarts at the first unfinished chunk")
+    if resumable:
+        p.add_argument("--resume", action="store_true",
+                       help="go on with an interrupted run into the same --output (its finished chunks are kept in "
+                            "OUTPUT.partial); refused if the input, model or options differ")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+
+
+def add_alignment_command(commands: argparse._SubParsersAction) -> None:
+    p = commands.add_parser("align", help="word alignments of given sentence pairs from a model's attention; with "
+                                          "gold alignments, the alignment error rate of every decoder layer")
+    p.add_argument("--model", required=True, help="model folder")
+    p.add_argument("--source-file", required=True, help="one source sentence per line")
+    p.add_argument("--target-file", required=True, help="one target sentence per line (e.g. translations)")
+    p.add_argument("--gold-file", default=None,
+                   help="gold alignments in Pharaoh format, one line per pair: report the AER of each layer and the "
+                        "best one")
+    p.add_argument("--record", action="store_true",
+                   help="with --gold-file: record the best layer in MODEL/alignment.json for `translate --alignments`")
+    p.add_argument("--layer", default=None, help="decoder layer (0-based or `mean`); default as for translate")
+    p.add_argument("--output", default=None, help="Pharaoh alignments file (default: stdout, without --gold-file)")
+    p.add_argument("--overwrite", action="store_true")
+    add_corpus_options(p)
+    add_threads_option(p)
+    p.set_defaults(func=cmd_align)
+
+
+def add_export_commands(commands: argparse._SubParsersAction) -> None:
+    p = commands.add_parser("export", help="export a Transformer model folder to a CTranslate2 model folder")
+    p.add_argument("--model", required=True, help="encdec Transformer model folder")
+    p.add_argument("--format", choices=["ctranslate2"], required=True)
+    p.add_argument("--output", required=True, help="the new folder (engine files, tokenizer, generation defaults)")
+    p.add_argument("--quantization", choices=["float32", "int8", "int8_float32", "bfloat16", "float16"],
+                   default="float32", help="how the weights are stored (CTranslate2 converts them at load time)")
+    p.add_argument("--overwrite", action="store_true")
+    p.set_defaults(func=cmd_export)
+    p = commands.add_parser("plot-attention", help="heatmap of source tokens against generated tokens")
+    p.add_argument("--model", required=True)
+    p.add_argument("--text", required=True)
+    p.add_argument("--layer", type=int, default=None, help="Transformer decoder layer (default: the last)")
+    p.add_argument("--head", type=int, default=None, help="Transformer head (default: mean over heads)")
+    p.add_argument("--mean", action="store_true", help="average over heads (and layers when no --layer)")
+    p.add_argument("--out", required=True, help="PNG path")
+    p.add_argument("--overwrite", action="store_true")
+    p.set_defaults(func=cmd_plot_attention)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="encdec", description="Train, evaluate, ship and inspect seq2seq models.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    add_training_commands(commands)
+    add_inference_commands(commands)
+    add_data_command(commands)
+    add_alignment_command(commands)
+    add_export_commands(commands)
+    add_serve_command(commands)
+    p = commands.add_parser("push", help="push a model folder (model, tokenizer, card) to the Hugging Face Hub")
+    p.add_argument("--model", required=True)
+    p.add_argument("--repo-id", required=True)
+    p.add_argument("--private", action="store_true")
+    p.set_defaults(func=cmd_push)
+    p = commands.add_parser("demo", help="train both families on the built-in date task, translate, plot attention")
+    add_demo_options(p)
+    add_threads_option(p)
+    p.set_defaults(func=cmd_demo)
+    for command in commands.choices.values():  # main() refuses a wrong flag with its own command's usage
+        command.set_defaults(parser=command)
+    return parser
+
+
+def refuse_unknown(parser: argparse.ArgumentParser, unknown: list[str]) -> None:
+    """A wrong flag, refused with the subcommand's usage (argparse would show the top-level one) and, when a flag of
+    the command is close, "did you mean" it (Python 3.12's ``suggest_on_error`` does this for choices only)."""
+    import difflib
+
+    flags = [flag for action in parser._actions for flag in action.option_strings]
+    wrong = [arg.split("=", 1)[0] for arg in unknown if arg.startswith("-")] or unknown
+    close = difflib.get_close_matches(wrong[0], flags, n=1, cutoff=0.6)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    parser.error(f"unrecognized arguments: {' '.join(unknown)}{hint}")
+
+
+def add_demo_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--runs-dir", type=Path, default=Path("runs"), help="where the model folders and plots go")
+    p.add_argument("--max-steps", type=int, default=None, help="override the configs' training steps")
+
+
+def add_threads_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--threads", type=positive_int, default=None,
+                   help="CPU threads per process (default: the idle cores, so that a busy machine is not "
+                        "oversubscribed; or ENCDEC_THREADS / OMP_NUM_THREADS)")
+
+
