@@ -439,9 +439,9 @@ def test_a_line_that_is_not_utf8_stops_the_run_and_the_finished_chunks_survive_i
     translated = []
     chunk = TranslationOutput.chunk
 
-    def counted(self, engine, tokenizer, chunk_, options) -> str:
+    def counted(self, engine, tokenizer, chunk_, *options) -> str:
         translated.append(chunk_.index)
-        return chunk(self, engine, tokenizer, chunk_, options)
+        return chunk(self, engine, tokenizer, chunk_, *options)
 
     monkeypatch.setattr(TranslationOutput, "chunk", counted)
     assert main([*args, "--resume"]) == 0

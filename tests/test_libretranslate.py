@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from encdec.folders import save_for_pipeline
-from encdec.inference import load_engine, load_model_and_tokenizer, translate, translate_n_best
+from encdec.inference import default_beams, load_engine, load_model_and_tokenizer, translate, translate_detailed
 from encdec.libretranslate import CORS_HEADERS, html_parts
 from encdec.server import HOLD_ENV, create_app, load_models
 from encdec.serving import BatchRecord, ServeLimits
@@ -66,15 +66,47 @@ def test_translate_answers_as_encdec_translate_in_json_and_form_bodies(pairs, te
     assert all(got.get(name.lower()) == value for name, value in CORS_HEADERS.items())
 
 
-def test_alternatives_come_from_beam_search(pairs, texts) -> None:
+def with_alternatives(pairs, pair: str, texts: list[str], alternatives: int) -> tuple[list[str], list[list[str]]]:
+    """What LibreTranslate answers: each text's translation as `encdec translate` gives it, and its alternatives: the
+    list of `encdec translate --n-best K+1` (a beam of K+1 on these greedy models), without that translation, at
+    most K."""
+    model, tokenizer = load_model_and_tokenizer(str(pairs[pair]))
+    assert default_beams(model) == 1  # greedy by default
+    main = translate(model, tokenizer, texts)
+    listed = translate_detailed(model, tokenizer, texts, n_best=alternatives + 1, num_beams=alternatives + 1)
+    return main, [[h.text for h in hypotheses if h.text != text][:alternatives]
+                  for text, hypotheses in zip(main, listed, strict=True)]
+
+
+def test_alternatives_are_the_n_best_list_apart_from_the_translation(pairs, texts) -> None:
     with serve(pairs) as server:
         _, single, _ = request(f"{server.url}{URL}/translate", {"q": texts[0], "source": "de", "target": "en",
                                                                 "alternatives": 2})
         _, batch, _ = request(f"{server.url}{URL}/translate", {"q": texts[:2], "source": "de", "target": "en",
                                                                "alternatives": 2})
-    best = translate_n_best(*load_model_and_tokenizer(str(pairs["de-en"])), texts[:2], n_best=3, num_beams=3)
-    assert single == {"translatedText": best[0][0], "alternatives": best[0][1:]}
-    assert batch == {"translatedText": [best[0][0], best[1][0]], "alternatives": [best[0][1:], best[1][1:]]}
+    main, others = with_alternatives(pairs, "de-en", texts[:2], 2)
+    assert single == {"translatedText": main[0], "alternatives": others[0]}
+    assert batch == {"translatedText": main, "alternatives": others}
+
+
+def test_the_translation_is_the_same_with_and_without_alternatives(pairs) -> None:
+    """Issue 39: the translation used to come from the beam the alternatives needed, so on a model that decodes
+    greedily a client asking for 3 alternatives (SearXNG does) got another text than one asking for none (Weblate).
+    Now both get `encdec translate`'s; the alternatives are distinct, and none is the translation."""
+    sources = [source for source, _ in date_data()[2][:64]]
+    model, tokenizer = load_model_and_tokenizer(str(pairs["de-en"]))
+    expected = translate(model, tokenizer, sources)
+    assert expected != translate(model, tokenizer, sources, num_beams=4)  # a wider beam changes some: the old bug
+    with serve(pairs) as server:
+        _, plain, _ = request(f"{server.url}{URL}/translate", {"q": sources, "source": "de", "target": "en"})
+        _, asked, _ = request(f"{server.url}{URL}/translate", {"q": sources, "source": "de", "target": "en",
+                                                               "alternatives": 3})
+    assert plain == {"translatedText": expected}
+    assert asked["translatedText"] == expected
+    assert len(asked["alternatives"]) == len(sources) and any(asked["alternatives"])
+    for text, others in zip(expected, asked["alternatives"], strict=True):
+        assert len(others) <= 3 and len(set(others)) == len(others) and text not in others
+    assert asked["alternatives"] == with_alternatives(pairs, "de-en", sources, 3)[1]
 
 
 def test_lines_blank_texts_and_the_alternatives_key(pairs, texts) -> None:
@@ -90,9 +122,8 @@ def test_lines_blank_texts_and_the_alternatives_key(pairs, texts) -> None:
     t = alone(pairs, "de-en", texts[:3])
     assert lines == {"translatedText": f"{t[0]}\n\n{t[1]}"}
     assert blank == {"translatedText": [t[0], " "]}  # no alternatives key: none asked
-    best = translate_n_best(*load_model_and_tokenizer(str(pairs["de-en"])), texts[2:3], n_best=4, num_beams=4)[0]
-    distinct = list(dict.fromkeys(b for b in best[1:] if b != best[0]))
-    assert three == {"translatedText": best[0], "alternatives": distinct}
+    main, others = with_alternatives(pairs, "de-en", texts[2:3], 3)
+    assert three == {"translatedText": main[0], "alternatives": others[0]}
 
 
 def test_html_keeps_the_markup_and_translates_the_text_between_tags(pairs, texts) -> None:

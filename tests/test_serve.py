@@ -138,6 +138,12 @@ def serve_app(folder: Path, api_key: str | None = None, **limits) -> Server:
     return Server(create_app(build_service(str(folder), limits=ServeLimits(**limits)), api_key=api_key))
 
 
+def only_batcher(server: Server) -> DynamicBatcher:
+    """The batcher of a server of one model."""
+    (batcher,) = server.server.config.app.app.state.batchers.values()
+    return batcher
+
+
 @pytest.fixture(scope="module")
 def transformer_server(folders):
     with serve_app(folders["transformer"], max_texts=8, max_source_tokens=24, max_beams=6,
@@ -217,8 +223,10 @@ def test_batching_gives_each_text_what_it_gets_alone(folders, sources) -> None:
         batcher.stop()
     assert answers == alone
     groups = Counter(job.key for job in jobs)
-    assert groups[(1, None, 1, None)] == 40  # greedy jobs share a batch whatever their budgets; beam jobs do not:
-    assert {key[3] for key in groups if key[0] == 3} == {job.budget for job in jobs if job.options.num_beams == 3}
+    greedy = [key for key in groups if key[0][0] == 1]
+    assert greedy == [(jobs[0].options.search, None)] and groups[greedy[0]] == 40  # greedy jobs share a batch
+    # whatever their budgets; beam jobs do not:
+    assert {key[1] for key in groups if key[0][0] == 3} == {job.budget for job in jobs if job.options.num_beams == 3}
     assert sorted(batcher.batches) == sorted(size for count in groups.values()
                                              for size in [16] * (count // 16) + [count % 16] * (count % 16 > 0))
     cut = [answer["text"] for answer, options in zip(answers, requests, strict=True) if options["max_new_tokens"] == 4]
@@ -233,7 +241,7 @@ def test_concurrent_requests_are_batched_and_answered_in_order(folders, sources,
     expected = translate(engine, tokenizer, sources[:64], num_beams=1)
     monkeypatch.setenv(HOLD_ENV, "1")
     with serve_app(folders["transformer"], max_wait_ms=50) as server:
-        batcher = server.server.config.app.app.state.batcher
+        batcher = only_batcher(server)
 
         def ask(i: int) -> list[str]:
             texts = sources[8 * i:8 * i + 8] if i % 2 else sources[8 * i]
@@ -278,7 +286,7 @@ def test_the_server_answers_a_lone_client_without_waiting_for_the_window(folders
     engine, tokenizer = load_engine(folders["transformer"])
     with serve_app(folders["transformer"], max_wait_ms=600_000) as server:
         answers = [request(f"{server.url}/translate", {"text": text}, timeout=60) for text in (SAMPLE, "1/2/2000")]
-        record = list(server.server.config.app.app.state.batcher.record)
+        record = list(only_batcher(server).record)
     assert [(status, body) for status, body, _ in answers] == [
         (200, {"translations": [{"text": text}]}) for text in translate(engine, tokenizer, [SAMPLE, "1/2/2000"])]
     assert record == [BatchRecord(1, "expected", 1)] * 2

@@ -17,7 +17,7 @@ import random
 import pytest
 
 from encdec.server import ErrorResponse
-from test_serve import SAMPLE, serve_app
+from test_serve import SAMPLE, only_batcher, serve_app
 from tiny_model_folders import build_model_folders
 
 SEED = int(os.environ.get("ENCDEC_FUZZ_SEED", "0"))
@@ -131,7 +131,7 @@ def test_random_bodies_get_200_or_a_documented_4xx_and_the_server_goes_on(model_
             seen[status] = seen.get(status, 0) + 1
         after = post(server.url, json.dumps({"text": [SAMPLE, "12 January 1999"], "num_beams": 2}).encode(),
                      "application/json")
-        batcher = server.server.config.app.app.state.batcher
+        batcher = only_batcher(server)
         assert batcher.thread.is_alive()
     assert before[0] == after[0] == 200 and before[1] == after[1]  # serving as before
     print(f"seed {SEED}: {CASES} bodies, answers by status {dict(sorted(seen.items()))}")

@@ -43,8 +43,9 @@ from typing import Any, BinaryIO
 
 from tqdm.auto import tqdm
 
+from .decoding import DecodeOptions, Engine, Hypothesis, decode_lines, resolve_options
 from .errors import EncdecError, InputFileError, OverwriteError
-from .inference import CHUNK_SIZE, Engine, Hypothesis, load_engine, translate_chunk, translate_chunk_detailed
+from .inference import CHUNK_SIZE, load_engine
 from .io_utils import WriterLock, atomic_write_json, batched, count_lines, refuse_overlap, require_file, text_lines
 from .parallel import process_state
 from .stop_points import stop_point
@@ -498,14 +499,20 @@ class TranslationOutput:
     def detailed(self) -> bool:
         return self.n_best is not None or self.scores or self.alignments
 
-    def chunk(self, engine: Engine, tokenizer: Any, chunk: Chunk, options: dict[str, Any]) -> str:
+    def options(self, generation_config: Any, **decoding: Any) -> DecodeOptions:
+        """The decoding options of ``encdec translate``: ``decoding`` (``translate``'s ``num_beams``,
+        ``length_penalty``, ``max_new_tokens``, ...) and this output's n-best list (ranked by log P), scores and
+        alignments, resolved against the model's generation config (``decoding.resolve_options``)."""
+        return resolve_options(generation_config, n_best=self.n_best, ranked=True, keep_duplicates=self.keep_duplicates,
+                               scores=self.scores, alignments=self.alignments, alignment_layer=self.alignment_layer,
+                               **decoding)
+
+    def chunk(self, engine: Engine, tokenizer: Any, chunk: Chunk, options: DecodeOptions, batch_size: int = 32,
+              truncate: bool = False) -> str:
         """The output text of one chunk (every line ended)."""
+        results = decode_lines(engine, tokenizer, chunk.lines, options, batch_size, truncate)
         if not self.detailed:
-            return "".join(line + "\n" for line in translate_chunk(engine, tokenizer, chunk.lines, **options))
-        results = translate_chunk_detailed(engine, tokenizer, chunk.lines, n_best=self.n_best or 1,
-                                           scores=self.scores, alignments=self.alignments,
-                                           alignment_layer=self.alignment_layer,
-                                           keep_duplicates=self.keep_duplicates, **options)
+            return "".join(hypotheses[0].text + "\n" for hypotheses in results)
         return "".join(self.line(chunk.start + i, hypothesis) + "\n"
                        for i, hypotheses in enumerate(results) for hypothesis in hypotheses)
 
@@ -540,11 +547,19 @@ def translate_file(models: list[str], input_path: str | None, output_path: str |
                           "dtype": dtype, "chunk_size": chunk_size}}
     output = on_main(shard, lambda: open_output(output_path, input_path, models, record, resume, overwrite, stdout))
     done = shard.broadcast(output.done_lines if output is not None else 0)
-    engine_, tokenizer = load_engine(models if len(models) > 1 else models[0], engine, quantize=quantize,
-                                     dtype=dtype, device=shard.device)
+    batch_size, truncate = options.pop("batch_size", 32), options.pop("truncate", False)
+    try:  # a run refused before its first chunk leaves nothing behind (ChunkFile.close)
+        engine_, tokenizer = load_engine(models if len(models) > 1 else models[0], engine, quantize=quantize,
+                                         dtype=dtype, device=shard.device)
+        decoding = form.options(engine_.generation_config, **options)
+    except BaseException:
+        if output is not None:
+            output.close()
+        raise
     chunks, total = open_chunks(input_path, chunk_size, skip=done, stdin=stdin)
     progress = Progress("encdec translate", total, initial=done, quiet=quiet or not shard.is_main)
-    run_chunks(chunks, lambda chunk: form.chunk(engine_, tokenizer, chunk, options), output, progress, shard)
+    run_chunks(chunks, lambda chunk: form.chunk(engine_, tokenizer, chunk, decoding, batch_size, truncate), output,
+               progress, shard)
     return progress.done
 
 

@@ -14,3 +14,36 @@ class InputFileError(EncdecError):
 
 class OverwriteError(EncdecError):
     """An output would replace something the user wrote, and ``--overwrite`` was not given."""
+
+
+class OptionError(EncdecError):
+    """A decoding option out of its range (``encdec.decoding.resolve_options``). ``field`` is the option at fault,
+    by its Python and JSON name (``n_best``); ``problem`` says what is wrong, naming other options as ``{name}``.
+    Each front end names the options in its own words: ``str(error)`` as the Python API does (`` `n_best` must be
+    ...; raise `num_beams`. ``), ``explain()`` for a JSON field (``must be ...; raise num_beams.``), ``as_flags()``
+    for the command line (``--n-best must be ...; raise --num-beams.``)."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        self.field, self.problem = field, problem
+        super().__init__(f"`{field}` {self.explain(lambda name: f'`{name}`')}")
+
+    def explain(self, name=str) -> str:
+        """The problem, each option it names written by ``name``."""
+        return self.problem.format_map(_Names(name))
+
+    def as_flags(self) -> str:
+        flag = _flag
+        return f"{flag(self.field)} {self.explain(flag)}"
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+class _Names(dict):
+    def __init__(self, name) -> None:
+        super().__init__()
+        self.name = name
+
+    def __missing__(self, key: str) -> str:
+        return self.name(key)

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .alignment import align_pair, choose_layer, default_layer, encode_pairs, parse_pharaoh, record_layer, to_pharaoh
+from .alignment import choose_layer, default_layer, encode_pairs, parse_pharaoh, record_layer
 from .corpus import (
     Chunk,
     Progress,
@@ -25,17 +25,10 @@ from .corpus import (
     paired_chunks,
     run_chunks,
 )
+from .decoding import DecodeOptions, align, decode_lines, resolve_options
 from .errors import InputFileError
 from .folders import refuse_model_overwrite
-from .inference import (
-    CHUNK_SIZE,
-    default_beams,
-    effective_length_penalty,
-    load_engine,
-    load_model_and_tokenizer,
-    max_source_length,
-    translate_chunk,
-)
+from .inference import CHUNK_SIZE, effective_length_penalty, load_engine, load_model_and_tokenizer, max_source_length
 from .io_utils import (
     atomic_write_json,
     count_lines,
@@ -48,11 +41,6 @@ from .io_utils import (
 from .metrics import load_metric
 
 logger = logging.getLogger(__name__)
-
-
-def read_parallel(source_file: str | os.PathLike, reference_file: str | os.PathLike) -> tuple[list[str], list[str]]:
-    """Read a source file and its reference file, which must have the same number of lines."""
-    return read_aligned_lines(source_file, reference_file, target_what="reference file")
 
 
 def count_over_long(tokenizer, config, sources: Sequence[str]) -> int:
@@ -123,19 +111,18 @@ def evaluate_model(
     shard = Shard()
     model, tokenizer = load_engine(model_dir, engine, quantize=quantize, dtype=dtype,
                                    device=shard.device if device == "cpu" else device)
-    options = {"num_beams": num_beams, "batch_size": batch_size, "max_new_tokens": max_new_tokens,
-               "length_penalty": length_penalty, "truncate": True}
+    options = resolve_options(model.generation_config, num_beams=num_beams, max_new_tokens=max_new_tokens,
+                              length_penalty=length_penalty)
     start = time.perf_counter()
-    hypotheses = translate_test_set(model, tokenizer, source_file, options, chunk_size, show_progress, shard)
+    hypotheses = translate_test_set(model, tokenizer, source_file, options, batch_size, chunk_size, show_progress,
+                                    shard)
     seconds = time.perf_counter() - start
     if not shard.is_main:  # several processes: the main one scores and writes
         return {}
     results = {
         **score_translations(hypotheses, references),
         "num_sentences": len(hypotheses),
-        "num_beams": default_beams(model) if num_beams is None else num_beams,
-        "batch_size": batch_size,
-        "max_new_tokens": max_new_tokens if max_new_tokens is not None else model.generation_config.max_new_tokens,
+        "num_beams": options.num_beams, "batch_size": batch_size, "max_new_tokens": options.max_new_tokens,
         "length_penalty": effective_length_penalty(model, length_penalty),
         "sentences_per_second": round(len(hypotheses) / seconds, 2) if seconds > 0 else None,
         "translation_seconds": round(seconds, 3),
@@ -149,15 +136,16 @@ def evaluate_model(
     return results
 
 
-def translate_test_set(model: Any, tokenizer: Any, source_file: str | os.PathLike, options: dict[str, Any],
-                       chunk_size: int, show_progress: bool, shard: Shard) -> list[str]:
+def translate_test_set(model: Any, tokenizer: Any, source_file: str | os.PathLike, options: DecodeOptions,
+                       batch_size: int, chunk_size: int, show_progress: bool, shard: Shard) -> list[str]:
     """The translations of a test set, streamed in chunks with progress (``encdec.corpus``, shared out over the
     processes of a launch); the main process gets them all, in order. Over-long sources are cut, and counted."""
     over, chunks_out = [0], []
 
     def work(chunk: Chunk) -> list[str]:
         over[0] += count_over_long(tokenizer, model.config, chunk.lines)
-        return translate_chunk(model, tokenizer, chunk.lines, **options)
+        return [hypotheses[0].text for hypotheses in decode_lines(model, tokenizer, chunk.lines, options, batch_size,
+                                                                  truncate=True)]
 
     chunks, total = open_chunks(source_file, chunk_size)
     progress = Progress("encdec evaluate", total, quiet=not show_progress or not shard.is_main)
@@ -200,14 +188,14 @@ def align_file(model_dir: str | os.PathLike, source_file: str | os.PathLike, tar
                                                     stdout))
     skip = shard.broadcast(output.done_lines if output is not None else 0)
     model, tokenizer = load_model_and_tokenizer(model_dir, shard.device)
-    layer = default_layer(model) if layer is None else layer
+    options = resolve_options(model.generation_config, alignments=True,
+                              alignment_layer=default_layer(model) if layer is None else layer)
 
     def work(chunk: Chunk) -> str:
         sources, targets = zip(*chunk.lines, strict=True)
         pairs = encode_pairs(tokenizer, list(sources), list(targets))
-        return "".join((to_pharaoh(align_pair(model, tokenizer, source_ids, target_ids, layer))
-                        if source.strip() else "") + "\n" for (source_ids, target_ids), source in
-                       zip(pairs, sources, strict=True))
+        return "".join((align(model, tokenizer, source_ids, target_ids, options).alignment if source.strip() else "")
+                       + "\n" for (source_ids, target_ids), source in zip(pairs, sources, strict=True))
 
     chunks = paired_chunks(source_file, target_file, chunk_size, skip)
     progress = Progress("encdec align", count_lines(source_file), initial=skip, quiet=quiet or not shard.is_main)
@@ -234,4 +222,4 @@ def choose_layer_on_files(model_dir: str | os.PathLike, source_file: str | os.Pa
     return report
 
 
-__all__ = ["align_file", "choose_layer_on_files", "evaluate_model", "read_parallel", "score_translations"]
+__all__ = ["align_file", "choose_layer_on_files", "evaluate_model", "score_translations"]

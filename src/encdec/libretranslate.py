@@ -7,9 +7,10 @@ models and dynamic batchers as the native ``/translate``: a request becomes jobs
 limits.
 
 - ``POST /translate``: ``q`` (a string or a list), ``source``, ``target``, ``format`` (``text``, or ``html``: the
-  tags are kept and the text between them translated), ``alternatives`` (that many more translations, from beam
-  search), ``api_key``; JSON or form-encoded. ``source: "auto"`` takes the one served pair into ``target``, if there
-  is exactly one (there is no language detection), and says so in ``detectedLanguage``.
+  tags are kept and the text between them translated), ``alternatives`` (up to that many other translations, from
+  beam search; the translation itself is the same with or without them), ``api_key``; JSON or form-encoded.
+  ``source: "auto"`` takes the one served pair into ``target``, if there is exactly one (there is no language
+  detection), and says so in ``detectedLanguage``.
 - ``GET /languages``, ``GET /frontend/settings``, ``GET /health``.
 - Every error is ``{"error": "..."}`` with LibreTranslate's status: 400 for a bad request, 403 for a wrong API key.
 - CORS headers as LibreTranslate sends them, on every answer under the prefix, so that browser clients work.
@@ -27,7 +28,8 @@ from typing import Any
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
-from .serving import LANGUAGE_NAMES, RequestError, ServedModel, ServedModels
+from .decoding import DecodeOptions
+from .serving import LANGUAGE_NAMES, RequestError, ServedModel, ServedModels, TranslationService
 
 PREFIX = "/libretranslate"
 CORS_HEADERS = {"Access-Control-Allow-Origin": "*", "Access-Control-Allow-Headers": "Authorization, Content-Type",
@@ -186,32 +188,51 @@ def check_request(body: dict[str, Any], max_texts: int) -> tuple[list[str], bool
 MAX_PIECES = 1024  # lines and HTML text pieces one request may hold (a body of 1 MB could hold 500,000)
 
 
+def decode_options(service: TranslationService, alternatives: int) -> tuple[DecodeOptions, DecodeOptions | None]:
+    """The options of a request's translation, and of its alternatives if it asks for some. The translation is the
+    model's default decoding, whatever ``alternatives`` (what ``encdec translate`` and the native API give); the
+    alternatives come from the n-best list that ``encdec translate --n-best alternatives+1`` prints: every beam of a
+    search at least that wide (the model's beam, if wider), ordered by log P, each text once."""
+    if not alternatives:
+        return service.options(), None
+    return service.options(), service.options(num_beams=max(service.default_beams, alternatives + 1),
+                                              n_best=alternatives + 1, ranked=True)
+
+
 async def translate_parts(model: ServedModel, batcher: Any, texts: list[str], text_format: str,
                           alternatives: int) -> list[list[str]]:
-    """Each text's translation, then its distinct alternatives: every piece to translate (a line, or the text
-    between two tags) decoded by the model's batcher, the rest of the text kept around the translations."""
+    """Each text's translation, then up to ``alternatives`` distinct others (``decode_options``): every piece to
+    translate (a line, or the text between two tags) decoded by the model's batcher, the rest of the text kept
+    around the translations. The k-th alternative of a text takes the k-th hypothesis of each piece (its
+    translation where the piece has fewer); one equal to the translation or to an earlier one is left out."""
     cut = [html_parts(text) if text_format == "html" else text_parts(text) for text in texts]
     todo = [(i, piece.strip()) for i, parts in enumerate(cut) for translate, piece in parts if translate]
     if len(todo) > MAX_PIECES:
         raise Refusal(f"Invalid request: {len(todo)} lines or pieces of text between tags exceed the limit of "
                       f"{MAX_PIECES} per request; send them in several requests")
     service = model.service
-    options = {"num_beams": max(service.default_beams, alternatives + 1), "n_best": alternatives + 1} \
-        if alternatives else {}
+    main, others = decode_options(service, alternatives)
     jobs = []
     for i, piece in todo:
         try:
-            jobs += service.jobs(piece, **options)
+            jobs += service.jobs_for(piece, main)
+            if others is not None:
+                jobs += service.jobs_for(piece, others, n_best_list=True)
         except RequestError as error:
             raise Refusal(f"Invalid request: q{f'[{i}]' if len(texts) > 1 else ''}"
                           f"{str(error).removeprefix('text')}") from None
     answers = iter(await asyncio.gather(*(asyncio.wrap_future(f) for f in batcher.submit(jobs))))
     results = []
     for parts in cut:
-        found = [[item["text"] for item in answer["n_best"]] if alternatives else [answer["text"]]
-                 for answer in (next(answers) for translate, _ in parts if translate)]
-        versions = [assemble(parts, [best[k] for best in found], text_format) for k in range(alternatives + 1)]
-        results.append([versions[0], *dict.fromkeys(v for v in versions[1:] if v != versions[0])])
+        found = []  # per piece: its translation, and its n-best list
+        for translate, _ in parts:
+            if translate:
+                best = next(answers)["text"]
+                found.append((best, [item["text"] for item in next(answers)["n_best"]] if others else []))
+        text = assemble(parts, [best for best, _ in found], text_format)
+        versions = [assemble(parts, [listed[k] if k < len(listed) else best for best, listed in found], text_format)
+                    for k in range(alternatives + 1)]
+        results.append([text, *list(dict.fromkeys(v for v in versions if v != text))[:alternatives]])
     return results
 
 

@@ -401,7 +401,6 @@ def create_app(served: TranslationService | ServedModels, api_key: str | None = 
                                      "`{error, field, request_id}`:\n\n"
                                      + "\n".join(f"- {status}: {text}" for status, text in ERROR_STATUSES.items()))
     app.state.models, app.state.batchers = models, batchers
-    app.state.batcher = batchers[next(iter(batchers))]  # the first model's (one model: the server's)
     # the schema takes the largest limits of the models; each model's own are checked when its jobs are made
     widest = {name: max(getattr(model.service.limits, name) for model in models.models.values())
               for name in ("max_new_tokens", "max_source_tokens")}

@@ -8,13 +8,10 @@ of them wait as the largest of the last few batches had (up to ``max_batch_size`
 runs one batch at a time, so the model runs in a single thread of Python (its operators still use torch's
 threads), and requests that arrive while it works are batched for the next round.
 
-A batch gives each text what translating it alone gives:
-
-- every text gets its own generation budget (``max_new_tokens``, else the model's, else 2 x its source + 10, as
-  ``inference.auto_max_new_tokens``). Greedy search decides each token from the tokens before it only, so a batch of
-  greedy jobs runs to the largest budget and cuts each output to its own. Beam search ends differently at another
-  budget, so only jobs with the same budget share a beam batch.
-- scores and alignments come from one teacher-forced pass per text, not from the padded batch.
+A batch gives each text what translating it alone gives: the server checks a request's options into a
+``decoding.DecodeOptions`` (``decoding.resolve_options``, within its limits) and decodes a batch with
+``decoding.decode_batch``, as ``encdec translate`` does. Each text has its own budget (``max_new_tokens``, else the
+model's, else 2 x its source + 10); greedy jobs of any budgets share a batch, beam jobs only with the same budget.
 """
 
 from __future__ import annotations
@@ -22,7 +19,6 @@ from __future__ import annotations
 import functools
 import itertools
 import logging
-import math
 import queue
 import re
 import sys
@@ -35,23 +31,28 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import torch
 from huggingface_hub import ModelCard
 from transformers import PreTrainedTokenizerBase
 
 from . import __version__
+from .alignment import MEAN, layer_weights
 from .cards import LANGUAGE_CODE as CARD_LANGUAGE_CODE
+from .decoding import (
+    LENGTH_PENALTY_RANGE,
+    DecodeLimits,
+    DecodeOptions,
+    Engine,
+    Hypothesis,
+    decode_batch,
+    max_source_length,
+    resolve_options,
+)
 from .engines import CTranslate2Engine, TorchEngine
-from .errors import EncdecError
-from .inference import Engine, auto_max_new_tokens, default_beams, generation_settings, max_source_length, output_ids
+from .errors import EncdecError, OptionError
 
 logger = logging.getLogger("encdec.serve")
 
 DEFAULT_MAX_SOURCE_TOKENS = 1024  # for models without a position limit (the RNN) and a tokenizer without one
-# length_penalty: beam search divides a hypothesis' log-probability by length ** length_penalty (HF generate). Values
-# in use lie within about -2..2; +-10 already makes the length all that counts, and stays finite for any length the
-# server accepts (1024 ** 10 ~ 1e30), where 1e308 overflows.
-LENGTH_PENALTY_RANGE = (-10.0, 10.0)
 
 
 class RequestError(EncdecError):
@@ -86,6 +87,11 @@ class ServeLimits:
         if self.max_wait_ms < 0:
             raise EncdecError(f"`max_wait_ms` (--max-wait-ms) must be >= 0, got {self.max_wait_ms}.")
 
+    @property
+    def decoding(self) -> DecodeLimits:
+        """What these limits let a request ask of decoding (``decoding.resolve_options``)."""
+        return DecodeLimits(self.max_beams, self.max_new_tokens, LENGTH_PENALTY_RANGE)
+
 
 def limits_for(limits: ServeLimits, tokenizer: PreTrainedTokenizerBase, config: Any) -> ServeLimits:
     """``limits`` with the model's limits filled in: sources up to its positions (and the tokenizer's
@@ -104,16 +110,6 @@ def limits_for(limits: ServeLimits, tokenizer: PreTrainedTokenizerBase, config: 
                           "max_new_tokens": limits.max_new_tokens or budget})
 
 
-@dataclass(frozen=True)
-class DecodeOptions:
-    """One text's decoding options, resolved against the model's generation config."""
-
-    num_beams: int
-    length_penalty: float | None  # None for greedy search, which has no use for it
-    n_best: int
-    max_new_tokens: int | None  # None: the model's budget, else one from the source length
-
-
 @dataclass
 class Job:
     """One text to translate, and the future its answer goes to."""
@@ -121,8 +117,6 @@ class Job:
     source_ids: list[int]
     options: DecodeOptions
     budget: int
-    scores: bool = False
-    alignments: bool = False
     n_best_list: bool = False  # the request asked for `n_best`: answer with the list, even of one
     future: Future = field(default_factory=Future)
     arrival: float = field(default_factory=time.monotonic)
@@ -130,12 +124,12 @@ class Job:
     @property
     def key(self) -> tuple:
         """Jobs with equal keys are decoded in one batch (see the module docstring for the budget)."""
-        greedy = self.options.num_beams == 1
-        return self.options.num_beams, self.options.length_penalty, self.options.n_best, None if greedy else self.budget
+        return self.options.search, None if self.options.greedy else self.budget
 
 
 class TranslationService:
-    """An engine, its tokenizer and the server's limits: checks requests into jobs, and decodes a batch of jobs."""
+    """An engine, its tokenizer and the server's limits: checks requests into jobs, and decodes a batch of jobs
+    (``decoding.decode_batch``, what ``encdec translate`` decodes with)."""
 
     def __init__(self, engine: Engine, tokenizer: PreTrainedTokenizerBase, limits: ServeLimits | None = None,
                  model_dir: str | Path | None = None) -> None:
@@ -144,30 +138,47 @@ class TranslationService:
         self.limits = limits_for(limits or ServeLimits(), tokenizer, engine.config)
         self.model_dir = Path(model_dir) if model_dir is not None else None
         generation = engine.generation_config
-        self.default_beams = default_beams(engine)  # the one default that translate and evaluate use too
+        self.default_beams = resolve_options(generation).num_beams  # the one default translate and evaluate use too
         self.default_length_penalty = 1.0 if generation.length_penalty is None else generation.length_penalty
         self.default_budget = generation.max_new_tokens
         self.has_alignments = isinstance(engine, TorchEngine) and getattr(self.config, "attention", "") != "none"
 
-    def jobs(self, text: str | list[str], num_beams: int | None = None, max_new_tokens: int | None = None,
-             length_penalty: float | None = None, n_best: int | None = None, return_scores: bool = False,
-             return_alignments: bool = False) -> list[Job]:
-        """Check one request against the limits and turn each of its texts into a job; a ``RequestError`` naming
+    def jobs(self, text: str | list[str], n_best: int | None = None, return_scores: bool = False,
+             return_alignments: bool = False, **decoding: Any) -> list[Job]:
+        """Check one request (the fields of ``POST /translate``; ``decoding``: its ``num_beams``,
+        ``max_new_tokens``, ``length_penalty``) against the limits and turn each of its texts into a job; a
+        ``RequestError`` naming the field otherwise."""
+        options = self.options(n_best=n_best, return_scores=return_scores, return_alignments=return_alignments,
+                               **decoding)
+        return self.jobs_for(text, options, n_best_list=n_best is not None)
+
+    def options(self, return_scores: bool = False, return_alignments: bool = False, *, ranked: bool = False,
+                **decoding: Any) -> DecodeOptions:
+        """A request's decoding options (``decoding``: ``num_beams``, ``n_best``, ...), resolved as ``encdec
+        translate`` resolves its flags (``decoding.resolve_options``), within the limits; a ``RequestError`` naming
         the field otherwise."""
-        options = self.options(num_beams, max_new_tokens, length_penalty, n_best)
+        try:
+            options = resolve_options(self.engine.generation_config, ranked=ranked, scores=return_scores,
+                                      alignments=return_alignments, limits=self.limits.decoding, **decoding)
+        except OptionError as error:
+            raise RequestError(error.field, error.explain()) from None
         if return_alignments and not self.has_alignments:
             why = ("the ctranslate2 engine returns none" if isinstance(self.engine, CTranslate2Engine)
                    else "this model has no attention (attention='none')")
             raise RequestError("return_alignments", f"alignments are not available: {why}; leave it out.")
+        return options
+
+    def jobs_for(self, text: str | list[str], options: DecodeOptions, n_best_list: bool = False) -> list[Job]:
+        """A job for each text of ``text`` (checked, as ``texts`` and the source limit say), decoded with
+        ``options``, each with its own budget."""
         fields, texts = self.texts(text)
         jobs = []
         for name, ids in zip(fields, self.tokenizer(texts, verbose=False)["input_ids"], strict=True):
             if len(ids) > self.limits.max_source_tokens:
                 raise RequestError(name, f"{len(ids)} source tokens exceed the limit of {self.limits.max_source_tokens}"
                                          " (--max-source-tokens); split the text.")
-            budget = (options.max_new_tokens or self.default_budget or auto_max_new_tokens(len(ids), self.config))
-            jobs.append(Job(ids, options, min(budget, self.limits.max_new_tokens), return_scores, return_alignments,
-                            n_best_list=n_best is not None))
+            jobs.append(Job(ids, options, options.budget(len(ids), self.config, self.limits.max_new_tokens),
+                            n_best_list))
         return jobs
 
     def texts(self, text: str | list[str]) -> tuple[list[str], list[str]]:
@@ -191,66 +202,27 @@ class TranslationService:
                                          "half of one is not).") from None
         return fields, texts
 
-    def options(self, num_beams: int | None, max_new_tokens: int | None, length_penalty: float | None,
-                n_best: int | None) -> DecodeOptions:
-        beams = self.default_beams if num_beams is None else num_beams
-        for name, value, limit in (("num_beams", beams, self.limits.max_beams),
-                                   ("max_new_tokens", max_new_tokens, self.limits.max_new_tokens)):
-            if value is not None and not 1 <= value <= limit:
-                raise RequestError(name, f"must be between 1 and {limit}, got {value}.")
-        low, high = LENGTH_PENALTY_RANGE
-        if length_penalty is not None and not (math.isfinite(length_penalty) and low <= length_penalty <= high):
-            raise RequestError("length_penalty", f"must be a finite number from {low:g} to {high:g}, got "
-                                                 f"{length_penalty}.")
-        n_best = 1 if n_best is None else n_best
-        if not 1 <= n_best <= beams:
-            raise RequestError("n_best", f"must be between 1 and the beam size ({beams}), got {n_best}; raise "
-                                         "num_beams.")
-        penalty = None if beams == 1 else (self.default_length_penalty if length_penalty is None else length_penalty)
-        return DecodeOptions(beams, penalty, n_best, max_new_tokens)
-
     def decode(self, jobs: list[Job]) -> list[dict[str, Any]]:
         """Translate jobs that share a key in one batch: one answer per job, in order."""
-        options = jobs[0].options
-        pad = self.tokenizer.pad_token_id
-        width = max(len(job.source_ids) for job in jobs)
-        input_ids = torch.full((len(jobs), width), pad, dtype=torch.long)  # (B, S), right-padded
-        attention_mask = torch.zeros((len(jobs), width), dtype=torch.long)  # (B, S)
-        for row, job in enumerate(jobs):
-            input_ids[row, :len(job.source_ids)] = torch.tensor(job.source_ids)
-            attention_mask[row, :len(job.source_ids)] = 1
-        settings = generation_settings(options.num_beams, None, options.length_penalty, {})
-        if options.n_best > 1:
-            settings["num_return_sequences"] = options.n_best
-        generated = self.engine.generate(input_ids, attention_mask, max(job.budget for job in jobs), settings)
-        n = options.n_best  # the n_best outputs of a source come one after the other
-        eos, pad = self.config.eos_token_id, self.tokenizer.pad_token_id
-        # each job's own budget: greedy jobs of a batch run to the largest one, and greedy search is prefix-consistent
-        return [self.answer(job, [output_ids(ids[:1 + job.budget], eos, pad) for ids in generated[k * n:(k + 1) * n]])
-                for k, job in enumerate(jobs)]
+        found = decode_batch(self.engine, self.tokenizer, [job.source_ids for job in jobs],
+                             [job.options for job in jobs], [job.budget for job in jobs])
+        return [self.answer(job, hypotheses) for job, hypotheses in zip(jobs, found, strict=True)]
 
-    def answer(self, job: Job, outputs: list[list[int]]) -> dict[str, Any]:
-        texts = [self.tokenizer.decode(ids, skip_special_tokens=True).strip() for ids in outputs]
-        answer: dict[str, Any] = {"text": texts[0]}
-        # one teacher-forced pass per hypothesis scored; the best one's also gives the alignment
-        scored = outputs if job.scores else outputs[:1] if job.alignments else []
-        passes = [self.score(job, ids, with_alignment=job.alignments and k == 0) for k, ids in enumerate(scored)]
-        if job.scores:
-            answer["score"] = passes[0][0]
+    def answer(self, job: Job, hypotheses: list[Hypothesis]) -> dict[str, Any]:
+        """A job's answer: the best translation, with the scores, the n-best list and the alignment it asked for."""
+        best, scores = hypotheses[0], job.options.scores
+        answer: dict[str, Any] = {"text": best.text}
+        if scores:
+            answer["score"] = best.score
         if job.n_best_list:
-            answer["n_best"] = [{"text": text, **({"score": passes[k][0]} if job.scores else {})}
-                                for k, text in enumerate(texts)]
-        if job.alignments:
+            answer["n_best"] = [{"text": hypothesis.text, **({"score": hypothesis.score} if scores else {})}
+                                for hypothesis in hypotheses]
+        if job.options.alignments:  # the (S, T) attention averaged over every layer and head
+            weights = layer_weights(best.attention, MEAN)
             answer["alignment"] = {"source_tokens": self.tokenizer.convert_ids_to_tokens(job.source_ids),
-                                   "target_tokens": self.tokenizer.convert_ids_to_tokens(outputs[0]),
-                                   "weights": [[round(w, 6) for w in row] for row in passes[0][1].tolist()]}
+                                   "target_tokens": self.tokenizer.convert_ids_to_tokens(best.ids),
+                                   "weights": [[round(w, 6) for w in row] for row in weights.tolist()]}
         return answer
-
-    def score(self, job: Job, output: list[int], with_alignment: bool) -> tuple[float, torch.Tensor | None]:
-        """log P(output | source): the sum of the token log-probabilities (``</s>`` included), from one
-        teacher-forced pass over this text alone; with the (S, T) alignment if asked."""
-        log_probs, weights = self.engine.teacher_forced(job.source_ids, output, alignment=with_alignment)
-        return float(sum(log_probs)), weights
 
     def info(self) -> dict[str, Any]:
         """What ``GET /info`` answers: the model, its languages and card metrics, the engine and the limits."""

@@ -145,9 +145,10 @@ def beams_for_n_best(args: argparse.Namespace) -> int | None:
     if args.num_beams is not None:
         raise usage_error(f"--n-best {args.n_best} needs at least {args.n_best} beams: pass --num-beams "
                           f"{args.n_best} or more (got --num-beams {args.num_beams}), or a smaller --n-best.")
-    try:  # the first model's default, as decoding will read it (generation_config.json)
-        saved = json.loads((Path(args.model[0]) / "generation_config.json").read_text(encoding="utf-8"))
-        default = int(saved.get("num_beams") or 1)
+    from encdec.decoding import model_defaults
+
+    try:  # the first model's default, as decoding resolves it (its generation_config.json)
+        default = model_defaults(args.model[0]).num_beams
     except (OSError, ValueError, TypeError):
         return None  # no readable folder: loading it says what is wrong
     if args.n_best <= default:

@@ -101,7 +101,7 @@ def describe_processes(command: str, environ: dict[str, str] | None = None) -> s
 
 
 def run(func: Callable[[argparse.Namespace], None], args: argparse.Namespace) -> int:
-    from encdec.errors import EncdecError
+    from encdec.errors import EncdecError, OptionError
 
     die_with_launcher()
     if line := describe_processes(args.command):
@@ -112,7 +112,7 @@ def run(func: Callable[[argparse.Namespace], None], args: argparse.Namespace) ->
     except (EncdecError, FileNotFoundError, ValueError, OSError) as error:
         if os.environ.get("ENCDEC_DEBUG"):
             raise
-        message = " ".join(str(error).split())  # one line
+        message = " ".join((error.as_flags() if isinstance(error, OptionError) else str(error)).split())  # one line
         print(f"encdec {args.command}: error: {message}", file=sys.stderr)
         return 2
     return 0

@@ -438,5 +438,3 @@ def build_decoder_step(config: RNNSeq2SeqConfig) -> DecoderStep:
         return BahdanauDecoderStep(config)
     return LuongDecoderStep(config)
 
-
-DECODER_STEPS = (DecoderStep, ContextFeedingDecoderStep, BahdanauDecoderStep, LuongDecoderStep)

@@ -1,0 +1,179 @@
+"""One decode (encdec.decoding): options resolved once from the model's generation config and checked once, whose
+error names the option in each front end's words; and the same request, through the command line, the native
+server API, LibreTranslate's API and distillation's teacher settings, resolves to equal options."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import pytest
+from transformers import GenerationConfig
+
+import encdec.corpus
+from encdec.cli import main
+from encdec.decoding import DecodeLimits, DecodeOptions, resolve_options
+from encdec.distill import DistillConfig, TeacherSettings, translate_sources
+from encdec.errors import OptionError
+from encdec.inference import load_engine
+from encdec.libretranslate import alternatives_of, decode_options
+from encdec.server import request_schema
+from encdec.serving import TranslationService
+from tiny_model_folders import build_model_folders
+
+DEFAULTS = {"num_beams": 2, "length_penalty": 0.7, "max_new_tokens": 9}  # the test model's generation config
+
+
+def test_the_model_s_generation_config_fills_what_is_not_asked() -> None:
+    config = GenerationConfig(**DEFAULTS)
+    assert resolve_options(config) == DecodeOptions(num_beams=2, length_penalty=0.7, max_new_tokens=9)
+    assert resolve_options(config, num_beams=1, length_penalty=2.0) == DecodeOptions(max_new_tokens=9)  # greedy
+    assert resolve_options(GenerationConfig()) == DecodeOptions()  # greedy, budget from the source length
+    assert resolve_options(config, length_penalty=0.0, max_new_tokens=5).length_penalty == 0.0
+    sampled = resolve_options(config, num_beams=1, n_best=3, do_sample=True, top_k=5)
+    assert (sampled.n_best, sampled.candidates, sampled.settings()) == (3, 3, {
+        "do_sample": True, "top_k": 5, "num_beams": 1, "num_return_sequences": 3})
+    ranked = resolve_options(config, num_beams=5, n_best=3, ranked=True, keep_duplicates=True)
+    assert (ranked.candidates, ranked.keep_duplicates) == (5, True)  # every beam, for the list
+    assert resolve_options(config, n_best=1, ranked=True, keep_duplicates=True) == resolve_options(config)
+
+
+@pytest.mark.parametrize(("asked", "limits", "field", "python", "json_field", "flags"), [
+    ({"num_beams": 2, "n_best": 3}, None, "n_best",
+     "`n_best` must be between 1 and the beam size (2), got 3; raise `num_beams`.",
+     "must be between 1 and the beam size (2), got 3; raise num_beams.",
+     "--n-best must be between 1 and the beam size (2), got 3; raise --num-beams."),
+    ({"num_beams": 0}, None, "num_beams", "`num_beams` must be >= 1, got 0.", "must be >= 1, got 0.",
+     "--num-beams must be >= 1, got 0."),
+    ({"max_new_tokens": 0}, None, "max_new_tokens",
+     "`max_new_tokens` must be >= 1 (or None for a budget from the source length), got 0.", None, None),
+    ({"length_penalty": math.nan}, None, "length_penalty", "`length_penalty` must be a finite number, got nan.",
+     None, None),
+    ({"length_penalty": 11.0}, DecodeLimits(8, 100), "length_penalty",
+     "`length_penalty` must be a finite number from -10 to 10, got 11.0.",
+     "must be a finite number from -10 to 10, got 11.0.", None),
+    ({"num_beams": 9}, DecodeLimits(8, 100), "num_beams", "`num_beams` must be between 1 and 8, got 9.", None, None),
+    ({}, DecodeLimits(1, 100), "num_beams", "`num_beams` must be between 1 and 1, got 2.", None, None),  # default
+    ({"max_new_tokens": 101}, DecodeLimits(8, 100), "max_new_tokens",
+     "`max_new_tokens` must be between 1 and 100, got 101.", None, None),
+    ({"num_return_sequences": 2}, None, "num_return_sequences",
+     "`num_return_sequences` is not an option: `translate` gives one translation per source; for several, call "
+     "`translate_n_best` with `n_best`.", None, None),
+])
+def test_one_check_names_the_option_in_each_front_end_s_words(asked, limits, field, python, json_field,
+                                                              flags) -> None:
+    with pytest.raises(OptionError) as refused:
+        resolve_options(GenerationConfig(**DEFAULTS), limits=limits, **asked)
+    assert (refused.value.field, str(refused.value)) == (field, python)
+    if json_field:
+        assert refused.value.explain() == json_field
+    if flags:
+        assert refused.value.as_flags() == flags
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    """A tiny random Transformer whose generation config decodes with 2 beams, a length penalty and a budget."""
+    folder = build_model_folders(tmp_path_factory.mktemp("decoding"))["transformer"]
+    path = folder / "generation_config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), **DEFAULTS}))
+    return folder
+
+
+class FrontEnds:
+    """The same model behind each front end; each method returns the options its decoding resolves to."""
+
+    def __init__(self, folder, tmp_path, monkeypatch) -> None:
+        self.folder, self.tmp_path, self.runs = folder, tmp_path, 0
+        self.service = TranslationService(*load_engine(folder))
+        self.resolved: list[DecodeOptions] = []
+        resolve = encdec.corpus.resolve_options
+
+        def spy(*args, **kwargs) -> DecodeOptions:  # what `encdec translate` and distill decode with
+            self.resolved.append(resolve(*args, **kwargs))
+            return self.resolved[-1]
+
+        monkeypatch.setattr(encdec.corpus, "resolve_options", spy)
+
+    def run_dir(self):
+        self.runs += 1
+        path = self.tmp_path / f"run{self.runs}"
+        path.mkdir()
+        (path / "original.src").write_text("3 March 2021\n")
+        return path
+
+    def cli(self, *flags: str) -> DecodeOptions:
+        """`encdec translate --model DIR FLAGS`, run."""
+        path = self.run_dir()
+        assert main(["translate", "--model", str(self.folder), "--input", str(path / "original.src"), "--output",
+                     str(path / "out.txt"), "--quiet", *flags]) == 0
+        return self.resolved[-1]
+
+    def native(self, **body) -> DecodeOptions:
+        """The JSON body of the native `POST /translate`, checked by its schema and turned into jobs."""
+        request = request_schema(self.service.limits)(text="3 March 2021", **body).model_dump()
+        for name in ("source", "target", "model"):
+            request.pop(name)
+        return self.service.jobs(**request)[0].options
+
+    def libretranslate(self, **body) -> tuple[DecodeOptions, DecodeOptions | None]:
+        """LibreTranslate's body: the translation's options, and its alternatives'."""
+        return decode_options(self.service, alternatives_of(body, self.service.limits.max_beams - 1))
+
+    def distill(self, **teacher) -> DecodeOptions:
+        """A distillation recipe's `teacher` section, the teacher translating the sources."""
+        path = self.run_dir()
+        config = DistillConfig(teacher=TeacherSettings(models=[str(self.folder)], **teacher), student="unused.yaml",
+                               output_dir=str(path))
+        translate_sources(config, path, "src")
+        return self.resolved[-1]
+
+
+REQUESTS = [  # (flags, JSON fields, teacher settings): one request each
+    ((), {}, {}),
+    (("--num-beams", "3"), {"num_beams": 3}, {"num_beams": 3}),
+    (("--num-beams", "4", "--length-penalty", "0.6", "--max-new-tokens", "7"),
+     {"num_beams": 4, "length_penalty": 0.6, "max_new_tokens": 7},
+     {"num_beams": 4, "length_penalty": 0.6, "max_new_tokens": 7}),
+    (("--num-beams", "1", "--length-penalty", "2.0"), {"num_beams": 1, "length_penalty": 2.0},
+     {"num_beams": 1, "length_penalty": 2.0}),
+]
+
+
+def test_every_front_end_turns_one_request_into_equal_options(folder, tmp_path, monkeypatch) -> None:
+    """Distillation always scores its teacher's translations, as `--scores` and `return_scores` do."""
+    ends = FrontEnds(folder, tmp_path, monkeypatch)
+    for flags, body, teacher in REQUESTS:
+        scored = ends.cli(*flags, "--scores")
+        assert scored == ends.native(**body, return_scores=True) == ends.distill(**teacher), flags
+        assert ends.cli(*flags) == ends.native(**body) == dataclasses.replace(scored, scores=False), flags
+    assert ends.cli("--alignments") == ends.native(return_alignments=True)
+    assert ends.cli("--num-beams", "3", "--n-best", "3").n_best == 3
+
+
+def test_libretranslate_decodes_its_translation_as_the_others_and_its_alternatives_as_an_n_best_list(
+        folder, tmp_path, monkeypatch) -> None:
+    """The translation: the default options whatever `alternatives`; the alternatives: `encdec translate --n-best
+    K+1`'s list (which widens the model's 2 beams to K+1). The native API's `n_best` is the one n-best list in beam
+    order (ranked False); the rest of its options are the command line's."""
+    ends = FrontEnds(folder, tmp_path, monkeypatch)
+    default = ends.cli()
+    assert ends.libretranslate(q="x") == (default, None) and ends.native() == default
+    main_options, alternatives = ends.libretranslate(q="x", alternatives=2)
+    assert main_options == default
+    assert alternatives == ends.cli("--n-best", "3")
+    assert (alternatives.num_beams, alternatives.n_best, alternatives.ranked) == (3, 3, True)
+    assert ends.libretranslate(q="x", alternatives=1)[1] == ends.cli("--n-best", "2")  # the model's 2 beams
+    native = ends.native(num_beams=3, n_best=3)
+    assert native == dataclasses.replace(ends.cli("--num-beams", "3", "--n-best", "3"), ranked=False)
+
+
+def test_the_command_line_names_the_flag_of_an_option_out_of_range(folder, tmp_path, capsys) -> None:
+    source = tmp_path / "in.txt"
+    source.write_text("3 March 2021\n")
+    assert main(["translate", "--model", str(folder), "--input", str(source), "--output", str(tmp_path / "out.txt"),
+                 "--n-best", "0", "--quiet"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "encdec translate: error: --n-best must be between 1 and the beam size (2), got 0; raise --num-beams.")
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["in.txt"]  # refused before any chunk: nothing left
