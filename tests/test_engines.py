@@ -18,8 +18,9 @@ import torch
 from torch import nn
 from torch.ao.nn.quantized import dynamic as dynamic_int8
 
+from encdec import engines
 from encdec.cli import main
-from encdec.engines import CTranslate2Engine, CTranslate2Missing, TorchEngine
+from encdec.engines import INT8_MEASURED, CTranslate2Engine, CTranslate2Missing, TorchEngine, int8_note
 from encdec.errors import EncdecError, OverwriteError
 from encdec.evaluation import evaluate_model
 from encdec.export import EncdecTransformerConverter, export_ctranslate2, vocabulary_tokens
@@ -34,7 +35,7 @@ from encdec.inference import (
 )
 from tiny_model_folders import DATE_RNN as RNN
 from tiny_model_folders import DATE_TRANSFORMER as TRANSFORMER
-from tiny_model_folders import date_data, train_on_dates
+from tiny_model_folders import build_model_folders, date_data, train_on_dates
 
 # every switch of TransformerSeq2SeqConfig takes each of its values in one of these
 SWITCHES = {
@@ -406,3 +407,85 @@ def test_n_best_scores_agree_across_engines_and_ctranslate2_refuses_alignments(f
     assert compared >= 30
     with pytest.raises(EncdecError, match="use --engine torch with --alignments"):
         translate_detailed(ct2_engine, tokenizer, sources[:1], alignments=True)
+
+
+# -- the note on int8 for models below the size where it measured faster ---------------------------------------------
+
+@pytest.fixture
+def random_folders(tmp_path_factory) -> dict[str, Path]:
+    """``{"transformer": dir, "rnn": dir}``: random tiny models (d_model 16, hidden_size 16), below every size int8
+    was measured at."""
+    return build_model_folders(tmp_path_factory.mktemp("random"))
+
+
+@pytest.fixture
+def int8_notes_said(monkeypatch) -> set[str]:
+    """The notes said so far: none, so that each test sees the note its command prints (a process says each once)."""
+    said: set[str] = set()
+    monkeypatch.setattr(engines, "_int8_notes_said", said)
+    return said
+
+
+def test_int8_note_follows_the_measured_thresholds() -> None:
+    """Below an engine's measured size the note names the size, the threshold, the engine, the slowdown and the doc
+    section; at or above it, for a family not measured and for a model config without the size, no note."""
+    assert INT8_MEASURED, "no measured threshold: scripts/benchmark_int8.py fills INT8_MEASURED"
+    for (engine, model_type), (key, pays_from, slowdown) in INT8_MEASURED.items():
+        assert slowdown >= 1.0 and pays_from > 0
+        below = {"model_type": model_type, key: pays_from // 2}
+        assert int8_note(engine, below) == (
+            f"note: int8 measured slower than float32 for models this small ({key} {pays_from // 2} < {pays_from}) "
+            f"on {engine}: up to {slowdown:.1f}x the float32 time; see docs/fast-inference.md#when-int8-pays")
+        assert int8_note(engine, {"model_type": model_type, key: pays_from}) is None
+        assert int8_note(engine, {"model_type": model_type}) is None
+    assert int8_note("torch", {"model_type": "encdec_ensemble", "d_model": 8}) is None
+    assert int8_note("ctranslate2", {"model_type": "rnn_seq2seq", "hidden_size": 8}) is None  # it has no RNN
+
+
+def test_int8_thresholds_are_the_documented_measurements() -> None:
+    """``INT8_MEASURED`` is what docs/fast-inference.md's "When int8 pays" section, written by
+    scripts/benchmark_int8.py, derived: the same engines and families, thresholds and slowdowns."""
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "fast-inference.md").read_text()
+    assert "\n## When int8 pays\n" in doc  # the anchor the note points at
+    section = doc.split("<!-- begin: int8 -->", 1)[1].split("<!-- end: int8 -->", 1)[0]
+    documented = {(engine, family): (key, int(size), float(worst)) for engine, family, key, size, worst in re.findall(
+        r"^- (\w+), (\w+): int8 faster from (\w+) (\d+) on; below it, up to ([\d.]+)x", section, re.MULTILINE)}
+    assert documented == {measured: (key, size, pytest.approx(slowdown, abs=0.05))
+                          for measured, (key, size, slowdown) in INT8_MEASURED.items()}
+
+
+def test_cli_notes_int8_for_a_tiny_model_and_not_float32(random_folders, tmp_path, capsys, int8_notes_said) -> None:
+    """`encdec translate --quantize int8` of a tiny model prints the note once on stderr (translations on stdout
+    are untouched); float32 prints none. The same for `encdec evaluate`, and for CTranslate2: an int8 export says
+    it, and so does loading it (it computes in int8 without a flag), while a float32 export loaded as float32
+    does not."""
+    source = tmp_path / "src.txt"
+    source.write_text("Wednesday, 3 Mar 2021\n3/4/1999\n")
+    for family, folder in random_folders.items():
+        config = load_model_and_tokenizer(folder)[0].config
+        note = int8_note("torch", config)
+        assert note is not None, f"a {family} of {config.d_model if family == 'transformer' else config.hidden_size}"
+        assert main(["translate", "--model", str(folder), "--input", str(source)]) == 0
+        float_run = capsys.readouterr()
+        assert "note: int8" not in float_run.err
+        int8_notes_said.clear()
+        assert main(["translate", "--model", str(folder), "--input", str(source), "--quantize", "int8"]) == 0
+        int8_run = capsys.readouterr()
+        assert int8_run.err.splitlines().count(note) == 1
+        assert len(int8_run.out.splitlines()) == 2 and note not in int8_run.out
+        int8_notes_said.clear()
+        assert main(["evaluate", "--model", str(folder), "--source-file", str(source), "--reference-file",
+                     str(source), "--quantize", "int8"]) == 0
+        assert note in capsys.readouterr().err.splitlines()
+    pytest.importorskip("ctranslate2")
+    note = int8_note("ctranslate2", load_model_and_tokenizer(random_folders["transformer"])[0].config)
+    assert note is not None
+    for quantization in ("float32", "int8"):
+        int8_notes_said.clear()
+        out = tmp_path / f"ct2-{quantization}"
+        assert main(["export", "--model", str(random_folders["transformer"]), "--format", "ctranslate2", "--output",
+                     str(out), "--quantization", quantization]) == 0
+        assert (note in capsys.readouterr().err.splitlines()) == (quantization == "int8")
+        int8_notes_said.clear()
+        assert main(["translate", "--engine", "ctranslate2", "--model", str(out), "--input", str(source)]) == 0
+        assert (note in capsys.readouterr().err.splitlines()) == (quantization == "int8")

@@ -831,6 +831,59 @@ def test_page_translates_and_draws_the_heatmap_in_chromium(family, folders, sour
         driver.quit()
 
 
+def test_page_clears_the_last_result_when_a_request_fails_in_chromium(folders, sources) -> None:
+    """One translation shows its line, scores and heatmap; the next request, refused by the server (a text over
+    --max-source-tokens: 422), shows the server's error and nothing of the last answer; a request that reaches no
+    server (fetch rejects) does the same; a good request afterwards shows its answer with no error left."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    def result(driver) -> dict:
+        return {"lines": [line.get_attribute("textContent")
+                          for line in driver.find_elements(By.CSS_SELECTOR, "#translation .line")],
+                "scores": driver.find_element(By.ID, "scores").text, "cells": len(cell_weights(driver)),
+                "heatmap rows": len(driver.find_elements(By.CSS_SELECTOR, "#heatmap tr")),
+                "readout": driver.find_element(By.ID, "readout").text}
+
+    nothing = {"lines": [], "scores": "", "cells": 0, "heatmap rows": 0, "readout": ""}
+    driver = chromium_driver()
+    try:
+        with serve_app(folders["transformer"], max_source_tokens=24) as server:
+            first = request(f"{server.url}/translate", {"text": sources[0]})[1]["translations"][0]["text"]
+            too_long, refusal, _ = request(f"{server.url}/translate", {"text": [SAMPLE * 5]})  # as the page sends
+            assert too_long == 422 and "(--max-source-tokens)" in refusal["error"]
+            driver.get(f"{server.url}/")
+            wait = WebDriverWait(driver, 30)
+            wait.until(lambda d: "transformer" in d.find_element(By.ID, "model").text)
+            source = driver.find_element(By.ID, "source")
+
+            def submit(text: str) -> None:
+                source.clear()
+                source.send_keys(text)
+                driver.find_element(By.ID, "translate").click()
+                wait.until(lambda d: d.find_element(By.ID, "translate").is_enabled())  # the request has ended
+
+            submit(sources[0])
+            wait.until(lambda d: result(d)["lines"] == [first])
+            shown = result(driver)
+            assert "log-probability" in shown["scores"] and shown["cells"] > 0, shown
+            submit(SAMPLE * 5)  # refused: over the server's source limit
+            wait.until(lambda d: d.find_element(By.ID, "error").text)
+            assert driver.find_element(By.ID, "error").text == refusal["error"]
+            assert result(driver) == nothing
+            submit(sources[0])
+            wait.until(lambda d: result(d)["lines"] == [first])
+            assert driver.find_element(By.ID, "error").text == ""
+            # the network fails: fetch rejects, as it does when the server is gone
+            driver.execute_script("window.fetch = () => Promise.reject(new TypeError('Failed to fetch'));")
+            submit(sources[1])
+            wait.until(lambda d: d.find_element(By.ID, "error").text)
+            assert driver.find_element(By.ID, "error").text == "Could not reach the server: Failed to fetch"
+            assert result(driver) == nothing
+    finally:
+        driver.quit()
+
+
 def test_api_docs_render_offline_in_chromium(folders) -> None:
     """/docs (Swagger UI) shows the operations with its script and styles from this server: the browser resolves
     no other host, as on an air-gapped machine. ReDoc, whose page loads a logo from a CDN, is off."""

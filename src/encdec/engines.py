@@ -15,7 +15,9 @@ from __future__ import annotations
 import copy
 import importlib
 import os
+import sys
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +45,47 @@ CT2_OPTIONS = {"num_beams": "beam_size", "length_penalty": "length_penalty", "nu
 GENERATE_DEFAULTS = {"do_sample": False, "num_beams": 1, "length_penalty": 1.0, "num_return_sequences": 1, "top_k": 50,
                      "top_p": 1.0, "temperature": 1.0, "repetition_penalty": 1.0, "no_repeat_ngram_size": 0,
                      "min_new_tokens": 0, "early_stopping": False}
+
+
+# When int8 is the slower choice, measured by scripts/benchmark_int8.py (the table, the command and the machine are
+# in docs/fast-inference.md#when-int8-pays): per (engine, model_type), the config key that sizes the model, the
+# smallest measured size from which int8 was faster than float32 in every measurement (1 and 2 threads, greedy and
+# beam 5), and the largest int8 / float32 time measured below that size. A family int8 paid for at every measured
+# size is absent. Re-run the script and update this table when the engines, their versions or the CPU change.
+INT8_MEASURED: dict[tuple[str, str], tuple[str, int, float]] = {
+    ("torch", "transformer_seq2seq"): ("d_model", 192, 1.23),
+    ("torch", "rnn_seq2seq"): ("hidden_size", 512, 3.78),
+    ("ctranslate2", "transformer_seq2seq"): ("d_model", 192, 1.22),
+}
+INT8_DOC = "docs/fast-inference.md#when-int8-pays"
+_int8_notes_said: set[str] = set()  # the notes this process has printed
+
+
+def int8_note(engine: str, config: Mapping[str, Any] | Any) -> str | None:
+    """The one-line note for int8 asked of ``engine`` (``"torch"`` or ``"ctranslate2"``, on a CPU) for a model of
+    ``config`` (a model config, or its dict): int8 measured slower than float32 for models this small, by how much,
+    and where the measurements are; None where int8 measured faster at that size or the family was not measured."""
+    def value(key: str) -> Any:
+        return config.get(key) if isinstance(config, Mapping) else getattr(config, key, None)
+
+    measured = INT8_MEASURED.get((engine, value("model_type")))
+    if measured is None:
+        return None
+    key, pays_from, slowdown = measured
+    size = value(key)
+    if not isinstance(size, int) or size >= pays_from:
+        return None
+    return (f"note: int8 measured slower than float32 for models this small ({key} {size} < {pays_from}) on "
+            f"{engine}: up to {slowdown:.1f}x the float32 time; see {INT8_DOC}")
+
+
+def note_if_int8_is_slower(engine: str, config: Mapping[str, Any] | Any) -> None:
+    """Print ``int8_note`` to stderr where there is one, once per process (an evaluation of many checkpoints, or a
+    server of several models of one size, says it once)."""
+    note = int8_note(engine, config)
+    if note is not None and note not in _int8_notes_said:
+        _int8_notes_said.add(note)
+        print(note, file=sys.stderr, flush=True)
 
 
 def drop_none(values: dict[str, Any]) -> dict[str, Any]:
@@ -85,6 +128,8 @@ class TorchEngine:
     def __init__(self, model: PreTrainedModel, quantize: str | None = None, dtype: str | None = None) -> None:
         check_precision(quantize, dtype)
         if quantize == "int8":
+            if model.device.type == "cpu":  # where dynamic int8 runs, and what was measured
+                note_if_int8_is_slower(self.name, model.config)
             model = quantize_int8(model)  # a copy
         elif dtype == "bfloat16":
             model = copy.deepcopy(model).to(torch.bfloat16)  # the caller's model stays as it is
@@ -182,6 +227,8 @@ class CTranslate2Engine:
             raise EncdecError(f"CTranslate2 cannot compute in {wanted} on {device}: "
                               f"{' '.join(str(error).split())}") from error
         self.precision = self.translator.compute_type  # what it computes in (e.g. int8_float32 for int8 on a CPU)
+        if kind == "cpu" and self.precision.startswith("int8"):  # asked for, or the type an int8 export stored
+            note_if_int8_is_slower(self.name, self.config)
 
     def options(self, settings: dict[str, Any], max_new_tokens: int) -> dict[str, Any]:
         """``generate()`` settings as ``translate_batch`` options, unset ones taken from the model's generation
@@ -247,5 +294,5 @@ class CTranslate2Engine:
 
 
 __all__ = ["CT2_INSTALL", "CTranslate2Engine", "CTranslate2Missing", "DTYPE_CHOICES", "ENGINES", "EXPORT_INFO",
-           "QUANTIZE_CHOICES", "TorchEngine", "alignment_matrix", "quantize_int8", "read_export_info",
-           "require_ctranslate2"]
+           "INT8_DOC", "INT8_MEASURED", "QUANTIZE_CHOICES", "TorchEngine", "alignment_matrix", "int8_note",
+           "note_if_int8_is_slower", "quantize_int8", "read_export_info", "require_ctranslate2"]

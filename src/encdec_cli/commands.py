@@ -235,6 +235,10 @@ def cmd_export(args: argparse.Namespace) -> None:
     out = export_ctranslate2(args.model, args.output, quantization=args.quantization, overwrite=args.overwrite)
     print(f"CTranslate2 model ({args.quantization}) written to {out}; translate with "
           f"`encdec translate --engine ctranslate2 --model {out}`")
+    if args.quantization.startswith("int8"):  # the folder will compute in int8: say when that is the slower choice
+        from encdec.engines import note_if_int8_is_slower, read_export_info
+
+        note_if_int8_is_slower("ctranslate2", read_export_info(out)["model_config"])
 
 
 def cmd_serve(args: argparse.Namespace) -> None:
