@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
 
-HIDDEN = ("encdec", "encdec_cli")  # the package and the command-line module beside it (src/encdec_cli.py)
+HIDDEN = ("encdec", "encdec_cli")  # the package and the command-line package beside it (src/encdec_cli/)
 
 # The child's first lines: from here on, importing encdec fails as it does where the package is not installed.
 BLOCK_ENCDEC = textwrap.dedent(

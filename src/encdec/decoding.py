@@ -23,7 +23,7 @@ in separate ``generate`` calls.
 
 A new decoding option is a field of ``DecodeOptions``, its default and check in ``resolve_options`` (and, if
 ``generate()`` takes it, in ``DecodeOptions.settings``), and the front ends that offer it: a flag in
-``encdec_cli.py``, a field in ``server.request_schema``.
+``encdec_cli/parser.py``, a field in ``server.request_schema``.
 """
 
 from __future__ import annotations
