@@ -1,6 +1,6 @@
-"""The corpus section: `encdec translate` of whole files, streamed in chunks (encdec.corpus): lines/s and peak memory
-at 10k, 100k and 1M lines, in one process and in two (`accelerate launch --cpu --num_processes 2`), and the time the
-Multi30k Transformer takes to translate the 29,000 training sources with beam 5 (what distillation needs), on torch
+"""The corpus section: `encdec translate` of whole files, streamed in chunks (encdec.inference.corpus): lines/s and peak
+memory at 10k, 100k and 1M lines, in one process and in two (`accelerate launch --cpu --num_processes 2`), and the time
+the Multi30k Transformer takes to translate the 29,000 training sources with beam 5 (what distillation needs), on torch
 and on CTranslate2.
 
 The inputs are generated dates (`encdec.data.make_date_pairs`, one per line). Two models translate them, greedily:

@@ -25,7 +25,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from encdec.evaluation import score_translations
+from encdec.inference.evaluation import score_translations
 from encdec.io_utils import atomic_write_json
 
 from .common import BenchmarkSettings, Section

@@ -33,7 +33,7 @@ import torch
 from tokenizers import Tokenizer, models
 from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
-from encdec.engines import quantize_int8
+from encdec.inference.engines import quantize_int8
 
 from .common import (
     BenchmarkSettings,
@@ -89,8 +89,8 @@ def export_models(encdec_state: dict, marian_state: dict, root: str) -> float:
     export`` with float32 and int8 weights, and Marian through CTranslate2's Marian loader. Returns 0."""
     from ctranslate2.converters.transformers import MarianMTLoader
 
-    from encdec.export import export_ctranslate2
     from encdec.folders import save_for_pipeline
+    from encdec.ship.export import export_ctranslate2
 
     dims = TransformerDims()
     encdec, marian = build_encdec_transformer(dims), build_marian(dims)
@@ -274,7 +274,8 @@ def method_text(settings: BenchmarkSettings) -> str:
         f"{settings.num_beams}, {settings.threads} thread(s) in every engine. Transformer rows: vocabulary "
         f"{dims.vocab_size}, d_model {dims.d_model}, {dims.layers}+{dims.layers} layers; RNN rows: embedding "
         f"{rnn.embedding_dim}, hidden {rnn.hidden_size}, bidirectional {rnn.cell_type.upper()} encoder. "
-        "*torch int8*: `encdec.engines.quantize_int8` (dynamic int8 of every linear and LSTM layer); *bfloat16*: "
+        "*torch int8*: `encdec.inference.engines.quantize_int8` (dynamic int8 of every linear and LSTM layer); "
+        "*bfloat16*: "
         "the model cast to bfloat16 (torch runs it with this CPU's AVX512-BF16 instructions; CTranslate2 4.8 offers "
         "no bfloat16 compute on it, so it has no bfloat16 row). *CTranslate2*: "
         "encdec's model exported by `encdec export` (float32 weights, and int8 weights), and the Marian model "

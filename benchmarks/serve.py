@@ -36,7 +36,7 @@ CONCURRENCY = (1, 8, 32)
 REQUESTS = {1: 200, 8: 400, 32: 640}  # per burst, split evenly over the clients
 ROUNDS = 3
 MODES = (("batching (--max-batch-size 32)", "32"), ("no batching (--max-batch-size 1)", "1"))
-TRAIN_DEMO = ("from pathlib import Path; import sys; from encdec.demo import demo_config; "
+TRAIN_DEMO = ("from pathlib import Path; import sys; from encdec.recipes.demo import demo_config; "
               "from encdec.training import train; train(demo_config('transformer', Path(sys.argv[1]), None))")
 
 

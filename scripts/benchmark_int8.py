@@ -11,7 +11,7 @@ engine translates the same sources (``--sentences`` of 16 to 24 random tokens, s
 translate`` sorts them, in batches of ``--batch-size``), greedy and with beam 5, with the same number of threads:
 
 - torch (both families): the model in float32 (``TorchEngine``) against the same model through
-  ``encdec.engines.quantize_int8`` (``--quantize int8``), in this process, which never imports ctranslate2;
+  ``encdec.inference.engines.quantize_int8`` (``--quantize int8``), in this process, which never imports ctranslate2;
 - CTranslate2 (Transformers only; it has no recurrent decoder): the folder ``encdec export --format ctranslate2``
   writes (run as a subprocess), loaded with compute type float32 and int8, timed in a subprocess that imports
   ctranslate2 and never torch (``--ct2-worker``): their OpenMP runtimes slow each other in one process.
@@ -175,7 +175,7 @@ def batches_of(items: list, size: int) -> list[list]:
 
 def torch_engines(model: Any) -> dict[str, Any]:
     """The model in float32 (``TorchEngine``) and through ``quantize_int8`` (what ``--quantize int8`` runs)."""
-    from encdec.engines import TorchEngine, quantize_int8
+    from encdec.inference.engines import TorchEngine, quantize_int8
 
     return {"float32": TorchEngine(model), "int8": TorchEngine(quantize_int8(model))}
 

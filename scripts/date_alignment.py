@@ -3,8 +3,8 @@
     python scripts/date_alignment.py [--work runs/date-alignment] [--max-steps 800]
 
 Writes the date task with the ISO date's fields as three words ("2019 02 15") to plain-text files
-(``encdec.alignment.date_alignment_pairs``: 20,000 training pairs, 500 validation and 1,000 test triples with gold
-links), trains the two demo recipes on them with ``encdec train`` (``configs/demo-transformer.yaml`` and
+(``encdec.inference.alignment.date_alignment_pairs``: 20,000 training pairs, 500 validation and 1,000 test triples with
+gold links), trains the two demo recipes on them with ``encdec train`` (``configs/demo-transformer.yaml`` and
 ``configs/demo-lstm-bahdanau.yaml``, data overridden), chooses the Transformer's alignment layer on the validation
 triples (``encdec align --gold-file ... --record``), and scores the chosen layer, every other layer and the monotone
 diagonal on the test triples. The table goes between the ``alignment`` markers of docs/results.md.
@@ -17,9 +17,9 @@ import json
 import sys
 from pathlib import Path
 
-from encdec.alignment import alignment_error_rate, choose_layer, date_alignment_pairs, to_pharaoh
-from encdec.evaluation import choose_layer_on_files
 from encdec.inference import load_model_and_tokenizer
+from encdec.inference.alignment import alignment_error_rate, choose_layer, date_alignment_pairs, to_pharaoh
+from encdec.inference.evaluation import choose_layer_on_files
 from encdec.io_utils import atomic_write_text
 from encdec.training import load_run_config, train
 

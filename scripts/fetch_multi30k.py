@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from encdec.fetch import fetch_multi30k
+from encdec.data.fetch import fetch_multi30k
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 

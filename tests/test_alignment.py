@@ -1,5 +1,5 @@
-"""Word alignments from attention (``encdec.alignment``): the AER formula, the Pharaoh format, subwords lifted to
-words, the date task whose alignment is known by construction, trained models that really align (better than the
+"""Word alignments from attention (``encdec.inference.alignment``): the AER formula, the Pharaoh format, subwords lifted
+to words, the date task whose alignment is known by construction, trained models that really align (better than the
 monotone diagonal), the layer chosen on gold data and recorded for ``translate --alignments``."""
 
 from __future__ import annotations
@@ -10,7 +10,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from encdec.alignment import (
+from encdec.cli import main
+from encdec.data import MONTHS, WEEKDAYS
+from encdec.errors import EncdecError
+from encdec.folders import save_for_pipeline
+from encdec.inference import load_model_and_tokenizer
+from encdec.inference.alignment import (
     ALIGNMENT_FILE,
     MEAN,
     align_pair,
@@ -25,11 +30,6 @@ from encdec.alignment import (
     to_pharaoh,
     word_of_tokens,
 )
-from encdec.cli import main
-from encdec.data import MONTHS, WEEKDAYS
-from encdec.errors import EncdecError
-from encdec.folders import save_for_pipeline
-from encdec.inference import load_model_and_tokenizer
 from encdec.tokenization import special_token_ids, train_tokenizer
 from tiny_model_folders import DATE_RNN, DATE_TRANSFORMER, train_on_dates
 from toy import tiny_model

@@ -1,4 +1,4 @@
-"""The server's dynamic batcher (encdec.serving.DynamicBatcher) on a long run: it keeps a bounded recent history of
+"""The server's dynamic batcher (encdec.serve.DynamicBatcher) on a long run: it keeps a bounded recent history of
 its batches, so a server that runs for months stays flat in memory. A trivial decode stands in for the model."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import gc
 import tracemalloc
 
-from encdec.serving import RECORD_LENGTH, DecodeOptions, DynamicBatcher, Job
+from encdec.serve import RECORD_LENGTH, DecodeOptions, DynamicBatcher, Job
 
 BATCHES = 100_000
 WAVE = 1_000  # jobs submitted at a time, each decoded in a batch of its own (max_batch_size 1)

@@ -503,11 +503,11 @@ def test_learned_positions_and_over_long_sources(tmp_path, capsys, caplog) -> No
 
     reference = write_lines(tmp_path / "ref.txt", ["2021-03-03", "2000-01-02"])
     capsys.readouterr()
-    with caplog.at_level(logging.WARNING, logger="encdec.evaluation"):
+    with caplog.at_level(logging.WARNING, logger="encdec.inference.evaluation"):
         assert main(["evaluate", "--model", str(folder), "--source-file", str(long_file), "--reference-file",
                      str(reference), "--num-beams", "1"]) == 0
     assert json.loads(capsys.readouterr().out)["num_sentences"] == 2
-    [warning] = [r for r in caplog.records if r.name == "encdec.evaluation"]
+    [warning] = [r for r in caplog.records if r.name == "encdec.inference.evaluation"]
     assert warning.levelno == logging.WARNING
     assert "1 of 2 sources" in warning.getMessage() and "max_position_embeddings" in warning.getMessage()
 

@@ -1,5 +1,5 @@
-"""One decode (encdec.decoding): options resolved once from the model's generation config and checked once, whose
-error names the option in each front end's words; and the same request, through the command line, the native
+"""One decode (encdec.inference.decoding): options resolved once from the model's generation config and checked once,
+whose error names the option in each front end's words; and the same request, through the command line, the native
 server API, LibreTranslate's API and distillation's teacher settings, resolves to equal options."""
 
 from __future__ import annotations
@@ -11,15 +11,15 @@ import math
 import pytest
 from transformers import GenerationConfig
 
-import encdec.corpus
+import encdec.inference.corpus
 from encdec.cli import main
-from encdec.decoding import DecodeLimits, DecodeOptions, resolve_options
-from encdec.distill import DistillConfig, TeacherSettings, translate_sources
 from encdec.errors import OptionError
 from encdec.inference import load_engine
-from encdec.libretranslate import alternatives_of, decode_options
-from encdec.server import request_schema
-from encdec.serving import TranslationService
+from encdec.inference.decoding import DecodeLimits, DecodeOptions, resolve_options
+from encdec.recipes.distill import DistillConfig, TeacherSettings, translate_sources
+from encdec.serve import TranslationService
+from encdec.serve.libretranslate import alternatives_of, decode_options
+from encdec.serve.server import request_schema
 from tiny_model_folders import build_model_folders
 
 DEFAULTS = {"num_beams": 2, "length_penalty": 0.7, "max_new_tokens": 9}  # the test model's generation config
@@ -88,13 +88,13 @@ class FrontEnds:
         self.folder, self.tmp_path, self.runs = folder, tmp_path, 0
         self.service = TranslationService(*load_engine(folder))
         self.resolved: list[DecodeOptions] = []
-        resolve = encdec.corpus.resolve_options
+        resolve = encdec.inference.corpus.resolve_options
 
         def spy(*args, **kwargs) -> DecodeOptions:  # what `encdec translate` and distill decode with
             self.resolved.append(resolve(*args, **kwargs))
             return self.resolved[-1]
 
-        monkeypatch.setattr(encdec.corpus, "resolve_options", spy)
+        monkeypatch.setattr(encdec.inference.corpus, "resolve_options", spy)
 
     def run_dir(self):
         self.runs += 1

@@ -1,6 +1,6 @@
-"""Sequence-level distillation (encdec.distill) on the built-in date task with tiny models: the whole workflow, the
-distilled corpus equal to `encdec translate`'s output, kill -9 in the translation or the training stage then the same
-command to the same student, and the refusals (another recipe on an existing corpus, mismatched tokenizers).
+"""Sequence-level distillation (encdec.recipes.distill) on the built-in date task with tiny models: the whole workflow,
+the distilled corpus equal to `encdec translate`'s output, kill -9 in the translation or the training stage then the
+same command to the same student, and the refusals (another recipe on an existing corpus, mismatched tokenizers).
 
 The kill -9 tests stop the run at a known point (``ENCDEC_STOP_AT``, ``encdec.stop_points``: right after the N-th
 chunk of the teacher's translation, or the N-th checkpoint of the student, is on disk) and kill it there."""
@@ -19,9 +19,9 @@ import pytest
 import yaml
 from huggingface_hub import ModelCard
 
-from encdec.distill import distill, load_distill_config, shown_path
 from encdec.errors import EncdecError
 from encdec.inference import load_model_and_tokenizer, translate
+from encdec.recipes.distill import distill, load_distill_config, shown_path
 from encdec.tokenization import load_tokenizer
 from encdec.training import load_run_config
 from test_distributed import launch, run_until_stopped
@@ -119,8 +119,8 @@ def test_the_distilled_corpus_is_encdec_translate_of_the_sources(finished, teach
 def test_a_finished_run_is_not_redone(finished, tmp_path, monkeypatch) -> None:
     recipe = finished.parent / "distill.yaml"
     before = {path: path.stat().st_mtime_ns for path in finished.rglob("*") if path.is_file()}
-    monkeypatch.setattr("encdec.distill.train", lambda *a: pytest.fail("the student was trained again"))
-    monkeypatch.setattr("encdec.distill.translate_file", lambda *a, **k: pytest.fail("translated again"))
+    monkeypatch.setattr("encdec.recipes.distill.train", lambda *a: pytest.fail("the student was trained again"))
+    monkeypatch.setattr("encdec.recipes.distill.translate_file", lambda *a, **k: pytest.fail("translated again"))
     result = distill(load_distill_config(recipe))
     assert result["student"]["train"]["global_step"] == STUDENT_TRAINING["max_steps"]
     assert {path: path.stat().st_mtime_ns for path in finished.rglob("*") if path.is_file()} == before
@@ -314,7 +314,7 @@ def test_students_of_one_teacher_share_a_corpus_dir(finished, teacher, tmp_path,
     without translating again."""
     recipe = write_recipe(tmp_path, teacher, corpus_dir=str(finished / "corpus"),
                           student_sections={"training": {"max_steps": 2, "eval_strategy": "no"}})
-    monkeypatch.setattr("encdec.distill.translate_file", lambda *a, **k: pytest.fail("translated again"))
+    monkeypatch.setattr("encdec.recipes.distill.translate_file", lambda *a, **k: pytest.fail("translated again"))
     result = distill(load_distill_config(recipe))
     assert result["stages"]["corpus"]["distilled"] == 600
     assert (tmp_path / "out" / "student" / "model.safetensors").is_file() and not (tmp_path / "out" / "corpus").exists()

@@ -20,10 +20,7 @@ from torch.ao.nn.quantized import dynamic as dynamic_int8
 
 from encdec import engines
 from encdec.cli import main
-from encdec.engines import INT8_MEASURED, CTranslate2Engine, CTranslate2Missing, TorchEngine, int8_note
 from encdec.errors import EncdecError, OverwriteError
-from encdec.evaluation import evaluate_model
-from encdec.export import EncdecTransformerConverter, export_ctranslate2, vocabulary_tokens
 from encdec.folders import save_for_pipeline
 from encdec.inference import (
     load_engine,
@@ -33,6 +30,9 @@ from encdec.inference import (
     translate_lines,
     translate_n_best,
 )
+from encdec.inference.engines import INT8_MEASURED, CTranslate2Engine, CTranslate2Missing, TorchEngine, int8_note
+from encdec.inference.evaluation import evaluate_model
+from encdec.ship.export import EncdecTransformerConverter, export_ctranslate2, vocabulary_tokens
 from tiny_model_folders import DATE_RNN as RNN
 from tiny_model_folders import DATE_TRANSFORMER as TRANSFORMER
 from tiny_model_folders import build_model_folders, date_data, train_on_dates
@@ -353,7 +353,7 @@ def test_torch_inference_never_loads_ctranslate2() -> None:
     """Its OpenMP runtime would share the process with torch's: translating with torch must not import it."""
     import subprocess
 
-    code = ("import sys, encdec.cli, encdec.inference, encdec.evaluation; "
+    code = ("import sys, encdec.cli, encdec.inference, encdec.inference.evaluation; "
             "encdec.cli.build_parser(); print('ctranslate2' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                           timeout=120).stdout == "False\n"

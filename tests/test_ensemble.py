@@ -1,4 +1,4 @@
-"""Ensembles (``encdec.ensemble``): the members' mean log-probability at each step, decoded by ``generate()``.
+"""Ensembles (``encdec.inference.ensemble``): the members' mean log-probability at each step, decoded by ``generate()``.
 
 The invariants: an ensemble of one model, and of two copies of it, decodes exactly as the model (greedy, beam,
 n-best, sampling); the ensemble's step distribution is the mean of its members' log-probabilities; beam search with
@@ -22,10 +22,10 @@ from transformers import GenerationMixin
 
 from encdec import EnsembleForSeq2SeqLM
 from encdec.cli import main
-from encdec.ensemble import check_same_tokenizer, tokenizer_difference
 from encdec.errors import EncdecError
 from encdec.folders import save_for_pipeline
 from encdec.inference import load_ensemble, translate, translate_detailed
+from encdec.inference.ensemble import check_same_tokenizer, tokenizer_difference
 from encdec.tokenization import train_tokenizer
 from tiny_model_folders import DATE_RNN, DATE_TRANSFORMER, date_data, train_on_dates
 

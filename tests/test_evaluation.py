@@ -11,8 +11,8 @@ import sacrebleu
 
 from encdec.data import make_date_pairs
 from encdec.errors import EncdecError, InputFileError, OverwriteError
-from encdec.evaluation import evaluate_model
 from encdec.inference import load_model_and_tokenizer, translate
+from encdec.inference.evaluation import evaluate_model
 from encdec.io_utils import read_lines
 from tiny_model_folders import FAMILIES, build_model_folders, date_tokenizer, save_folder
 from toy import folder_model

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from encdec.data.fetch import MULTI30K_SPLITS, MULTI30K_URL, fetch_multi30k
 from encdec.errors import InputFileError
-from encdec.fetch import MULTI30K_SPLITS, MULTI30K_URL, fetch_multi30k
 
 
 def corpus(short: str | None = None) -> dict[str, bytes]:

@@ -16,7 +16,7 @@ import pytest
 
 from encdec.cli import main
 from encdec.errors import OverwriteError
-from encdec.export import export_ctranslate2
+from encdec.ship.export import export_ctranslate2
 from tiny_model_folders import build_model_folders
 
 
@@ -116,8 +116,8 @@ def test_one_decoding_default_the_models_generation_config(folders, tmp_path, ca
     --help says so."""
     from transformers import GenerationConfig
 
-    from encdec.engines import TorchEngine
     from encdec.inference import default_beams, load_model_and_tokenizer
+    from encdec.inference.engines import TorchEngine
 
     model = tmp_path / "model"
     model.mkdir()
@@ -138,7 +138,7 @@ def test_one_decoding_default_the_models_generation_config(folders, tmp_path, ca
     assert main(["translate", "--model", str(model), "--input", str(source), "--num-beams", "1"]) == 0
     assert main(["evaluate", "--model", str(model), "--source-file", str(source), "--reference-file",
                  str(source)]) == 0
-    assert seen == [3, 1, 3]  # the generation config's 3, resolved once (encdec.decoding.resolve_options)
+    assert seen == [3, 1, 3]  # the generation config's 3, resolved once (encdec.inference.decoding.resolve_options)
     assert '"num_beams": 3' in capsys.readouterr().out  # evaluate records the beam size it decoded with
     with pytest.raises(SystemExit):
         main(["translate", "--help"])

@@ -1,5 +1,5 @@
-"""LibreTranslate's API on `encdec serve` (encdec.libretranslate): the answers `encdec translate` gives for the pair,
-in JSON and form bodies, with `q` a string or a list, alternatives and HTML; its languages, settings and health;
+"""LibreTranslate's API on `encdec serve` (encdec.serve.libretranslate): the answers `encdec translate` gives for the
+pair, in JSON and form bodies, with `q` a string or a list, alternatives and HTML; its languages, settings and health;
 CORS; its error shapes and statuses; the API key in the body; and the two APIs batched together under load."""
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import pytest
 
 from encdec.folders import save_for_pipeline
 from encdec.inference import default_beams, load_engine, load_model_and_tokenizer, translate, translate_detailed
-from encdec.libretranslate import CORS_HEADERS, html_parts
-from encdec.server import HOLD_ENV, create_app, load_models
-from encdec.serving import BatchRecord, ServeLimits
+from encdec.serve import BatchRecord, ServeLimits
+from encdec.serve.libretranslate import CORS_HEADERS, html_parts
+from encdec.serve.server import HOLD_ENV, create_app, load_models
 from test_serve import ServeProcess, Server, assert_local_and_found, chromium_driver, page_requests, request
 from tiny_model_folders import DATE_RNN, DATE_TRANSFORMER, date_data, train_on_dates
 

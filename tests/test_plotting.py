@@ -12,7 +12,7 @@ import pytest
 
 from encdec.errors import EncdecError, OverwriteError
 from encdec.inference import load_model_and_tokenizer
-from encdec.plotting import attention_matrix, plot_attention, save_attention_plot
+from encdec.inference.plotting import attention_matrix, plot_attention, save_attention_plot
 from tiny_model_folders import FAMILIES, build_model_folders
 from toy import folder_model
 

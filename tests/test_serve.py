@@ -41,11 +41,9 @@ import uvicorn
 from encdec.cards import write_model_card
 from encdec.cli import main
 from encdec.errors import EncdecError
-from encdec.export import export_ctranslate2
 from encdec.folders import save_for_pipeline
 from encdec.inference import load_engine, translate, translate_n_best
-from encdec.server import HOLD_ENV, EncdecServer, ErrorResponse, build_service, check_bind, create_app
-from encdec.serving import (
+from encdec.serve import (
     BatchRecord,
     DecodeOptions,
     DynamicBatcher,
@@ -54,6 +52,8 @@ from encdec.serving import (
     ServeLimits,
     TranslationService,
 )
+from encdec.serve.server import HOLD_ENV, EncdecServer, ErrorResponse, build_service, check_bind, create_app
+from encdec.ship.export import export_ctranslate2
 from tiny_model_folders import DATE_RNN as RNN
 from tiny_model_folders import DATE_TRANSFORMER as TRANSFORMER
 from tiny_model_folders import date_data, train_on_dates
@@ -616,7 +616,7 @@ class ServeProcess:
                 return found
 
     def release(self) -> None:
-        """Let the held batchers run (a line on the command's stdin: ``encdec.server``'s test hook)."""
+        """Let the held batchers run (a line on the command's stdin: ``encdec.serve.server``'s test hook)."""
         self.process.stdin.write("\n")
         self.process.stdin.flush()
 

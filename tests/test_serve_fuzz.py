@@ -16,7 +16,7 @@ import random
 
 import pytest
 
-from encdec.server import ErrorResponse
+from encdec.serve.server import ErrorResponse
 from test_serve import SAMPLE, only_batcher, serve_app
 from tiny_model_folders import build_model_folders
 

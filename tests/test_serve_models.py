@@ -1,4 +1,4 @@
-"""Several models in one server (encdec.serving.ServedModels): ``--model [SRC-TGT=]DIR[,option=value]`` parsed and
+"""Several models in one server (encdec.serve.ServedModels): ``--model [SRC-TGT=]DIR[,option=value]`` parsed and
 refused in one line (the exact message), each model's pair from its card or its argument, requests routed by pair or
 name, each model served in its own engine and precision (int8, bfloat16: checked on the loaded model), and the pair
 that `encdec train` writes on the card routing requests to the model it trained."""
@@ -16,11 +16,11 @@ from encdec.cards import data_languages, write_model_card
 from encdec.cli import main
 from encdec.data import make_date_pairs
 from encdec.errors import EncdecError
-from encdec.export import export_ctranslate2
 from encdec.folders import save_for_pipeline
 from encdec.inference import load_engine, load_model_and_tokenizer, translate
-from encdec.server import build_service, create_app, load_models
-from encdec.serving import ModelSpec, RequestError, ServedModels
+from encdec.serve import ModelSpec, RequestError, ServedModels
+from encdec.serve.server import build_service, create_app, load_models
+from encdec.ship.export import export_ctranslate2
 from test_serve import Server, request
 from tiny_model_folders import DATE_RNN, DATE_TRANSFORMER, date_data, train_on_dates, write_tiny_run_config
 from toy import TINY_MODELS

@@ -25,7 +25,6 @@ from safetensors.torch import load_file
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, TrainerState
 
 from encdec import RNNSeq2SeqConfig, TransformerSeq2SeqConfig
-from encdec.averaging import WeightSnapshots, average_state_dicts, snapshot_folders
 from encdec.cards import training_summary
 from encdec.data import load_data, make_date_splits
 from encdec.errors import EncdecError
@@ -48,6 +47,7 @@ from encdec.training import (
     train,
     training_arguments,
 )
+from encdec.training.averaging import WeightSnapshots, average_state_dicts, snapshot_folders
 from test_io_utils import hold_lock
 from tiny_model_folders import DEMO_CONFIGS, REPO_ROOT, write_tiny_run_config
 from toy import TINY_MODELS

@@ -17,8 +17,8 @@ class OverwriteError(EncdecError):
 
 
 class OptionError(EncdecError):
-    """A decoding option out of its range (``encdec.decoding.resolve_options``). ``field`` is the option at fault,
-    by its Python and JSON name (``n_best``); ``problem`` says what is wrong, naming other options as ``{name}``.
+    """A decoding option out of its range (``encdec.inference.decoding.resolve_options``). ``field`` is the option at
+    fault, by its Python and JSON name (``n_best``); ``problem`` says what is wrong, naming other options as ``{name}``.
     Each front end names the options in its own words: ``str(error)`` as the Python API does (`` `n_best` must be
     ...; raise `num_beams`. ``), ``explain()`` for a JSON field (``must be ...; raise num_beams.``), ``as_flags()``
     for the command line (``--n-best must be ...; raise --num-beams.``)."""

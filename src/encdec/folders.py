@@ -28,7 +28,6 @@ from huggingface_hub import ModelCard
 from safetensors import safe_open
 from transformers import AutoConfig, PretrainedConfig, PreTrainedModel
 
-from .alignment import ALIGNMENT_FILE
 from .errors import InputFileError, OverwriteError
 from .io_utils import file_sha256, refuse_overlap
 from .models.pipeline_seq2seq import Seq2SeqGenerationPipeline
@@ -37,7 +36,8 @@ from .tokenization import TOKENIZER_FILES, check_tokenizer_matches_model
 PIPELINE_TASK = "seq2seq-generation"
 FAMILIES = ("transformer_seq2seq", "rnn_seq2seq")
 WEIGHTS_NAME = "model.safetensors"
-EXPORT_INFO = "encdec_export.json"  # what `encdec export` writes into a CTranslate2 folder (encdec.export)
+ALIGNMENT_FILE = "alignment.json"  # the alignment layer chosen for a model (encdec.inference.alignment)
+EXPORT_INFO = "encdec_export.json"  # what `encdec export` writes into a CTranslate2 folder (encdec.ship.export)
 REQUIRED_FILES = ("config.json", "generation_config.json", WEIGHTS_NAME, "tokenizer.json", "tokenizer_config.json")
 OPTIONAL_FILES = ("special_tokens_map.json", "README.md")
 WEIGHT_SUFFIXES = (".safetensors", ".bin")  # torch weights, and CTranslate2's model.bin

@@ -51,9 +51,9 @@ def cmd_train(args: argparse.Namespace) -> None:
 
 
 def cmd_distill(args: argparse.Namespace) -> None:
-    from encdec.distill import STUDENT_SUBDIR, distill, load_distill_config
     from encdec.parallel import process_state
     from encdec.progress import format_scores
+    from encdec.recipes.distill import STUDENT_SUBDIR, distill, load_distill_config
 
     config = load_distill_config(args.config, args.overrides)
     try:
@@ -117,7 +117,7 @@ def close_progress_bars() -> None:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> None:
-    from encdec.evaluation import evaluate_model
+    from encdec.inference.evaluation import evaluate_model
 
     if args.card_dataset and len(args.model) > 1:  # refused before any work
         raise usage_error("--card-dataset writes one model's card; an ensemble has none. Drop --card-dataset or "
@@ -145,7 +145,7 @@ def beams_for_n_best(args: argparse.Namespace) -> int | None:
     if args.num_beams is not None:
         raise usage_error(f"--n-best {args.n_best} needs at least {args.n_best} beams: pass --num-beams "
                           f"{args.n_best} or more (got --num-beams {args.num_beams}), or a smaller --n-best.")
-    from encdec.decoding import model_defaults
+    from encdec.inference.decoding import model_defaults
 
     try:  # the first model's default, as decoding resolves it (its generation_config.json)
         default = model_defaults(args.model[0]).num_beams
@@ -160,7 +160,7 @@ def beams_for_n_best(args: argparse.Namespace) -> int | None:
 
 
 def cmd_translate(args: argparse.Namespace) -> None:
-    from encdec.corpus import TranslationOutput, translate_file
+    from encdec.inference.corpus import TranslationOutput, translate_file
 
     args.num_beams = beams_for_n_best(args)
 
@@ -189,7 +189,7 @@ def layer_argument(value: str | None) -> int | str | None:
 
 
 def cmd_align(args: argparse.Namespace) -> None:
-    from encdec.evaluation import align_file, choose_layer_on_files
+    from encdec.inference.evaluation import align_file, choose_layer_on_files
 
     if args.gold_file:
         report = choose_layer_on_files(args.model, args.source_file, args.target_file, args.gold_file,
@@ -208,21 +208,21 @@ def cmd_align(args: argparse.Namespace) -> None:
 
 
 def cmd_average(args: argparse.Namespace) -> None:
-    from encdec.averaging import average_checkpoints
+    from encdec.training.averaging import average_checkpoints
 
     path = average_checkpoints(args.checkpoints, args.output, tokenizer_dir=args.tokenizer, overwrite=args.overwrite)
     print(f"the average of {len(args.checkpoints)} checkpoints saved to {path}")
 
 
 def cmd_push(args: argparse.Namespace) -> None:
-    from encdec.hub import push_model
+    from encdec.ship.hub import push_model
 
     url = push_model(args.model, args.repo_id, private=args.private)
     print(f"pushed {args.model} to {url}")
 
 
 def cmd_plot_attention(args: argparse.Namespace) -> None:
-    from encdec.plotting import save_attention_plot
+    from encdec.inference.plotting import save_attention_plot
 
     path = save_attention_plot(args.model, args.text, args.out, layer=args.layer, head=args.head, mean=args.mean,
                                overwrite=args.overwrite)
@@ -230,20 +230,20 @@ def cmd_plot_attention(args: argparse.Namespace) -> None:
 
 
 def cmd_export(args: argparse.Namespace) -> None:
-    from encdec.export import export_ctranslate2
+    from encdec.ship.export import export_ctranslate2
 
     out = export_ctranslate2(args.model, args.output, quantization=args.quantization, overwrite=args.overwrite)
     print(f"CTranslate2 model ({args.quantization}) written to {out}; translate with "
           f"`encdec translate --engine ctranslate2 --model {out}`")
     if args.quantization.startswith("int8"):  # the folder will compute in int8: say when that is the slower choice
-        from encdec.engines import note_if_int8_is_slower, read_export_info
+        from encdec.inference.engines import note_if_int8_is_slower, read_export_info
 
         note_if_int8_is_slower("ctranslate2", read_export_info(out)["model_config"])
 
 
 def cmd_serve(args: argparse.Namespace) -> None:
-    from encdec.server import serve
-    from encdec.serving import ServeLimits
+    from encdec.serve.server import serve
+    from encdec.serve.service import ServeLimits
 
     limits = ServeLimits(max_batch_size=args.max_batch_size, max_wait_ms=args.max_wait_ms, max_texts=args.max_texts,
                          max_source_tokens=args.max_source_tokens, max_new_tokens=args.max_new_tokens,
@@ -253,7 +253,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
 
 
 def cmd_demo(args: argparse.Namespace) -> None:
-    from encdec.demo import run_demo
+    from encdec.recipes.demo import run_demo
 
     run_demo(args.runs_dir, args.max_steps)
 

@@ -175,7 +175,7 @@ def add_inference_commands(commands: argparse._SubParsersAction) -> None:
 
 
 def add_corpus_options(p: argparse.ArgumentParser, resumable: bool = True) -> None:
-    """The options of the commands that stream a corpus in chunks (encdec.corpus)."""
+    """The options of the commands that stream a corpus in chunks (encdec.inference.corpus)."""
     p.add_argument("--chunk-size", type=positive_int, default=1000,
                    help="input lines read, translated and written at a time (default 1000): memory stays flat, "
                         "output follows input, and a resume restarts at the first unfinished chunk")

@@ -12,10 +12,10 @@ import torch
 from datasets import DatasetDict
 from transformers import Seq2SeqTrainer
 
-from ..averaging import average_state_dicts, load_weights, snapshot_folders, snapshot_step
 from ..errors import EncdecError
 from ..folders import WEIGHTS_NAME
 from ..processes import process_state
+from .averaging import average_state_dicts, load_weights, snapshot_folders, snapshot_step
 from .callbacks import TrainingClock
 from .config import RunConfig, TrainingSettings
 

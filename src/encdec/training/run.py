@@ -16,7 +16,6 @@ from transformers import (
     set_seed,
 )
 
-from ..averaging import WeightSnapshots
 from ..data import format_report, load_data
 from ..errors import EncdecError
 from ..io_utils import WriterLock, publish_folder
@@ -24,6 +23,7 @@ from ..metrics import build_compute_metrics
 from ..processes import is_main_process, process_state
 from ..progress import TrainingProgress, quiet_transformers_bars
 from .arguments import check_token_batching, training_arguments
+from .averaging import WeightSnapshots
 from .callbacks import CheckpointStopPoint, StopOnCtrlC, TrainingClock
 from .config import RunConfig
 from .model import build_model, build_model_config, check_positions, post_ln_warmup_warning

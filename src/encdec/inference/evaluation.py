@@ -13,6 +13,19 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ..errors import InputFileError
+from ..folders import refuse_model_overwrite
+from ..io_utils import (
+    atomic_write_json,
+    count_lines,
+    read_aligned_lines,
+    read_lines,
+    refuse_existing,
+    refuse_overlap,
+    require_file,
+)
+from ..metrics import load_metric
+from . import CHUNK_SIZE, effective_length_penalty, load_engine, load_model_and_tokenizer, max_source_length
 from .alignment import choose_layer, default_layer, encode_pairs, parse_pharaoh, record_layer
 from .corpus import (
     Chunk,
@@ -26,19 +39,6 @@ from .corpus import (
     run_chunks,
 )
 from .decoding import DecodeOptions, align, decode_lines, resolve_options
-from .errors import InputFileError
-from .folders import refuse_model_overwrite
-from .inference import CHUNK_SIZE, effective_length_penalty, load_engine, load_model_and_tokenizer, max_source_length
-from .io_utils import (
-    atomic_write_json,
-    count_lines,
-    read_aligned_lines,
-    read_lines,
-    refuse_existing,
-    refuse_overlap,
-    require_file,
-)
-from .metrics import load_metric
 
 logger = logging.getLogger(__name__)
 
@@ -97,12 +97,12 @@ def evaluate_model(
     ``reference_file``; return the scores, their sacreBLEU signatures, the decoding settings and the speed, and
     write them as JSON to ``output_file`` (atomically) when given.
 
-    Prints nothing but the progress (on stderr; the source is streamed in chunks, ``encdec.corpus``). Input problems
-    raise ``InputFileError``; an existing ``output_file`` raises ``OverwriteError`` unless ``overwrite``; both are
-    checked before any translation. ``num_beams``, ``max_new_tokens`` and ``length_penalty`` left at ``None`` keep
+    Prints nothing but the progress (on stderr; the source is streamed in chunks, ``encdec.inference.corpus``). Input
+    problems raise ``InputFileError``; an existing ``output_file`` raises ``OverwriteError`` unless ``overwrite``; both
+    are checked before any translation. ``num_beams``, ``max_new_tokens`` and ``length_penalty`` left at ``None`` keep
     the model's generation config (``max_new_tokens``: else 2 x the longest source of a batch + 10); all recorded.
     :param engine, quantize, dtype: those of ``inference.load_engine`` (recorded); ``model_dir`` is an exported
-        folder for ``engine="ctranslate2"``, or several model folders for an ensemble (``encdec.ensemble``)
+        folder for ``engine="ctranslate2"``, or several model folders for an ensemble (``encdec.inference.ensemble``)
     """
     models = [model_dir] if isinstance(model_dir, str | os.PathLike) else list(model_dir)
     output_file = check_output_file(output_file, overwrite, [source_file, reference_file], models)
@@ -138,8 +138,8 @@ def evaluate_model(
 
 def translate_test_set(model: Any, tokenizer: Any, source_file: str | os.PathLike, options: DecodeOptions,
                        batch_size: int, chunk_size: int, show_progress: bool, shard: Shard) -> list[str]:
-    """The translations of a test set, streamed in chunks with progress (``encdec.corpus``, shared out over the
-    processes of a launch); the main process gets them all, in order. Over-long sources are cut, and counted."""
+    """The translations of a test set, streamed in chunks with progress (``encdec.inference.corpus``, shared out over
+    the processes of a launch); the main process gets them all, in order. Over-long sources are cut, and counted."""
     over, chunks_out = [0], []
 
     def work(chunk: Chunk) -> list[str]:
@@ -175,8 +175,8 @@ def align_file(model_dir: str | os.PathLike, source_file: str | os.PathLike, tar
                ) -> str | None:
     """``encdec align``: the Pharaoh word alignment of each (source, target) line pair, one line per pair, from the
     model's teacher-forced attention on decoder layer ``layer`` (default: ``alignment.default_layer``). Streamed in
-    chunks as ``encdec translate`` is (``encdec.corpus``): into ``output_file`` (resumable), to ``stdout``, or, with
-    neither, returned as one string."""
+    chunks as ``encdec translate`` is (``encdec.inference.corpus``): into ``output_file`` (resumable), to ``stdout``,
+    or, with neither, returned as one string."""
     source_file = require_file(source_file, "source file")
     check_line_counts(source_file, read_lines(target_file, "target file"), target_file, "target file")
     shard, collected = Shard(), []

@@ -1,6 +1,6 @@
 """Inference: load a model folder (or an exported one, or an ensemble) once as an engine, and the Python API that
 translates with it: ``translate``, ``translate_n_best``, ``translate_detailed``, ``translate_lines``... Each resolves
-its options and decodes through ``encdec.decoding``, as every command and the server do.
+its options and decodes through ``encdec.inference.decoding``, as every command and the server do.
 
 Loading checks the folder first (a missing or corrupt file is named) and the tokenizer against the model. Importing
 encdec registered its classes, which take precedence over the code files in the folder; ``trust_remote_code=True``
@@ -16,6 +16,12 @@ from typing import Any
 import torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, Pipeline, PreTrainedModel, PreTrainedTokenizerBase
 
+from ..errors import EncdecError, InputFileError
+from ..folders import PIPELINE_TASK, WEIGHTS_NAME, read_json, read_safetensors_shapes, require_model_folder
+from ..io_utils import batched
+from ..models.pipeline_seq2seq import Seq2SeqGenerationPipeline
+from ..progress import quiet_transformers_bars
+from ..tokenization import check_tokenizer_matches_model
 from .decoding import (
     NO_ALIGNMENTS,
     Engine,
@@ -30,12 +36,6 @@ from .decoding import (
 )
 from .engines import ENGINES, CTranslate2Engine, TorchEngine
 from .ensemble import EnsembleForSeq2SeqLM, check_same_tokenizer
-from .errors import EncdecError, InputFileError
-from .folders import PIPELINE_TASK, WEIGHTS_NAME, read_json, read_safetensors_shapes, require_model_folder
-from .io_utils import batched
-from .models.pipeline_seq2seq import Seq2SeqGenerationPipeline
-from .progress import quiet_transformers_bars
-from .tokenization import check_tokenizer_matches_model
 
 
 def load_model_and_tokenizer(model_dir: str | os.PathLike, device: str | torch.device = "cpu"
@@ -59,7 +59,7 @@ def load_model_and_tokenizer(model_dir: str | os.PathLike, device: str | torch.d
 
 def load_ensemble(model_dirs: list[str | os.PathLike], device: str | torch.device = "cpu"
                   ) -> tuple[EnsembleForSeq2SeqLM, PreTrainedTokenizerBase]:
-    """The ensemble (``encdec.ensemble``) of the model folders ``model_dirs``, each loaded and checked as by
+    """The ensemble (``encdec.inference.ensemble``) of the model folders ``model_dirs``, each loaded and checked as by
     ``load_model_and_tokenizer``, and their shared tokenizer; a one-line error names a member whose tokenizer
     differs."""
     loaded = [load_model_and_tokenizer(model_dir, device) for model_dir in model_dirs]
@@ -121,7 +121,7 @@ def translate(model: PreTrainedModel | Engine, tokenizer: PreTrainedTokenizerBas
 
     ``model`` is a model (its ``generate()``) or an engine from ``load_engine``: every engine gets the same source
     ids and batches. Sentences are batched longest first (less padding, and an out-of-memory error shows at once)
-    and put back in their input order (``encdec.decoding``, which every command and the server decode with).
+    and put back in their input order (``encdec.inference.decoding``, which every command and the server decode with).
 
     :param num_beams: ``None`` keeps the model's generation config
     :param max_new_tokens: ``None`` takes the model's ``generation_config.max_new_tokens`` if set, else
@@ -170,7 +170,7 @@ def translate_detailed(model: PreTrainedModel | Engine, tokenizer: PreTrainedTok
                        **options: Any) -> list[list[Hypothesis]]:
     """The ``n_best`` translations of each source, each with its score (``scores``: one teacher-forced pass over that
     pair alone, the same log-probability ``encdec serve`` answers) and its word alignment (``alignments``:
-    ``encdec.alignment`` on decoder layer ``alignment_layer``, by default the one the model folder's
+    ``encdec.inference.alignment`` on decoder layer ``alignment_layer``, by default the one the model folder's
     ``alignment.json`` records, else the penultimate). ``options`` are ``translate``'s.
 
     With ``n_best`` 1 the one hypothesis is ``translate``'s. With more, beam search returns all its beams (sampling:
@@ -201,7 +201,7 @@ def _decode(model: PreTrainedModel | Engine, tokenizer: PreTrainedTokenizerBase,
     return source_ids, decode_sources(engine, tokenizer, source_ids, options, batch_size, show_progress)
 
 
-CHUNK_SIZE = 1000  # lines read, translated and handed on at a time (encdec.corpus streams files in such chunks)
+CHUNK_SIZE = 1000  # lines read, translated and handed on at a time (inference.corpus streams files in such chunks)
 
 
 def translate_lines(model_dir_or_pipeline: str | os.PathLike | Sequence[str | os.PathLike] | Pipeline,

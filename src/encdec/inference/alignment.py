@@ -33,11 +33,11 @@ from typing import Any
 
 import torch
 
-from .data import DATE_FORMATS, DATE_RANGE
-from .errors import EncdecError, InputFileError
-from .io_utils import atomic_write_json
+from ..data import DATE_FORMATS, DATE_RANGE
+from ..errors import EncdecError, InputFileError
+from ..folders import ALIGNMENT_FILE
+from ..io_utils import atomic_write_json
 
-ALIGNMENT_FILE = "alignment.json"
 MEAN = "mean"  # every layer's head average, averaged again over the layers
 Links = set[tuple[int, int]]
 

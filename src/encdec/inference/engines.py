@@ -3,7 +3,7 @@
 
 - ``TorchEngine``: the model's ``generate()``, in float32, in bfloat16 (``dtype="bfloat16"``) or with the linear
   and LSTM/GRU layers in dynamic int8 (``quantize="int8"``).
-- ``CTranslate2Engine``: a folder written by ``encdec export --format ctranslate2`` (``encdec.export``), decoded
+- ``CTranslate2Engine``: a folder written by ``encdec export --format ctranslate2`` (``encdec.ship.export``), decoded
   by CTranslate2 (an optional extra, ``encdec[ct2]``), with its weights computed in float32, int8 or bfloat16.
 
 Each engine maps the decoding options it has (beam size, length penalty, max new tokens, number of returned
@@ -25,9 +25,9 @@ import torch
 from torch import nn
 from transformers import AutoTokenizer, GenerationConfig, PreTrainedModel
 
-from .errors import EncdecError
-from .folders import EXPORT_INFO, read_json, require_model_folder
-from .models.configuration_transformer_seq2seq import TransformerSeq2SeqConfig
+from ..errors import EncdecError
+from ..folders import EXPORT_INFO, read_json, require_model_folder
+from ..models.configuration_transformer_seq2seq import TransformerSeq2SeqConfig
 
 ENGINES = ("torch", "ctranslate2")
 QUANTIZE_CHOICES = ("int8",)

@@ -1,7 +1,7 @@
 """``encdec serve``: a translation server (FastAPI on uvicorn, the optional extra ``encdec[serve]``).
 
 One server serves one model or several (``ServedModels``, by language pair), each with its own dynamic batcher.
-Under ``/libretranslate/`` it also speaks LibreTranslate's API (``encdec.libretranslate``) over the same models
+Under ``/libretranslate/`` it also speaks LibreTranslate's API (``encdec.serve.libretranslate``) over the same models
 and batchers.
 
 Endpoints: ``POST /translate``, ``GET /health``, ``GET /info`` and ``GET /``, a page that translates and shows the
@@ -45,18 +45,11 @@ from typing import Any
 
 import psutil
 
-from .errors import EncdecError
-from .inference import load_engine
-from .serving import (
-    LENGTH_PENALTY_RANGE,
-    DynamicBatcher,
-    ModelSpec,
-    RequestError,
-    ServedModels,
-    ServeLimits,
-    TranslationService,
-    served_as,
-)
+from ..errors import EncdecError
+from ..inference import load_engine
+from .batcher import DynamicBatcher
+from .registry import ModelSpec, ServedModels, served_as
+from .service import LENGTH_PENALTY_RANGE, RequestError, ServeLimits, TranslationService
 
 SERVE_INSTALL = "pip install 'encdec[serve]'"
 try:
@@ -338,7 +331,7 @@ class Guard:
 
     def refusal(self, headers: dict[bytes, bytes], path: str = "") -> tuple[int, str, dict[str, str]] | None:
         # LibreTranslate's clients send the key in the body, and browsers send CORS preflights without one: the
-        # adapter checks the key itself (encdec.libretranslate)
+        # adapter checks the key itself (encdec.serve.libretranslate)
         if self.api_key and not path.startswith(LIBRETRANSLATE_PREFIX):
             key = presented_key(headers)
             if key is None or not hmac.compare_digest(key.encode(), self.api_key.encode()):

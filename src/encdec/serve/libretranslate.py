@@ -28,8 +28,9 @@ from typing import Any
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
-from .decoding import DecodeOptions
-from .serving import LANGUAGE_NAMES, RequestError, ServedModel, ServedModels, TranslationService
+from ..inference.decoding import DecodeOptions
+from .registry import LANGUAGE_NAMES, ServedModel, ServedModels
+from .service import RequestError, TranslationService
 
 PREFIX = "/libretranslate"
 CORS_HEADERS = {"Access-Control-Allow-Origin": "*", "Access-Control-Allow-Headers": "Authorization, Content-Type",
@@ -273,7 +274,7 @@ class LibreTranslateAPI:
         router.add_api_route("/health", self.health, summary="LibreTranslate: liveness")
         router.add_api_route("/{path:path}", self.preflight, methods=["OPTIONS"], include_in_schema=False)
         app.include_router(router)
-        app.add_exception_handler(Refusal, self.refused)  # the CORS headers: encdec.server.Guard, on every answer
+        app.add_exception_handler(Refusal, self.refused)  # the CORS headers: encdec.serve.server.Guard, on every answer
 
     async def translate(self, request: Request) -> JSONResponse:
         body = await read_body(request)

@@ -21,9 +21,9 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from .errors import EncdecError
-from .inference import load_model_and_tokenizer, max_source_length
-from .io_utils import atomic_output, refuse_existing
+from ..errors import EncdecError
+from ..io_utils import atomic_output, refuse_existing
+from . import load_model_and_tokenizer, max_source_length
 
 
 def readable_tokens(tokenizer: PreTrainedTokenizerBase, ids: list[int]) -> list[str]:

@@ -10,7 +10,7 @@ none redone once finished:
    text files in ``<output_dir>/corpus``: ``original.{src,tgt}`` (the training split) and ``validation`` /
    ``test`` as they are;
 2. **translation**: the teacher translates ``original.src`` with ``encdec translate``'s corpus path
-   (``encdec.corpus.translate_file``: streamed in chunks, resumable after ``kill -9``, shared out over the
+   (``encdec.inference.corpus.translate_file``: streamed in chunks, resumable after ``kill -9``, shared out over the
    processes of ``accelerate launch``), each line with the teacher's log-probability: ``teacher.scored``;
 3. **corpus**: ``train.{src,tgt}``, the distilled pairs. A pair whose translation is empty, or whose log-probability
    per token is below ``min_score``, is dropped; with ``mix_original`` the original pairs follow the distilled ones
@@ -38,16 +38,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .config_io import apply_overrides, from_dict, load_yaml
-from .corpus import ChunkFile, Shard, TranslationOutput, difference, file_identity, on_main, translate_file
-from .data import DataSpec, load_data, write_aligned_splits
-from .ensemble import check_same_tokenizer, tokenizer_difference
-from .errors import EncdecError
-from .inference import CHUNK_SIZE
-from .io_utils import MODEL_FOLDER_FILES, WriterLock, atomic_output, atomic_write_json, batched, require_file
-from .parallel import process_state
-from .tokenization import load_tokenizer
-from .training import RunConfig, load_run_config, train
+from ..config_io import apply_overrides, from_dict, load_yaml
+from ..data import DataSpec, load_data, write_aligned_splits
+from ..errors import EncdecError
+from ..inference import CHUNK_SIZE
+from ..inference.corpus import ChunkFile, Shard, TranslationOutput, difference, file_identity, on_main, translate_file
+from ..inference.ensemble import check_same_tokenizer, tokenizer_difference
+from ..io_utils import MODEL_FOLDER_FILES, WriterLock, atomic_output, atomic_write_json, batched, require_file
+from ..parallel import process_state
+from ..tokenization import load_tokenizer
+from ..training import RunConfig, load_run_config, train
 
 logger = logging.getLogger(__name__)
 

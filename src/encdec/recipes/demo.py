@@ -21,10 +21,10 @@ from pathlib import Path
 
 from transformers import pipeline
 
-from .data import load_builtin_dates
-from .plotting import save_attention_plot
-from .progress import quiet_transformers_bars
-from .training import RunConfig, load_run_config, train
+from ..data import load_builtin_dates
+from ..inference.plotting import save_attention_plot
+from ..progress import quiet_transformers_bars
+from ..training import RunConfig, load_run_config, train
 
 CONFIGS = Path(str(resources.files("encdec") / "configs"))
 DEMOS = {"transformer": "demo-transformer.yaml", "lstm-bahdanau": "demo-lstm-bahdanau.yaml"}

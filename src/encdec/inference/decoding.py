@@ -6,13 +6,13 @@ and its LibreTranslate API each turn what they were asked (flags, JSON fields, a
 ``resolve_options``, as ``generate()`` resolves its ``GenerationConfig`` once: the model's generation config fills
 what was not asked, and every check (beam size, n-best within the beam, length penalty, token budget, a server's
 limits) is made there, raising an ``OptionError`` that names the option. ``decode_batch`` then runs an engine
-(``encdec.engines``) over a batch of source ids with those options and returns, per source, its hypotheses:
+(``encdec.inference.engines``) over a batch of source ids with those options and returns, per source, its hypotheses:
 
 - their ids and text, the ``</s>`` kept in the ids;
 - with ``scores``, log P(hypothesis | source), from one teacher-forced pass over that pair alone (not the padded
   batch), so a text scores the same in any batch, on any engine;
 - with ``alignments``, the attention of that pass (decoder layers x source x target, averaged over heads) and the
-  Pharaoh word links of one layer (``encdec.alignment``);
+  Pharaoh word links of one layer (``encdec.inference.alignment``);
 - an n-best list: the beams as beam search returns them, or (``ranked``, what ``encdec translate --n-best`` prints)
   all the beams ordered by log P, each text once unless ``keep_duplicates``, the ``n_best`` first.
 
@@ -39,9 +39,9 @@ import torch
 from tqdm.auto import tqdm
 from transformers import GenerationConfig
 
+from ..errors import EncdecError, OptionError
 from .alignment import default_layer, teacher_forced_attention, to_pharaoh, word_links
 from .engines import CTranslate2Engine, TorchEngine
-from .errors import EncdecError, OptionError
 
 Engine = TorchEngine | CTranslate2Engine
 # length_penalty: beam search divides a hypothesis' log-probability by length ** length_penalty (HF generate). Values
@@ -94,7 +94,7 @@ class DecodeOptions:
         return self.num_beams, self.length_penalty, self.candidates, self.do_sample, self.generate_kwargs
 
     def settings(self) -> dict[str, Any]:
-        """The ``generate()`` keyword arguments (engines take them: ``encdec.engines``), the budget apart."""
+        """The ``generate()`` keyword arguments (engines take them: ``encdec.inference.engines``), the budget apart."""
         settings = {"do_sample": self.do_sample, **dict(self.generate_kwargs), "num_beams": self.num_beams}
         if self.length_penalty is not None:
             settings["length_penalty"] = self.length_penalty
@@ -186,13 +186,13 @@ class Hypothesis:
 
     text: str
     score: float | None = None  # log P(text | source), natural log, the </s> included
-    alignment: str | None = None  # Pharaoh word links "i-j ..." (source word i, output word j), see encdec.alignment
+    alignment: str | None = None  # Pharaoh word links "i-j ..." (source word i, output word j), see inference.alignment
     ids: list[int] = field(default_factory=list, compare=False, repr=False)  # the output ids, </s> kept
     attention: torch.Tensor | None = field(default=None, compare=False, repr=False)  # (L, S, T), with alignments
 
 
 def as_engine(model: Any) -> Engine:
-    """An engine (``encdec.engines``) as it is, a model (or an ensemble) as a ``TorchEngine``."""
+    """An engine (``encdec.inference.engines``) as it is, a model (or an ensemble) as a ``TorchEngine``."""
     return model if isinstance(model, TorchEngine | CTranslate2Engine) else TorchEngine(model)
 
 

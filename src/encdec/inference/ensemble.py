@@ -37,8 +37,8 @@ from transformers import GenerationConfig, GenerationMixin, PretrainedConfig, Pr
 from transformers.modeling_outputs import Seq2SeqLMOutput
 from transformers.utils import ModelOutput
 
-from .errors import EncdecError
-from .models.compat import cache_argument, cache_field, cache_of
+from ..errors import EncdecError
+from ..models.compat import cache_argument, cache_field, cache_of
 
 # config keys every member must agree on: the ids generate() uses and the vocabulary the log-probabilities range over
 SHARED_KEYS = ("vocab_size", "pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id")

@@ -43,12 +43,12 @@ from typing import Any, BinaryIO
 
 from tqdm.auto import tqdm
 
+from ..errors import EncdecError, InputFileError, OverwriteError
+from ..io_utils import WriterLock, atomic_write_json, batched, count_lines, refuse_overlap, require_file, text_lines
+from ..parallel import process_state
+from ..stop_points import stop_point
+from . import CHUNK_SIZE, load_engine
 from .decoding import DecodeOptions, Engine, Hypothesis, decode_lines, resolve_options
-from .errors import EncdecError, InputFileError, OverwriteError
-from .inference import CHUNK_SIZE, load_engine
-from .io_utils import WriterLock, atomic_write_json, batched, count_lines, refuse_overlap, require_file, text_lines
-from .parallel import process_state
-from .stop_points import stop_point
 
 PIPE_IDLE_SECONDS = 0.5  # a chunk read from a pipe ends when no line has come for this long
 PROGRESS_EVERY_SECONDS = 5.0  # stderr that is not a terminal: one progress line this often

@@ -28,11 +28,11 @@ from typing import Any
 
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from .engines import require_ctranslate2
-from .errors import EncdecError
-from .folders import EXPORT_INFO, require_model_folder
-from .inference import load_model_and_tokenizer
-from .io_utils import atomic_write_json, refuse_existing, refuse_overlap
+from ..errors import EncdecError
+from ..folders import EXPORT_INFO, require_model_folder
+from ..inference import load_model_and_tokenizer
+from ..inference.engines import require_ctranslate2
+from ..io_utils import atomic_write_json, refuse_existing, refuse_overlap
 
 try:  # an optional extra: encdec[ct2]
     import ctranslate2

@@ -35,10 +35,10 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, PreTrainedModel, TrainerCallback
 
-from .errors import EncdecError, InputFileError
-from .folders import WEIGHTS_NAME, read_json, read_safetensors_shapes, require_dir, save_for_pipeline
-from .io_utils import atomic_write_json, refuse_existing, refuse_overlap, replace_folder
-from .progress import quiet_transformers_bars
+from ..errors import EncdecError, InputFileError
+from ..folders import WEIGHTS_NAME, read_json, read_safetensors_shapes, require_dir, save_for_pipeline
+from ..io_utils import atomic_write_json, refuse_existing, refuse_overlap, replace_folder
+from ..progress import quiet_transformers_bars
 
 # config.json keys that differ between checkpoints of one model without changing it
 _BOOKKEEPING_KEYS = {"_name_or_path", "transformers_version", "architectures", "auto_map", "custom_pipelines"}

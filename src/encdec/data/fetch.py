@@ -19,8 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
-from .errors import InputFileError
-from .io_utils import atomic_output, count_lines
+from ..errors import InputFileError
+from ..io_utils import atomic_output, count_lines
 
 MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/{name}.{lang}.gz"
 # the recipes' file prefix -> the dataset repository's, and the published number of sentences

@@ -1,0 +1,135 @@
+"""The models one server serves, by language pair: ``--model [SRC-TGT=]DIR[,engine=E]...`` parsed (``ModelSpec``),
+each model's pair checked against its model card (``served_as``), and the request's model found (``ServedModels``).
+LibreTranslate's ``/languages`` names the languages (``LANGUAGE_NAMES``)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..cards import LANGUAGE_CODE as CARD_LANGUAGE_CODE
+from ..errors import EncdecError
+from .service import RequestError, TranslationService
+
+LANGUAGE_CODE = CARD_LANGUAGE_CODE.pattern  # ISO 639-1 or 639-3, optionally a script or region: zh_Hant
+MODEL_SPEC = re.compile(rf"^(?:(?P<source>{LANGUAGE_CODE})-(?P<target>{LANGUAGE_CODE})=)?(?P<dir>[^,=]+)"
+                        r"(?P<options>(?:,[a-z_]+=[^,]*)*)$")
+ENGINE_CHOICES = {"engine": ("torch", "ctranslate2"), "quantize": ("int8",), "dtype": ("float32", "bfloat16")}
+# English names of common language codes, for LibreTranslate's /languages; another code is named by itself
+LANGUAGE_NAMES = {
+    "ar": "Arabic", "bg": "Bulgarian", "ca": "Catalan", "cs": "Czech", "da": "Danish", "de": "German",
+    "el": "Greek", "en": "English", "es": "Spanish", "et": "Estonian", "eu": "Basque", "fa": "Persian",
+    "fi": "Finnish", "fr": "French", "ga": "Irish", "he": "Hebrew", "hi": "Hindi", "hr": "Croatian",
+    "hu": "Hungarian", "id": "Indonesian", "is": "Icelandic", "it": "Italian", "ja": "Japanese", "ko": "Korean",
+    "lt": "Lithuanian", "lv": "Latvian", "mt": "Maltese", "nb": "Norwegian Bokmal", "nl": "Dutch", "pl": "Polish",
+    "pt": "Portuguese", "ro": "Romanian", "ru": "Russian", "sk": "Slovak", "sl": "Slovenian", "sq": "Albanian",
+    "sr": "Serbian", "sv": "Swedish", "th": "Thai", "tr": "Turkish", "uk": "Ukrainian", "vi": "Vietnamese",
+    "zh": "Chinese",
+}
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One ``--model`` of ``encdec serve``: ``[SRC-TGT=]DIR[,engine=E][,quantize=Q][,dtype=D]``. Without a pair,
+    the model card's languages give it; options left out take the command's ``--engine``/``--quantize``/``--dtype``."""
+
+    model_dir: str
+    source: str | None = None
+    target: str | None = None
+    options: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def parse(cls, value: str) -> ModelSpec:
+        found = MODEL_SPEC.match(value.strip())
+        if not found:
+            raise EncdecError(f"--model {value!r} is not DIR or SRC-TGT=DIR (language codes such as de-en=runs/de-en: "
+                              "ISO 639 codes of 2 or 3 lowercase letters, optionally _Script or _REGION as in zh_Hant; "
+                              "optionally followed by ,engine=ctranslate2 ,quantize=int8 or ,dtype=bfloat16).")
+        options = tuple(tuple(item.split("=", 1)) for item in found["options"].split(",") if item)
+        for name, choice in options:
+            if choice not in ENGINE_CHOICES.get(name, ()):
+                known = ", ".join(f"{key}={'|'.join(values)}" for key, values in ENGINE_CHOICES.items())
+                raise EncdecError(f"--model {value!r}: {name}={choice} is not an option; the options are {known}.")
+        return cls(found["dir"], found["source"], found["target"], options)
+
+    def engine_options(self, defaults: dict[str, str | None]) -> dict[str, str | None]:
+        return {**defaults, **dict(self.options)}
+
+
+@dataclass
+class ServedModel:
+    """A model one server serves: its name (its pair, ``de-en``, or its folder's name when its languages are not
+    known), its pair, and its service."""
+
+    name: str
+    source: str | None
+    target: str | None
+    service: TranslationService
+
+
+def served_as(service: TranslationService, source: str | None = None, target: str | None = None) -> ServedModel:
+    """``service`` under its language pair: the one given, which its model card (if it names one) must agree with,
+    else the card's; named by the pair, or by its folder when neither gives one."""
+    languages = service.card.get("languages", [])
+    card_pair = tuple(languages) if len(languages) == 2 else None
+    if source and card_pair and card_pair != (source, target):
+        raise EncdecError(f"--model {source}-{target}={service.model_dir}: its model card says "
+                          f"{card_pair[0]}-{card_pair[1]}; give the card's pair, or fix the card.")
+    source, target = (source, target) if source else card_pair or (None, None)
+    folder = service.model_dir.resolve().name if service.model_dir else "model"
+    return ServedModel(f"{source}-{target}" if source else folder, source, target, service)
+
+
+class ServedModels:
+    """The models of one server (``--model``, repeatable), found by language pair or by name."""
+
+    def __init__(self, models: list[ServedModel]) -> None:
+        names = [model.name for model in models]
+        if not models:
+            raise EncdecError("Serve at least one model: --model DIR or --model SRC-TGT=DIR.")
+        duplicates = sorted({name for name in names if names.count(name) > 1})
+        if duplicates:
+            raise EncdecError(f"Two --model arguments serve {duplicates[0]}; give each language pair one model.")
+        self.models = {model.name: model for model in models}
+
+    @classmethod
+    def load(cls, specs: list[ModelSpec], build: Callable[[str, dict[str, str | None]], TranslationService],
+             defaults: dict[str, str | None]) -> ServedModels:
+        """Each spec's service (``build(model_dir, engine_options)``), its pair checked against its model card."""
+        return cls([served_as(build(spec.model_dir, spec.engine_options(defaults)), spec.source, spec.target)
+                    for spec in specs])
+
+    def pick(self, source: str | None = None, target: str | None = None, model: str | None = None) -> ServedModel:
+        """The model a request asks for: by ``model`` name, by ``source`` and ``target``, or the only one."""
+        if model is not None:
+            if model not in self.models:
+                raise RequestError("model", f"no model {model!r} is served; the served ones are {self.names()}.")
+            return self.models[model]
+        if source is None and target is None and len(self.models) == 1:
+            return next(iter(self.models.values()))
+        if source is None or target is None:
+            raise RequestError("source" if source is None else "target",
+                               f"several models are served: give source and target (or model); the served ones "
+                               f"are {self.names()}.")
+        for served in self.models.values():
+            if (served.source, served.target) == (source, target):
+                return served
+        raise RequestError("target", f"no model translates {source} into {target}; the served ones are "
+                                     f"{self.names()}.")
+
+    def names(self) -> str:
+        return ", ".join(self.models)
+
+    def languages(self) -> list[dict[str, Any]]:
+        """LibreTranslate's ``GET /languages``: each source language with its name and target codes."""
+        targets: dict[str, list[str]] = {}
+        for served in self.models.values():
+            if served.source:
+                targets.setdefault(served.source, []).append(served.target)
+        return [{"code": code, "name": LANGUAGE_NAMES.get(code, code), "targets": sorted(codes)}
+                for code, codes in sorted(targets.items())]
+
+
+__all__ = ["LANGUAGE_NAMES", "ModelSpec", "ServedModel", "ServedModels", "served_as"]

@@ -1,0 +1,249 @@
+"""The request service: an engine, its tokenizer and the server's limits, which checks a request into jobs and decodes
+a batch of them. Plain Python and threads; ``encdec.serve.server`` puts HTTP (FastAPI) in front of it, and
+``encdec.serve.batcher`` groups the jobs into batches.
+
+A batch gives each text what translating it alone gives: the server checks a request's options into a
+``decoding.DecodeOptions`` (``decoding.resolve_options``, within its limits) and decodes a batch with
+``decoding.decode_batch``, as ``encdec translate`` does. Each text has its own budget (``max_new_tokens``, else the
+model's, else 2 x its source + 10); greedy jobs of any budgets share a batch, beam jobs only with the same budget.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from huggingface_hub import ModelCard
+from transformers import PreTrainedTokenizerBase
+
+from .. import __version__
+from ..errors import EncdecError, OptionError
+from ..inference.alignment import MEAN, layer_weights
+from ..inference.decoding import (
+    LENGTH_PENALTY_RANGE,
+    DecodeLimits,
+    DecodeOptions,
+    Engine,
+    Hypothesis,
+    decode_batch,
+    max_source_length,
+    resolve_options,
+)
+from ..inference.engines import CTranslate2Engine, TorchEngine
+
+logger = logging.getLogger("encdec.serve")
+
+DEFAULT_MAX_SOURCE_TOKENS = 1024  # for models without a position limit (the RNN) and a tokenizer without one
+
+
+class RequestError(EncdecError):
+    """A request the server refuses (HTTP 422): ``field`` is the request field at fault, e.g. ``text[2]``."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+@dataclass(frozen=True)
+class ServeLimits:
+    """What one server accepts and how it batches (``encdec serve`` options of the same names).
+
+    ``max_source_tokens`` and ``max_new_tokens`` of ``None`` take the model's limits (``limits_for``).
+    """
+
+    max_batch_size: int = 32
+    max_wait_ms: float = 10.0
+    max_texts: int = 64
+    max_source_tokens: int | None = None
+    max_new_tokens: int | None = None
+    max_beams: int = 8
+    max_body_bytes: int = 1_000_000
+
+    def __post_init__(self) -> None:
+        for name in ("max_batch_size", "max_texts", "max_source_tokens", "max_new_tokens", "max_beams",
+                     "max_body_bytes"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise EncdecError(f"`{name}` (--{name.replace('_', '-')}) must be a whole number >= 1, got {value!r}.")
+        if self.max_wait_ms < 0:
+            raise EncdecError(f"`max_wait_ms` (--max-wait-ms) must be >= 0, got {self.max_wait_ms}.")
+
+    @property
+    def decoding(self) -> DecodeLimits:
+        """What these limits let a request ask of decoding (``decoding.resolve_options``)."""
+        return DecodeLimits(self.max_beams, self.max_new_tokens, LENGTH_PENALTY_RANGE)
+
+
+def limits_for(limits: ServeLimits, tokenizer: PreTrainedTokenizerBase, config: Any) -> ServeLimits:
+    """``limits`` with the model's limits filled in: sources up to its positions (and the tokenizer's
+    ``model_max_length``), budgets up to its positions minus the decoder start token."""
+    longest = max_source_length(tokenizer, config)
+    longest = longest if longest < 10**6 else DEFAULT_MAX_SOURCE_TOKENS  # "no limit" is a huge sentinel
+    positions = getattr(config, "max_position_embeddings", None)
+    budget = positions - 1 if positions else DEFAULT_MAX_SOURCE_TOKENS
+    if limits.max_source_tokens is not None and limits.max_source_tokens > longest:
+        raise EncdecError(f"--max-source-tokens {limits.max_source_tokens} exceeds what the model reads ({longest} "
+                          "tokens, its `max_position_embeddings`); lower it.")
+    if limits.max_new_tokens is not None and limits.max_new_tokens > budget:
+        raise EncdecError(f"--max-new-tokens {limits.max_new_tokens} exceeds what the model can generate ({budget}, "
+                          "its `max_position_embeddings` - 1); lower it.")
+    return ServeLimits(**{**limits.__dict__, "max_source_tokens": limits.max_source_tokens or longest,
+                          "max_new_tokens": limits.max_new_tokens or budget})
+
+
+@dataclass
+class Job:
+    """One text to translate, and the future its answer goes to."""
+
+    source_ids: list[int]
+    options: DecodeOptions
+    budget: int
+    n_best_list: bool = False  # the request asked for `n_best`: answer with the list, even of one
+    future: Future = field(default_factory=Future)
+    arrival: float = field(default_factory=time.monotonic)
+
+    @property
+    def key(self) -> tuple:
+        """Jobs with equal keys are decoded in one batch (see the module docstring for the budget)."""
+        return self.options.search, None if self.options.greedy else self.budget
+
+
+class TranslationService:
+    """An engine, its tokenizer and the server's limits: checks requests into jobs, and decodes a batch of jobs
+    (``decoding.decode_batch``, what ``encdec translate`` decodes with)."""
+
+    def __init__(self, engine: Engine, tokenizer: PreTrainedTokenizerBase, limits: ServeLimits | None = None,
+                 model_dir: str | Path | None = None) -> None:
+        self.engine, self.tokenizer = engine, tokenizer
+        self.config = engine.config
+        self.limits = limits_for(limits or ServeLimits(), tokenizer, engine.config)
+        self.model_dir = Path(model_dir) if model_dir is not None else None
+        generation = engine.generation_config
+        self.default_beams = resolve_options(generation).num_beams  # the one default translate and evaluate use too
+        self.default_length_penalty = 1.0 if generation.length_penalty is None else generation.length_penalty
+        self.default_budget = generation.max_new_tokens
+        self.has_alignments = isinstance(engine, TorchEngine) and getattr(self.config, "attention", "") != "none"
+
+    def jobs(self, text: str | list[str], n_best: int | None = None, return_scores: bool = False,
+             return_alignments: bool = False, **decoding: Any) -> list[Job]:
+        """Check one request (the fields of ``POST /translate``; ``decoding``: its ``num_beams``,
+        ``max_new_tokens``, ``length_penalty``) against the limits and turn each of its texts into a job; a
+        ``RequestError`` naming the field otherwise."""
+        options = self.options(n_best=n_best, return_scores=return_scores, return_alignments=return_alignments,
+                               **decoding)
+        return self.jobs_for(text, options, n_best_list=n_best is not None)
+
+    def options(self, return_scores: bool = False, return_alignments: bool = False, *, ranked: bool = False,
+                **decoding: Any) -> DecodeOptions:
+        """A request's decoding options (``decoding``: ``num_beams``, ``n_best``, ...), resolved as ``encdec
+        translate`` resolves its flags (``decoding.resolve_options``), within the limits; a ``RequestError`` naming
+        the field otherwise."""
+        try:
+            options = resolve_options(self.engine.generation_config, ranked=ranked, scores=return_scores,
+                                      alignments=return_alignments, limits=self.limits.decoding, **decoding)
+        except OptionError as error:
+            raise RequestError(error.field, error.explain()) from None
+        if return_alignments and not self.has_alignments:
+            why = ("the ctranslate2 engine returns none" if isinstance(self.engine, CTranslate2Engine)
+                   else "this model has no attention (attention='none')")
+            raise RequestError("return_alignments", f"alignments are not available: {why}; leave it out.")
+        return options
+
+    def jobs_for(self, text: str | list[str], options: DecodeOptions, n_best_list: bool = False) -> list[Job]:
+        """A job for each text of ``text`` (checked, as ``texts`` and the source limit say), decoded with
+        ``options``, each with its own budget."""
+        fields, texts = self.texts(text)
+        jobs = []
+        for name, ids in zip(fields, self.tokenizer(texts, verbose=False)["input_ids"], strict=True):
+            if len(ids) > self.limits.max_source_tokens:
+                raise RequestError(name, f"{len(ids)} source tokens exceed the limit of {self.limits.max_source_tokens}"
+                                         " (--max-source-tokens); split the text.")
+            jobs.append(Job(ids, options, options.budget(len(ids), self.config, self.limits.max_new_tokens),
+                            n_best_list))
+        return jobs
+
+    def texts(self, text: str | list[str]) -> tuple[list[str], list[str]]:
+        """(field names, texts) of a request's ``text``: at least one and at most ``max_texts``, none empty, each
+        Unicode that UTF-8 can encode (JSON's ``\\ud800`` escape gives a lone surrogate, which it cannot)."""
+        texts = [text] if isinstance(text, str) else text
+        fields = ["text"] if isinstance(text, str) else [f"text[{i}]" for i in range(len(texts))]
+        if not texts:
+            raise RequestError("text", "give at least one text.")
+        if len(texts) > self.limits.max_texts:
+            raise RequestError("text", f"{len(texts)} texts exceed the limit of {self.limits.max_texts} per request "
+                                       "(--max-texts); send them in several requests.")
+        for name, item in zip(fields, texts, strict=True):
+            if not item.strip():
+                raise RequestError(name, "the text is empty; send some words to translate.")
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError as error:
+                raise RequestError(name, f"a lone surrogate (U+{ord(item[error.start]):04X}) at character "
+                                         f"{error.start} is not text; send valid Unicode (a surrogate pair is fine, "
+                                         "half of one is not).") from None
+        return fields, texts
+
+    def decode(self, jobs: list[Job]) -> list[dict[str, Any]]:
+        """Translate jobs that share a key in one batch: one answer per job, in order."""
+        found = decode_batch(self.engine, self.tokenizer, [job.source_ids for job in jobs],
+                             [job.options for job in jobs], [job.budget for job in jobs])
+        return [self.answer(job, hypotheses) for job, hypotheses in zip(jobs, found, strict=True)]
+
+    def answer(self, job: Job, hypotheses: list[Hypothesis]) -> dict[str, Any]:
+        """A job's answer: the best translation, with the scores, the n-best list and the alignment it asked for."""
+        best, scores = hypotheses[0], job.options.scores
+        answer: dict[str, Any] = {"text": best.text}
+        if scores:
+            answer["score"] = best.score
+        if job.n_best_list:
+            answer["n_best"] = [{"text": hypothesis.text, **({"score": hypothesis.score} if scores else {})}
+                                for hypothesis in hypotheses]
+        if job.options.alignments:  # the (S, T) attention averaged over every layer and head
+            weights = layer_weights(best.attention, MEAN)
+            answer["alignment"] = {"source_tokens": self.tokenizer.convert_ids_to_tokens(job.source_ids),
+                                   "target_tokens": self.tokenizer.convert_ids_to_tokens(best.ids),
+                                   "weights": [[round(w, 6) for w in row] for row in weights.tolist()]}
+        return answer
+
+    def info(self) -> dict[str, Any]:
+        """What ``GET /info`` answers: the model, its languages and card metrics, the engine and the limits."""
+        config = self.config
+        names = ("d_model", "encoder_layers", "decoder_layers", "encoder_attention_heads", "decoder_attention_heads",
+                 "cell_type", "attention", "hidden_size", "embedding_dim", "bidirectional_encoder", "vocab_size",
+                 "max_position_embeddings")
+        model = getattr(self.engine, "model", None)
+        card = self.card
+        return {"family": config.model_type, "name": self.model_dir.resolve().name if self.model_dir else None,
+                "parameters": model.num_parameters() if model is not None else None,
+                "architecture": {name: getattr(config, name) for name in names if hasattr(config, name)},
+                "languages": card.get("languages", []), "metrics": card.get("metrics", []),
+                "engine": self.engine.name, "compute_type": self.engine.precision,
+                "alignments": self.has_alignments, "encdec_version": __version__,
+                "defaults": {"num_beams": self.default_beams, "length_penalty": self.default_length_penalty,
+                             "max_new_tokens": self.default_budget},
+                "limits": dict(self.limits.__dict__)}
+
+    @functools.cached_property
+    def card(self) -> dict[str, Any]:
+        """Languages and metrics from the model card's metadata (README.md), if the folder has one."""
+        path = self.model_dir / "README.md" if self.model_dir else None
+        if path is None or not path.is_file():
+            return {}
+        try:
+            data = ModelCard.load(path).data
+        except Exception as error:  # a hand-edited card must not stop the server
+            logger.warning("could not read the model card %s: %s", path, error)
+            return {}
+        languages = data.language if isinstance(data.language, list) else [data.language] if data.language else []
+        metrics = [{"dataset": r.dataset_name, "split": r.dataset_split, "metric": r.metric_type,
+                    "value": r.metric_value} for r in (data.eval_results or [])]
+        return {"languages": languages, "metrics": metrics}
+
+
+__all__ = ["LENGTH_PENALTY_RANGE", "DecodeOptions", "Job", "RequestError", "ServeLimits", "TranslationService",
+           "limits_for"]
