@@ -1,5 +1,6 @@
 """Attention heatmaps for both families: the matrix is the generated tokens x the source tokens, each row a
-distribution, and the averages are averages of the single heads."""
+distribution; by default the model's alignment layer averaged over its heads (the alignment every front end uses), and
+the averages are averages of the single heads."""
 
 from __future__ import annotations
 
@@ -49,13 +50,18 @@ def test_means_average_the_single_heads_and_layers(loaded: dict[str, tuple]) -> 
     def matrix(**selection) -> np.ndarray:
         return attention_matrix(model, tokenizer, TEXT, max_new_tokens=MAX_NEW_TOKENS, **selection)[0]
 
-    per_layer = [matrix(layer=layer, mean=True) for layer in range(2)]
+    per_layer = [matrix(layer=layer) for layer in range(2)]
     for layer in range(2):
         np.testing.assert_allclose(per_layer[layer], np.mean([matrix(layer=layer, head=h) for h in range(2)], axis=0),
                                    atol=1e-6)
+        np.testing.assert_array_equal(per_layer[layer], matrix(layer=layer, mean=True))  # a layer's mean: the default
+    assert not np.allclose(per_layer[0], per_layer[1])  # the layer chosen matters
     np.testing.assert_allclose(matrix(mean=True), np.mean(per_layer, axis=0), atol=1e-6)
+    np.testing.assert_array_equal(matrix(mean=True), matrix(layer="mean"))
     np.testing.assert_allclose(matrix(mean=True).sum(axis=1), 1.0, atol=1e-5)
-    np.testing.assert_array_equal(matrix(), matrix(layer=1, head=0))  # default: last layer, head 0
+    # default: the alignment layer, the penultimate of 2 (no alignment.json), averaged over its heads
+    np.testing.assert_array_equal(matrix(), per_layer[0])
+    np.testing.assert_array_equal(matrix(layer=-1), per_layer[1])
 
 
 def test_rnn_alignment_is_its_one_layer_and_head(loaded: dict[str, tuple]) -> None:
@@ -66,11 +72,11 @@ def test_rnn_alignment_is_its_one_layer_and_head(loaded: dict[str, tuple]) -> No
 
 
 @pytest.mark.parametrize(("family", "selection", "message"), [
-    ("transformer", {"layer": 2}, "Layer 2 is out of range: this model returns cross-attention for layers 0..1"),
-    ("transformer", {"head": 2}, "Head 2 is out of range: this model has heads 0..1"),
+    ("transformer", {"layer": 2}, "`alignment layer` 2 does not exist: the model has 2 decoder layer(s); use 0 to 1"),
+    ("transformer", {"head": 2}, "`alignment head` 2 does not exist: the model has 2 head(s) per layer; use 0 to 1"),
     ("transformer", {"head": 0, "mean": True}, "cannot be combined with `head`"),
-    ("rnn", {"layer": 1}, "layers 0..0"),
-    ("rnn", {"head": -1}, "heads 0..0"),
+    ("rnn", {"layer": 1}, "has 1 decoder layer(s); use 0 to 0"),
+    ("rnn", {"head": -1}, "has 1 head(s) per layer; use 0 to 0"),
 ])
 def test_out_of_range_layer_or_head_names_the_valid_range(loaded: dict[str, tuple], family: str, selection: dict,
                                                           message: str) -> None:

@@ -42,7 +42,8 @@ from encdec.cards import write_model_card
 from encdec.cli import main
 from encdec.errors import EncdecError
 from encdec.folders import save_for_pipeline
-from encdec.inference import load_engine, translate, translate_n_best
+from encdec.inference import load_engine, load_model_and_tokenizer, translate, translate_n_best
+from encdec.inference.plotting import attention_matrix
 from encdec.serve import (
     BatchRecord,
     DecodeOptions,
@@ -182,6 +183,48 @@ def test_translate_answers_as_offline_translation(family, folders, sources) -> N
         assert answer["score"] == pytest.approx(log_prob, abs=1e-4)
         assert answer["n_best"][0]["score"] == answer["score"]
         assert answer["score"] < 0
+
+
+@pytest.mark.parametrize("family", ["transformer", "rnn"])
+def test_the_server_s_alignment_is_translate_s_and_the_plot_s(family, folders, tmp_path, capsys) -> None:
+    """One meaning of alignment: for a sentence, the server's links equal `encdec translate --alignments`, and its
+    weights are the plotted matrix; by default (the model's alignment layer, its heads' mean) and for a layer and a
+    head chosen in each front end's words."""
+    folder = folders[family]
+    (tmp_path / "one.txt").write_text(SAMPLE + "\n")
+    model, tokenizer = load_model_and_tokenizer(folder)
+    chosen = [{}, {"alignment_layer": -1, "alignment_head": 1}, {"alignment_layer": "mean"}]
+    if family == "rnn":  # one layer, one head
+        chosen = [{}, {"alignment_layer": 0, "alignment_head": 0}]
+    matrices = []
+    with serve_app(folder) as server:
+        for selection in chosen:
+            _, body, _ = request(f"{server.url}/translate", {"text": SAMPLE, "return_alignments": True,
+                                                           "max_new_tokens": 12, **selection})
+            answer = body["translations"][0]
+            flags = [f for key, value in selection.items() for f in (f"--{key.replace('_', '-')}", str(value))]
+            assert main(["translate", "--model", str(folder), "--input", str(tmp_path / "one.txt"), "--alignments",
+                         "--max-new-tokens", "12", *flags]) == 0
+            assert capsys.readouterr().out.strip() == f"{answer['text']} ||| {answer['alignment']['links']}"
+            plotted = attention_matrix(model, tokenizer, SAMPLE, layer=selection.get("alignment_layer"),
+                                       head=selection.get("alignment_head"), max_new_tokens=12)[0]  # (T, S)
+            weights = torch.tensor(answer["alignment"]["weights"]).T
+            assert torch.allclose(weights, torch.from_numpy(plotted).float(), atol=1e-5)
+            matrices.append(weights)
+    if family == "transformer":  # several decoder layers and heads: each choice is another matrix
+        assert not torch.allclose(matrices[0], matrices[1]) and not torch.allclose(matrices[0], matrices[2])
+
+
+def test_an_alignment_layer_or_head_the_model_lacks_is_refused_by_field(folders) -> None:
+    config = json.loads((folders["transformer"] / "config.json").read_text())
+    beyond = (("alignment_layer", config["decoder_layers"]), ("alignment_head", config["decoder_attention_heads"]))
+    with serve_app(folders["transformer"]) as server:
+        for field, value in (*beyond, ("alignment_layer", "first")):
+            status, error, _ = request(f"{server.url}/translate", {"text": SAMPLE, "return_alignments": True,
+                                                                 field: value})
+            assert (status, error["field"]) == (422, field), error
+            assert error["error"].startswith(f"{field}: ")
+            assert ("'mean'" in error["error"] or '"mean"' in error["error"]) == (field == "alignment_layer")
 
 
 @pytest.mark.parametrize("family", ["transformer", "rnn"])

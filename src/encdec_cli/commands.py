@@ -165,7 +165,8 @@ def cmd_translate(args: argparse.Namespace) -> None:
     args.num_beams = beams_for_n_best(args)
 
     form = TranslationOutput(n_best=args.n_best, scores=args.scores, alignments=args.alignments,
-                             alignment_layer=layer_argument(args.alignment_layer),
+                             alignment_layer=layer_argument(args.alignment_layer, "--alignment-layer"),
+                             alignment_head=args.alignment_head,
                              keep_duplicates=args.keep_duplicates)
     stdin = getattr(sys.stdin, "buffer", None) or (line.encode("utf-8") for line in sys.stdin)  # tests swap stdin
     lines = translate_file(args.model, args.input, args.output, form=form, chunk_size=args.chunk_size,
@@ -178,14 +179,14 @@ def cmd_translate(args: argparse.Namespace) -> None:
               "empty too.", file=sys.stderr)
 
 
-def layer_argument(value: str | None) -> int | str | None:
+def layer_argument(value: str | None, flag: str) -> int | str | None:
     """``--alignment-layer``/``--layer``: an integer, ``mean``, or None."""
     if value is None or value == "mean":
         return value
     try:
         return int(value)
     except ValueError:
-        raise usage_error(f"--alignment-layer {value!r}: give a decoder layer number (0-based) or `mean`.") from None
+        raise usage_error(f"{flag} {value!r}: give a decoder layer number (0-based) or `mean`.") from None
 
 
 def cmd_align(args: argparse.Namespace) -> None:
@@ -202,7 +203,8 @@ def cmd_align(args: argparse.Namespace) -> None:
         from encdec.io_utils import refuse_overlap
 
         refuse_overlap(args.output, [args.model, args.source_file, args.target_file])
-    align_file(args.model, args.source_file, args.target_file, layer_argument(args.layer), output_file=args.output,
+    align_file(args.model, args.source_file, args.target_file, layer_argument(args.layer, "--layer"),
+               head=args.head, output_file=args.output,
                resume=args.resume, overwrite=args.overwrite, quiet=args.quiet, chunk_size=args.chunk_size,
                stdout=None if args.output else sys.stdout)
 
@@ -224,8 +226,8 @@ def cmd_push(args: argparse.Namespace) -> None:
 def cmd_plot_attention(args: argparse.Namespace) -> None:
     from encdec.inference.plotting import save_attention_plot
 
-    path = save_attention_plot(args.model, args.text, args.out, layer=args.layer, head=args.head, mean=args.mean,
-                               overwrite=args.overwrite)
+    path = save_attention_plot(args.model, args.text, args.out, layer=layer_argument(args.layer, "--layer"),
+                               head=args.head, mean=args.mean, overwrite=args.overwrite)
     print(f"attention heatmap written to {path}")
 
 

@@ -167,8 +167,11 @@ def add_inference_commands(commands: argparse._SubParsersAction) -> None:
                    help="add ` ||| i-j ...` to each line: word alignments in Pharaoh format (source word i, output "
                         "word j, 0-based) from the attention (torch engine)")
     p.add_argument("--alignment-layer", default=None,
-                   help="Transformer decoder layer for --alignments (0-based, or `mean`); default: the layer "
-                        "`encdec align --gold-file ... --record` chose, else the penultimate")
+                   help="Transformer decoder layer for --alignments (0-based, negative from the top, or `mean` for "
+                        "all); default: the layer `encdec align --gold-file ... --record` chose, else the "
+                        "penultimate")
+    p.add_argument("--alignment-head", type=int, default=None,
+                   help="one head of that layer for --alignments; default: the mean of its heads")
     add_corpus_options(p)
     add_threads_option(p)
     p.set_defaults(func=cmd_translate)
@@ -198,6 +201,7 @@ def add_alignment_command(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--record", action="store_true",
                    help="with --gold-file: record the best layer in MODEL/alignment.json for `translate --alignments`")
     p.add_argument("--layer", default=None, help="decoder layer (0-based or `mean`); default as for translate")
+    p.add_argument("--head", type=int, default=None, help="one head of that layer; default: the mean of its heads")
     p.add_argument("--output", default=None, help="Pharaoh alignments file (default: stdout, without --gold-file)")
     p.add_argument("--overwrite", action="store_true")
     add_corpus_options(p)
@@ -217,9 +221,12 @@ def add_export_commands(commands: argparse._SubParsersAction) -> None:
     p = commands.add_parser("plot-attention", help="heatmap of source tokens against generated tokens")
     p.add_argument("--model", required=True)
     p.add_argument("--text", required=True)
-    p.add_argument("--layer", type=int, default=None, help="Transformer decoder layer (default: the last)")
-    p.add_argument("--head", type=int, default=None, help="Transformer head (default: mean over heads)")
-    p.add_argument("--mean", action="store_true", help="average over heads (and layers when no --layer)")
+    p.add_argument("--layer", default=None,
+                   help="Transformer decoder layer (0-based, negative from the top, or `mean` for all); default: the "
+                        "model's alignment layer, as for `translate --alignments`")
+    p.add_argument("--head", type=int, default=None, help="one head of that layer; default: the mean of its heads")
+    p.add_argument("--mean", action="store_true", help="without --layer: the mean of all layers and heads "
+                                                       "(--layer mean)")
     p.add_argument("--out", required=True, help="PNG path")
     p.add_argument("--overwrite", action="store_true")
     p.set_defaults(func=cmd_plot_attention)

@@ -165,13 +165,14 @@ def translate_n_best_ids(model: PreTrainedModel | Engine, tokenizer: PreTrainedT
 
 def translate_detailed(model: PreTrainedModel | Engine, tokenizer: PreTrainedTokenizerBase, sources: list[str],
                        n_best: int = 1, scores: bool = False, alignments: bool = False,
-                       alignment_layer: int | str | None = None, keep_duplicates: bool = False,
-                       batch_size: int = 32, truncate: bool = False, show_progress: bool = False,
-                       **options: Any) -> list[list[Hypothesis]]:
-    """The ``n_best`` translations of each source, each with its score (``scores``: one teacher-forced pass over that
-    pair alone, the same log-probability ``encdec serve`` answers) and its word alignment (``alignments``:
-    ``encdec.inference.alignment`` on decoder layer ``alignment_layer``, by default the one the model folder's
-    ``alignment.json`` records, else the penultimate). ``options`` are ``translate``'s.
+                       alignment_layer: int | str | None = None, alignment_head: int | None = None,
+                       keep_duplicates: bool = False, batch_size: int = 32, truncate: bool = False,
+                       show_progress: bool = False, **options: Any) -> list[list[Hypothesis]]:
+    """The ``n_best`` translations of each source, each with its score (``scores``: one teacher-forced pass over
+    that pair alone, the same log-probability ``encdec serve`` answers) and its word alignment (``alignments``:
+    ``encdec.inference.alignment``: decoder layer ``alignment_layer``, by default the one the model folder's
+    ``alignment.json`` records, else the penultimate, averaged over its heads unless ``alignment_head`` names one).
+    ``options`` are ``translate``'s.
 
     With ``n_best`` 1 the one hypothesis is ``translate``'s. With more, beam search returns all its beams (sampling:
     ``n_best`` samples), which are ordered by that score, log P(hypothesis | source), best first (beam search chose
@@ -181,7 +182,8 @@ def translate_detailed(model: PreTrainedModel | Engine, tokenizer: PreTrainedTok
     (``num_beams``) give more candidates."""
     return _decode(model, tokenizer, sources, dict(n_best=n_best, ranked=True, keep_duplicates=keep_duplicates,
                                                    scores=scores, alignments=alignments,
-                                                   alignment_layer=alignment_layer, **options),
+                                                   alignment_layer=alignment_layer, alignment_head=alignment_head,
+                                                   **options),
                    batch_size, truncate, show_progress)[1]
 
 
@@ -190,7 +192,7 @@ def _decode(model: PreTrainedModel | Engine, tokenizer: PreTrainedTokenizerBase,
             ) -> tuple[list[list[int]], list[list[Hypothesis]]]:
     """The sources' ids and hypotheses, decoded with the options ``asked`` (``resolve_options``)."""
     engine = as_engine(model)
-    options = resolve_options(engine.generation_config, **asked)
+    options = resolve_options(engine.generation_config, model_config=engine.config, **asked)
     if options.alignments and not isinstance(engine, TorchEngine):
         raise EncdecError(NO_ALIGNMENTS)
     if batch_size < 1:

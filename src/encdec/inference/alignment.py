@@ -14,8 +14,16 @@ report other layers), so it is chosen on data with gold alignments by the alignm
     AER = 1 - (|A & S| + |A & P|) / (|A| + |S|)
 
 for predicted links A, sure links S and possible links P (here P = S). ``choose_layer`` does that, and
-``encdec align --gold-file`` records the choice in the model folder (``alignment.json``), where ``encdec translate
---alignments`` finds it. The RNN has one alignment (one "layer", one "head"), so there is nothing to choose.
+``encdec align --gold-file`` records the choice in the model folder (``alignment.json``). The RNN has one alignment
+(one "layer", one "head"), so there is nothing to choose.
+
+**What "the alignment" of a translation means, everywhere** (the server's API and page, ``translate --alignments``,
+``align`` and ``plot-attention``): the teacher-forced cross-attention over the source of each output token
+(``teacher_forced_attention``) on the model's alignment layer (``default_layer``: the one ``alignment.json`` records,
+else the penultimate decoder layer, the best in Garg et al.), averaged over that layer's heads
+(``alignment_weights``). Another layer (a number, or ``mean`` for all of them) or one head is an explicit option of
+each front end (``alignment_layer``/``alignment_head``, ``--alignment-layer``/``--alignment-head``, ``--layer``/
+``--head``). Teacher-forced on the output, the weights are the ones its generation computed: the decoder is causal.
 
 fast_align, eflomal and awesome-align align given sentence pairs with their own models; none reads a translation
 model's attention, hence this module.
@@ -34,7 +42,7 @@ from typing import Any
 import torch
 
 from ..data import DATE_FORMATS, DATE_RANGE
-from ..errors import EncdecError, InputFileError
+from ..errors import EncdecError, InputFileError, OptionError
 from ..folders import ALIGNMENT_FILE
 from ..io_utils import atomic_write_json
 
@@ -107,12 +115,13 @@ def attention_by_layer(model, source_ids: Sequence[int], target_ids: Sequence[in
 
     :param target_ids: the output tokens without the decoder start token (the model prepends it), ``</s>`` included
     """
-    return teacher_forced_attention(model, source_ids, target_ids)[1]
+    return teacher_forced_attention(model, source_ids, target_ids)[1].mean(dim=1)
 
 
 def teacher_forced_attention(model, source_ids: Sequence[int], target_ids: Sequence[int]
                              ) -> tuple[torch.Tensor, torch.Tensor]:
-    """One teacher-forced pass: each target token's log-probability (T,) and ``attention_by_layer`` (L, S, T)."""
+    """One teacher-forced pass: each target token's log-probability (T,) and the cross-attention of every decoder
+    layer and head (L, H, S, T)."""
     device = model.device
     with torch.inference_mode():
         out = model(input_ids=torch.tensor([list(source_ids)], device=device),
@@ -122,7 +131,40 @@ def teacher_forced_attention(model, source_ids: Sequence[int], target_ids: Seque
                           "alignments need a Transformer or an RNN with Bahdanau or Luong attention.")
     log_probs = out.logits[0].float().log_softmax(-1)  # (T, V)
     chosen = log_probs.gather(-1, torch.tensor(list(target_ids), device=device)[:, None])[:, 0]
-    return chosen, torch.stack([layer[0].float().mean(dim=0) for layer in out.cross_attentions]).transpose(1, 2)
+    return chosen, torch.stack([layer[0].float() for layer in out.cross_attentions]).transpose(2, 3)
+
+
+def alignment_weights(by_head: torch.Tensor, layer: int | str, head: int | None = None) -> torch.Tensor:
+    """The alignment (S, T) of a translation from its ``teacher_forced_attention`` (L, H, S, T): decoder layer
+    ``layer`` (0-based, negative from the top, or ``"mean"`` for every layer's), averaged over its heads, or head
+    ``head`` alone (the module docstring says why this is the one meaning of an alignment)."""
+    if head is not None and not 0 <= head < by_head.size(1):
+        raise EncdecError(f"`alignment head` {head} does not exist: the model has {by_head.size(1)} head(s) per "
+                          f"layer; use 0 to {by_head.size(1) - 1}, or none for their mean.")
+    return layer_weights(by_head.mean(dim=1) if head is None else by_head[:, head], layer)
+
+
+def attention_shape(config) -> tuple[int, int] | None:
+    """(decoder layers, heads per layer) of the cross-attention a model of ``config`` returns (the RNN: one each);
+    None for another kind (an ensemble aligns with its first member's)."""
+    if config.model_type == "transformer_seq2seq":
+        return config.decoder_layers, config.decoder_attention_heads
+    return (1, 1) if config.model_type == "rnn_seq2seq" else None
+
+
+def check_alignment_choice(config, layer: int | str | None, head: int | None) -> None:
+    """An ``OptionError`` naming ``alignment_layer`` or ``alignment_head`` when a model of ``config`` has no such
+    layer or head: a request is refused before it is decoded."""
+    shape = attention_shape(config)
+    if shape is None:  # checked as it is decoded (``alignment_weights``)
+        return
+    layers, heads = shape
+    if layer is not None and layer != MEAN and not (isinstance(layer, int) and -layers <= layer < layers):
+        raise OptionError("alignment_layer", f"must be a decoder layer from 0 to {layers - 1} (negative counts from "
+                                             f"the top) or {MEAN!r}, got {layer!r}.")
+    if head is not None and not (isinstance(head, int) and 0 <= head < heads):
+        raise OptionError("alignment_head", f"must be a head from 0 to {heads - 1} (none: their mean), got "
+                                            f"{head!r}.")
 
 
 def layer_weights(by_layer: torch.Tensor, layer: int | str) -> torch.Tensor:
@@ -160,14 +202,13 @@ def recorded_layer(model_dir: str | os.PathLike) -> int | str | None:
 def align_pair(model, tokenizer, source_ids: Sequence[int], target_ids: Sequence[int],
                layer: int | str) -> Links:
     """The word links of one (source ids, output ids) pair, from decoder layer ``layer``."""
-    return word_links(attention_by_layer(model, source_ids, target_ids), tokenizer, source_ids, target_ids, layer)
+    weights = layer_weights(attention_by_layer(model, source_ids, target_ids), layer)
+    return word_links(weights, tokenizer, source_ids, target_ids)
 
 
-def word_links(by_layer: torch.Tensor, tokenizer, source_ids: Sequence[int], target_ids: Sequence[int],
-               layer: int | str) -> Links:
-    """The word links of a pair from its ``attention_by_layer`` weights, on decoder layer ``layer``."""
-    return hard_links(layer_weights(by_layer, layer), word_of_tokens(tokenizer, source_ids),
-                      word_of_tokens(tokenizer, target_ids))
+def word_links(weights: torch.Tensor, tokenizer, source_ids: Sequence[int], target_ids: Sequence[int]) -> Links:
+    """The word links of a pair from its alignment weights (S, T)."""
+    return hard_links(weights, word_of_tokens(tokenizer, source_ids), word_of_tokens(tokenizer, target_ids))
 
 
 def encode_pairs(tokenizer, sources: Sequence[str], targets: Sequence[str]) -> list[tuple[list[int], list[int]]]:
@@ -239,6 +280,7 @@ def date_alignment_pairs(n: int, seed: int = 0) -> list[tuple[str, str, Links]]:
     return triples
 
 
-__all__ = ["ALIGNMENT_FILE", "MEAN", "align_pair", "alignment_error_rate", "attention_by_layer", "choose_layer",
+__all__ = ["ALIGNMENT_FILE", "MEAN", "align_pair", "alignment_error_rate", "alignment_weights", "attention_by_layer",
+           "attention_shape", "check_alignment_choice", "choose_layer",
            "date_alignment_pairs", "default_layer", "encode_pairs", "hard_links", "layer_weights", "parse_pharaoh",
            "record_layer", "recorded_layer", "teacher_forced_attention", "to_pharaoh", "word_links", "word_of_tokens"]

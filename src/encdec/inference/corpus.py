@@ -493,6 +493,7 @@ class TranslationOutput:
     scores: bool = False
     alignments: bool = False
     alignment_layer: int | str | None = None
+    alignment_head: int | None = None
     keep_duplicates: bool = False
 
     @property
@@ -505,7 +506,7 @@ class TranslationOutput:
         alignments, resolved against the model's generation config (``decoding.resolve_options``)."""
         return resolve_options(generation_config, n_best=self.n_best, ranked=True, keep_duplicates=self.keep_duplicates,
                                scores=self.scores, alignments=self.alignments, alignment_layer=self.alignment_layer,
-                               **decoding)
+                               alignment_head=self.alignment_head, **decoding)
 
     def chunk(self, engine: Engine, tokenizer: Any, chunk: Chunk, options: DecodeOptions, batch_size: int = 32,
               truncate: bool = False) -> str:
@@ -551,7 +552,7 @@ def translate_file(models: list[str], input_path: str | None, output_path: str |
     try:  # a run refused before its first chunk leaves nothing behind (ChunkFile.close)
         engine_, tokenizer = load_engine(models if len(models) > 1 else models[0], engine, quantize=quantize,
                                          dtype=dtype, device=shard.device)
-        decoding = form.options(engine_.generation_config, **options)
+        decoding = form.options(engine_.generation_config, model_config=engine_.config, **options)
     except BaseException:
         if output is not None:
             output.close()

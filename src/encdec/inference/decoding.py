@@ -40,7 +40,14 @@ from tqdm.auto import tqdm
 from transformers import GenerationConfig
 
 from ..errors import EncdecError, OptionError
-from .alignment import default_layer, teacher_forced_attention, to_pharaoh, word_links
+from .alignment import (
+    alignment_weights,
+    check_alignment_choice,
+    default_layer,
+    teacher_forced_attention,
+    to_pharaoh,
+    word_links,
+)
 from .engines import CTranslate2Engine, TorchEngine
 
 Engine = TorchEngine | CTranslate2Engine
@@ -76,7 +83,8 @@ class DecodeOptions:
     keep_duplicates: bool = False  # (ranked only)
     scores: bool = False  # each hypothesis' log P(hypothesis | source)
     alignments: bool = False  # each hypothesis' attention and word links (torch engine)
-    alignment_layer: int | str | None = None  # the layer of the word links; None: the model's (``default_layer``)
+    alignment_layer: int | str | None = None  # the alignment's layer; None: the model's (``alignment.default_layer``)
+    alignment_head: int | None = None  # the alignment's head; None: the mean of the layer's heads
 
     @property
     def greedy(self) -> bool:
@@ -112,14 +120,16 @@ class DecodeOptions:
 def resolve_options(generation_config: Any = None, *, num_beams: int | None = None, n_best: int | None = None,
                     length_penalty: float | None = None, max_new_tokens: int | None = None, ranked: bool = False,
                     keep_duplicates: bool = False, scores: bool = False, alignments: bool = False,
-                    alignment_layer: int | str | None = None, limits: DecodeLimits | None = None,
+                    alignment_layer: int | str | None = None, alignment_head: int | None = None,
+                    limits: DecodeLimits | None = None, model_config: Any = None,
                     **generate_kwargs: Any) -> DecodeOptions:
     """What was asked, the model's ``generation_config`` filling the rest (``num_beams``, ``length_penalty``,
     ``max_new_tokens``; None asks nothing), checked once: an ``OptionError`` names the option at fault.
 
     ``limits`` (a server's) bound the beam size (the model's default included) and the budget asked, and the length
     penalty to ``LENGTH_PENALTY_RANGE``. ``n_best`` may exceed the beam size only when sampling (``do_sample``).
-    ``generate_kwargs``: more ``generate()`` options (``do_sample``, ``top_k``, ...)."""
+    ``generate_kwargs``: more ``generate()`` options (``do_sample``, ``top_k``, ...). With ``model_config``, the
+    alignment's layer and head are checked against the model's (``alignment.check_alignment_choice``)."""
     default_beams = getattr(generation_config, "num_beams", None) or 1
     configured_penalty = getattr(generation_config, "length_penalty", None)
     do_sample = bool(generate_kwargs.pop("do_sample", False))
@@ -127,6 +137,32 @@ def resolve_options(generation_config: Any = None, *, num_beams: int | None = No
         raise OptionError("num_return_sequences", "is not an option: `translate` gives one translation per source; "
                                                   "for several, call `translate_n_best` with {n_best}.")
     beams = default_beams if num_beams is None else num_beams
+    check_beams_and_budget(beams, max_new_tokens, limits)
+    if length_penalty is not None:
+        low, high = limits.length_penalty if limits is not None and limits.length_penalty else (-math.inf, math.inf)
+        if not (math.isfinite(length_penalty) and low <= length_penalty <= high):
+            within = f" from {low:g} to {high:g}" if math.isfinite(low) else ""
+            raise OptionError("length_penalty", f"must be a finite number{within}, got {length_penalty}.")
+    n_best = 1 if n_best is None else n_best
+    if n_best < 1 or (n_best > beams and not do_sample):
+        raise OptionError("n_best", f"must be between 1 and the beam size ({beams}), got {n_best}; raise "
+                                    "{num_beams}.")
+    penalty = None if beams == 1 else (length_penalty if length_penalty is not None else
+                                       1.0 if configured_penalty is None else configured_penalty)
+    ranked = ranked and n_best > 1
+    if alignments and model_config is not None:
+        check_alignment_choice(model_config, alignment_layer, alignment_head)
+    return DecodeOptions(
+        num_beams=beams, length_penalty=penalty, n_best=n_best,
+        max_new_tokens=max_new_tokens if max_new_tokens is not None else getattr(generation_config, "max_new_tokens",
+                                                                                 None),
+        do_sample=do_sample, generate_kwargs=tuple(sorted(generate_kwargs.items())), ranked=ranked,
+        keep_duplicates=keep_duplicates and ranked, scores=scores, alignments=alignments,
+        alignment_layer=alignment_layer if alignments else None, alignment_head=alignment_head if alignments else None)
+
+
+def check_beams_and_budget(beams: int, max_new_tokens: int | None, limits: DecodeLimits | None) -> None:
+    """The beam size and the budget asked, within ``limits`` (a server's) if any."""
     if limits is not None and limits.max_beams is not None:
         if not 1 <= beams <= limits.max_beams:
             raise OptionError("num_beams", f"must be between 1 and {limits.max_beams}, got {beams}.")
@@ -140,25 +176,6 @@ def resolve_options(generation_config: Any = None, *, num_beams: int | None = No
         elif max_new_tokens < 1:
             raise OptionError("max_new_tokens", f"must be >= 1 (or None for a budget from the source length), got "
                                                 f"{max_new_tokens}.")
-    if length_penalty is not None:
-        low, high = limits.length_penalty if limits is not None and limits.length_penalty else (-math.inf, math.inf)
-        if not (math.isfinite(length_penalty) and low <= length_penalty <= high):
-            within = f" from {low:g} to {high:g}" if math.isfinite(low) else ""
-            raise OptionError("length_penalty", f"must be a finite number{within}, got {length_penalty}.")
-    n_best = 1 if n_best is None else n_best
-    if n_best < 1 or (n_best > beams and not do_sample):
-        raise OptionError("n_best", f"must be between 1 and the beam size ({beams}), got {n_best}; raise "
-                                    "{num_beams}.")
-    penalty = None if beams == 1 else (length_penalty if length_penalty is not None else
-                                       1.0 if configured_penalty is None else configured_penalty)
-    ranked = ranked and n_best > 1
-    return DecodeOptions(
-        num_beams=beams, length_penalty=penalty, n_best=n_best,
-        max_new_tokens=max_new_tokens if max_new_tokens is not None else getattr(generation_config, "max_new_tokens",
-                                                                                 None),
-        do_sample=do_sample, generate_kwargs=tuple(sorted(generate_kwargs.items())), ranked=ranked,
-        keep_duplicates=keep_duplicates and ranked, scores=scores, alignments=alignments,
-        alignment_layer=alignment_layer if alignments else None)
 
 
 def model_defaults(model_dir: str | os.PathLike) -> DecodeOptions:
@@ -188,7 +205,8 @@ class Hypothesis:
     score: float | None = None  # log P(text | source), natural log, the </s> included
     alignment: str | None = None  # Pharaoh word links "i-j ..." (source word i, output word j), see inference.alignment
     ids: list[int] = field(default_factory=list, compare=False, repr=False)  # the output ids, </s> kept
-    attention: torch.Tensor | None = field(default=None, compare=False, repr=False)  # (L, S, T), with alignments
+    # with alignments: the alignment weights (S, T) (``alignment.alignment_weights``)
+    attention: torch.Tensor | None = field(default=None, compare=False, repr=False)
 
 
 def as_engine(model: Any) -> Engine:
@@ -279,18 +297,20 @@ def forced(engine: Engine, tokenizer: Any, source_ids: Sequence[int], ids: list[
     that pair alone gives both."""
     text = tokenizer.decode(ids, skip_special_tokens=True).strip() if text is None else text
     if attention:
-        log_probs, by_layer = teacher_forced_attention(engine.model, source_ids, ids)
-        return Hypothesis(text, float(sum(log_probs.tolist())) if score else None, ids=ids, attention=by_layer)
+        log_probs, by_head = teacher_forced_attention(engine.model, source_ids, ids)  # (L, H, S, T) until ``links``
+        return Hypothesis(text, float(sum(log_probs.tolist())) if score else None, ids=ids, attention=by_head)
     return Hypothesis(text, float(sum(engine.teacher_forced(list(source_ids), ids)[0])) if score else None, ids=ids)
 
 
 def links(hypothesis: Hypothesis, tokenizer: Any, source_ids: Sequence[int], options: DecodeOptions,
           layer: int | str | None) -> Hypothesis:
-    """``hypothesis`` with its Pharaoh word links on ``options.alignment_layer`` (else ``layer``), if asked."""
+    """``hypothesis`` with its alignment, if asked: the weights (S, T) of ``options.alignment_layer`` (else ``layer``,
+    the model's) and ``options.alignment_head`` (else the heads' mean), and their Pharaoh word links."""
     if not options.alignments:
         return hypothesis
     chosen = options.alignment_layer if options.alignment_layer is not None else layer
-    hypothesis.alignment = to_pharaoh(word_links(hypothesis.attention, tokenizer, source_ids, hypothesis.ids, chosen))
+    hypothesis.attention = alignment_weights(hypothesis.attention, chosen, options.alignment_head)
+    hypothesis.alignment = to_pharaoh(word_links(hypothesis.attention, tokenizer, source_ids, hypothesis.ids))
     return hypothesis
 
 

@@ -171,16 +171,18 @@ def check_line_counts(source_file: str | os.PathLike, targets: list[str], target
 
 def align_file(model_dir: str | os.PathLike, source_file: str | os.PathLike, target_file: str | os.PathLike,
                layer: int | str | None = None, output_file: str | os.PathLike | None = None, resume: bool = False,
-               overwrite: bool = False, quiet: bool = True, chunk_size: int = CHUNK_SIZE, stdout: Any = None
-               ) -> str | None:
+               overwrite: bool = False, quiet: bool = True, chunk_size: int = CHUNK_SIZE, stdout: Any = None,
+               head: int | None = None) -> str | None:
     """``encdec align``: the Pharaoh word alignment of each (source, target) line pair, one line per pair, from the
-    model's teacher-forced attention on decoder layer ``layer`` (default: ``alignment.default_layer``). Streamed in
+    model's teacher-forced attention on decoder layer ``layer`` (default: ``alignment.default_layer``), averaged over
+    its heads unless ``head`` names one (the alignment ``encdec translate --alignments`` gives). Streamed in
     chunks as ``encdec translate`` is (``encdec.inference.corpus``): into ``output_file`` (resumable), to ``stdout``,
     or, with neither, returned as one string."""
     source_file = require_file(source_file, "source file")
     check_line_counts(source_file, read_lines(target_file, "target file"), target_file, "target file")
     shard, collected = Shard(), []
-    record = {"options": {"layer": layer, "chunk_size": chunk_size}, "target": file_identity(target_file)}
+    asked = {"layer": layer, "chunk_size": chunk_size, **({"head": head} if head is not None else {})}
+    record = {"options": asked, "target": file_identity(target_file)}
     output = None
     if output_file is not None or stdout is not None:
         output = on_main(shard, lambda: open_output(None if output_file is None else str(output_file),
@@ -188,8 +190,8 @@ def align_file(model_dir: str | os.PathLike, source_file: str | os.PathLike, tar
                                                     stdout))
     skip = shard.broadcast(output.done_lines if output is not None else 0)
     model, tokenizer = load_model_and_tokenizer(model_dir, shard.device)
-    options = resolve_options(model.generation_config, alignments=True,
-                              alignment_layer=default_layer(model) if layer is None else layer)
+    options = resolve_options(model.generation_config, alignments=True, model_config=model.config,
+                              alignment_layer=default_layer(model) if layer is None else layer, alignment_head=head)
 
     def work(chunk: Chunk) -> str:
         sources, targets = zip(*chunk.lines, strict=True)

@@ -1,13 +1,13 @@
 """Cross-attention heatmaps: which source tokens each generated token attended to.
 
 The figures are drawn on matplotlib's Agg canvas directly (``Figure`` + ``FigureCanvasAgg``): no display, no
-pyplot global state. Both families work through ``generate(output_attentions=True)``: the Transformer returns
-per decoder layer (B, H, 1, S) per step, the RNN its alignment as one "layer" with one "head", (B, 1, 1, S).
+pyplot global state. The matrix is the translation's alignment as ``inference.alignment`` defines it for every front
+end (the server's page, ``translate --alignments``, ``align``): the model's alignment layer averaged over its heads.
+Choosing other weights (layer and head are 0-based):
 
-Choosing the weights (layer and head are 0-based):
-
-- default: head ``head`` (default 0) of decoder layer ``layer`` (default the last);
-- ``mean=True``: the average over all heads of ``layer``, or over all layers and heads if no layer is given.
+- ``layer``: another decoder layer (negative counts from the top), or ``"mean"`` for all of them;
+- ``head``: one head of that layer instead of their mean;
+- ``mean=True`` without a layer: all layers and heads (``layer="mean"``); with a layer, its heads' mean (the default).
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import os
 from pathlib import Path
 
 import numpy as np
-import torch
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -24,6 +23,8 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from ..errors import EncdecError
 from ..io_utils import atomic_output, refuse_existing
 from . import load_model_and_tokenizer, max_source_length
+from .alignment import MEAN
+from .decoding import decode_batch, resolve_options
 
 
 def readable_tokens(tokenizer: PreTrainedTokenizerBase, ids: list[int]) -> list[str]:
@@ -31,63 +32,40 @@ def readable_tokens(tokenizer: PreTrainedTokenizerBase, ids: list[int]) -> list[
     return [token.replace("▁", " ").strip() or token for token in tokenizer.convert_ids_to_tokens(ids)]
 
 
-def select_attention(cross_attentions: tuple[tuple[torch.Tensor, ...], ...], layer: int | None = None,
-                     head: int | None = None, mean: bool = False) -> torch.Tensor:
-    """Per-step cross-attentions from ``generate`` -> one (T, S) matrix for the first sequence of the batch.
-
-    :param cross_attentions: one entry per generated step, each a tuple over decoder layers of (B, H, 1, S)
-    """
-    weights = torch.stack([torch.stack(step, dim=1)[0] for step in cross_attentions], dim=2)  # (L, H, T, 1, S)
-    weights = weights.squeeze(3).float()  # (L, H, T, S)
-    num_layers, num_heads = weights.shape[:2]
-    if layer is not None and not 0 <= layer < num_layers:
-        raise EncdecError(f"Layer {layer} is out of range: this model returns cross-attention for layers "
-                          f"0..{num_layers - 1} ({num_layers} in all).")
-    if head is not None and mean:
-        raise EncdecError("`mean` averages over the heads, so it cannot be combined with `head`; give one of them.")
-    if head is not None and not 0 <= head < num_heads:
-        raise EncdecError(f"Head {head} is out of range: this model has heads 0..{num_heads - 1} ({num_heads} in all).")
-    if mean:
-        chosen = weights if layer is None else weights[layer:layer + 1]  # (L or 1, H, T, S)
-        return chosen.mean(dim=(0, 1))  # (T, S)
-    return weights[num_layers - 1 if layer is None else layer, head or 0]  # (T, S)
-
-
 def attention_matrix(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
     text: str,
-    layer: int | None = None,
+    layer: int | str | None = None,
     head: int | None = None,
     mean: bool = False,
     max_new_tokens: int = 64,
 ) -> tuple[np.ndarray, list[str], list[str]]:
-    """Greedy-translate ``text`` and return its cross-attention, row t = the weights over the source when
-    generating target token t (see the module docstring for ``layer``, ``head`` and ``mean``).
+    """Greedy-translate ``text`` and return its alignment, row t = the weights over the source when generating target
+    token t (see the module docstring for ``layer``, ``head`` and ``mean``).
 
     :return: matrix (T, S) whose rows sum to 1, the S source tokens (with ``</s>``) and the T generated tokens
     """
     if not text.strip():
         raise EncdecError("The text to translate is empty.")
-    batch = tokenizer([text], truncation=True, max_length=max_source_length(tokenizer, model.config),
-                      return_tensors="pt")
+    if head is not None and mean:
+        raise EncdecError("`mean` averages over the heads, so it cannot be combined with `head`; give one of them.")
+    source_ids = tokenizer([text], truncation=True, max_length=max_source_length(tokenizer, model.config)
+                           )["input_ids"][0]
     max_positions = getattr(model.config, "max_position_embeddings", None)
     if max_positions:  # the start token and the generated tokens must fit (learned positions cannot extrapolate)
         max_new_tokens = min(max_new_tokens, max_positions - 1)
     model.eval()
-    with torch.inference_mode():
-        out = model.generate(
-            input_ids=batch["input_ids"].to(model.device), attention_mask=batch["attention_mask"].to(model.device),
-            num_beams=1, do_sample=False, max_new_tokens=max_new_tokens,
-            return_dict_in_generate=True, output_attentions=True,
-        )
-    if not out.cross_attentions or not out.cross_attentions[0]:
-        raise EncdecError("This model returns no cross-attention weights (e.g. an RNN with attention='none'); "
-                          "there is nothing to plot.")
-    matrix = select_attention(out.cross_attentions, layer, head, mean)  # (T, S)
-    generated = out.sequences[0, 1:1 + matrix.size(0)].tolist()  # the decoder start token has no attention row
-    return matrix.cpu().numpy(), readable_tokens(tokenizer, batch["input_ids"][0].tolist()), \
-        readable_tokens(tokenizer, generated)
+    options = resolve_options(model.generation_config, num_beams=1, max_new_tokens=max_new_tokens, alignments=True,
+                              alignment_layer=MEAN if mean and layer is None else layer, alignment_head=head)
+    try:
+        best = decode_batch(model, tokenizer, [source_ids], options)[0][0]
+    except EncdecError as error:
+        if getattr(model.config, "attention", None) == "none":
+            raise EncdecError("This model returns no cross-attention weights (an RNN with attention='none'); there "
+                              "is nothing to plot.") from error
+        raise
+    return best.attention.T.cpu().numpy(), readable_tokens(tokenizer, source_ids), readable_tokens(tokenizer, best.ids)
 
 
 def plot_attention(matrix: np.ndarray, source_tokens: list[str], target_tokens: list[str],
@@ -110,17 +88,18 @@ def plot_attention(matrix: np.ndarray, source_tokens: list[str], target_tokens: 
     return figure
 
 
-def describe_selection(layer: int | None, head: int | None, mean: bool) -> str:
-    if mean:
-        return "mean over all layers and heads" if layer is None else f"layer {layer}, mean over heads"
-    return f"{'last layer' if layer is None else f'layer {layer}'}, head {head or 0}"
+def describe_selection(layer: int | str | None, head: int | None, mean: bool) -> str:
+    if (mean and layer is None) or layer == MEAN:
+        return "mean over all layers" + (f", head {head}" if head is not None else " and heads")
+    chosen = "the alignment layer" if layer is None else f"layer {layer}"
+    return f"{chosen}, {'mean over heads' if head is None else f'head {head}'}"
 
 
 def save_attention_plot(
     model_dir: str | os.PathLike,
     text: str,
     out_path: str | os.PathLike,
-    layer: int | None = None,
+    layer: int | str | None = None,
     head: int | None = None,
     mean: bool = False,
     overwrite: bool = False,
@@ -144,4 +123,4 @@ def save_attention_plot(
     return out_path
 
 
-__all__ = ["attention_matrix", "plot_attention", "save_attention_plot", "select_attention"]
+__all__ = ["attention_matrix", "plot_attention", "save_attention_plot"]

@@ -35,13 +35,14 @@ import ipaddress
 import json
 import logging
 import os
+import re
 import sys
 import threading
 import uuid
 from collections.abc import Callable
 from contextlib import asynccontextmanager
 from importlib import resources
-from typing import Any
+from typing import Any, Literal
 
 import psutil
 
@@ -75,6 +76,7 @@ PAGE = "web/index.html"
 FAVICON = "web/favicon.svg"
 INTERNAL_ERROR = "internal server error; the server log has the details under this request id."
 FIELD_CHARS = 60  # an unknown option's name is cut to this in an error (it may be as long as the body)
+UNION_MEMBER = re.compile(r"^(str|int|float|bool|list\[.*\]|literal\[.*\])$")  # pydantic's names of a union's types
 EXAMPLE = 'send a JSON object such as {"text": "..."} with Content-Type: application/json'
 # what each error status means, for the OpenAPI schema (every one is an ErrorResponse)
 ERROR_STATUSES = {
@@ -102,8 +104,12 @@ class Translation(BaseModel):
                           "`return_scores`).")
     alignment: dict[str, Any] | None = Field(
         None, description="With `return_alignments`: `source_tokens` (S, with `</s>`), `target_tokens` (T, with "
-                          "`</s>`) and `weights`, an S x T matrix whose column t is the cross-attention over the "
-                          "source when target token t was produced (averaged over layers and heads).")
+                          "`</s>`), `weights`, an S x T matrix whose column t is the cross-attention over the "
+                          "source when target token t was produced, and `links`, the word alignment in Pharaoh "
+                          "format (`i-j`: source word i, output word j), as `encdec translate --alignments` gives "
+                          "it. The layer is the model's alignment layer (recorded by `encdec align --record`, "
+                          "else the penultimate), averaged over its heads, unless `alignment_layer` or "
+                          "`alignment_head` say otherwise.")
 
 
 class TranslateResponse(BaseModel):
@@ -155,7 +161,13 @@ def request_schema(limits: ServeLimits) -> type[BaseModel]:
         n_best=(int | None, Field(None, ge=1, le=limits.max_beams,
                                   description="Also return the n best translations (n <= num_beams).")),
         return_scores=(bool, Field(False, description="Add each translation's log-probability.")),
-        return_alignments=(bool, Field(False, description="Add the source x target cross-attention matrix.")),
+        return_alignments=(bool, Field(False, description="Add the alignment: the source x target cross-attention "
+                                                          "matrix and its word links.")),
+        alignment_layer=(int | Literal["mean"] | None, Field(
+            None, description="With `return_alignments`: the decoder layer of the alignment (0-based, negative from "
+                              "the top, or `mean` for all layers). Default: the model's alignment layer.")),
+        alignment_head=(int | None, Field(None, ge=0, description="With `return_alignments`: one head of that "
+                                                                   "layer. Default: the mean of its heads.")),
         source=(str | None, Field(None, description="Several models served: the source language of the model to "
                                                     "use (with `target`); see `/info`.", examples=["de"])),
         target=(str | None, Field(None, description="Several models served: the target language of the model to "
@@ -172,11 +184,19 @@ def value_hints(schema: type[BaseModel]) -> dict[str, str]:
     hints = {}
     for name, spec in schema.model_json_schema()["properties"].items():
         kinds = [option for option in spec.get("anyOf", [spec]) if option.get("type") != "null"]
-        values = [words[kind["type"]] + (f" from {kind['minimum']:g} to {kind['maximum']:g}" if "minimum" in kind
-                                         else "") for kind in kinds]
+        values = [value_words(kind, words) for kind in kinds]
         default = ", or null for the model's default" if len(kinds) < len(spec.get("anyOf", [spec])) else ""
         hints[name] = " or ".join(values) + default
     return hints
+
+
+def value_words(kind: dict[str, Any], words: dict[str, str]) -> str:
+    """One JSON schema type in words: ``a whole number from 1 to 8``, ``at least 0``, ``"mean"``."""
+    if "const" in kind:
+        return json.dumps(kind["const"])
+    if "minimum" in kind and "maximum" in kind:
+        return f"{words[kind['type']]} from {kind['minimum']:g} to {kind['maximum']:g}"
+    return words[kind["type"]] + (f" of at least {kind['minimum']:g}" if "minimum" in kind else "")
 
 
 def printable(text: str, limit: int | None = None) -> str:
@@ -202,7 +222,7 @@ def field_name(location: tuple) -> str:
     for part in location[1:] if location and location[0] == "body" else location:
         if isinstance(part, int):
             name += f"[{part}]"
-        elif part not in ("str", "list[str]"):
+        elif not UNION_MEMBER.match(str(part)):
             name += f".{part}" if name else str(part)
     return name or "body"
 

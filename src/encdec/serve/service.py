@@ -23,7 +23,6 @@ from transformers import PreTrainedTokenizerBase
 
 from .. import __version__
 from ..errors import EncdecError, OptionError
-from ..inference.alignment import MEAN, layer_weights
 from ..inference.decoding import (
     LENGTH_PENALTY_RANGE,
     DecodeLimits,
@@ -145,7 +144,8 @@ class TranslationService:
         the field otherwise."""
         try:
             options = resolve_options(self.engine.generation_config, ranked=ranked, scores=return_scores,
-                                      alignments=return_alignments, limits=self.limits.decoding, **decoding)
+                                      alignments=return_alignments, limits=self.limits.decoding,
+                                      model_config=self.config, **decoding)
         except OptionError as error:
             raise RequestError(error.field, error.explain()) from None
         if return_alignments and not self.has_alignments:
@@ -203,11 +203,11 @@ class TranslationService:
         if job.n_best_list:
             answer["n_best"] = [{"text": hypothesis.text, **({"score": hypothesis.score} if scores else {})}
                                 for hypothesis in hypotheses]
-        if job.options.alignments:  # the (S, T) attention averaged over every layer and head
-            weights = layer_weights(best.attention, MEAN)
+        if job.options.alignments:  # the alignment (inference.alignment), as `encdec translate --alignments` has it
             answer["alignment"] = {"source_tokens": self.tokenizer.convert_ids_to_tokens(job.source_ids),
                                    "target_tokens": self.tokenizer.convert_ids_to_tokens(best.ids),
-                                   "weights": [[round(w, 6) for w in row] for row in weights.tolist()]}
+                                   "weights": [[round(w, 6) for w in row] for row in best.attention.tolist()],
+                                   "links": best.alignment}
         return answer
 
     def info(self) -> dict[str, Any]:
