@@ -61,7 +61,7 @@ NO_ALIGNMENTS = ("Alignments come from the model's attention, which the ctransla
 
 @dataclass(frozen=True)
 class DecodeLimits:
-    """What a server lets a request ask (``serving.ServeLimits.decoding``); None: no limit."""
+    """What a server lets a request ask (``serve.ServeLimits.decoding``); None: no limit."""
 
     max_beams: int | None = None
     max_new_tokens: int | None = None

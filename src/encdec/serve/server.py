@@ -8,9 +8,9 @@ Endpoints: ``POST /translate``, ``GET /health``, ``GET /info`` and ``GET /``, a 
 alignment as a heatmap (one HTML file, no external assets), and the API page ``/docs`` (Swagger UI), whose script
 and styles come from the package ``fastapi-offline`` rather than a CDN, so that all of it works offline. ReDoc
 (``/redoc``) is off: its page loads the Redocly logo from a CDN whatever it is given.
-``serving.py`` holds the batching and the checks; this module holds HTTP: the request schema (which the OpenAPI page
-at ``/docs`` shows), the errors as one-line JSON, the API key, the body limit, request ids, and a graceful stop
-(uvicorn: on SIGTERM no new connections, requests in flight finish, then the batcher drains).
+``service.py`` holds the checks and ``batcher.py`` the batching; this module holds HTTP: the request schema (which the
+OpenAPI page at ``/docs`` shows), the errors as one-line JSON, the API key, the body limit, request ids, and a graceful
+stop (uvicorn: on SIGTERM no new connections, requests in flight finish, then the batcher drains).
 
 ``encdec serve`` says where it listens once it does, with the port the system gave for ``--port 0``, and says when
 a SIGTERM has closed the listening socket (``EncdecServer``).
