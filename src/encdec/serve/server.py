@@ -8,9 +8,10 @@ Endpoints: ``POST /translate``, ``GET /health``, ``GET /info`` and ``GET /``, a 
 alignment as a heatmap (one HTML file, no external assets), and the API page ``/docs`` (Swagger UI), whose script
 and styles come from the package ``fastapi-offline`` rather than a CDN, so that all of it works offline. ReDoc
 (``/redoc``) is off: its page loads the Redocly logo from a CDN whatever it is given.
-``service.py`` holds the checks and ``batcher.py`` the batching; this module holds HTTP: the request schema (which the
-OpenAPI page at ``/docs`` shows), the errors as one-line JSON, the API key, the body limit, request ids, and a graceful
-stop (uvicorn: on SIGTERM no new connections, requests in flight finish, then the batcher drains).
+``service.py`` holds the checks and ``batcher.py`` the batching; ``schema.py`` the request's schema (which the OpenAPI
+page at ``/docs`` shows) and its errors in words; this module holds HTTP: the errors as one-line JSON, the API key, the
+body limit, request ids, and a graceful stop (uvicorn: on SIGTERM no new connections, requests in flight finish, then
+the batcher drains).
 
 ``encdec serve`` says where it listens once it does, with the port the system gave for ``--port 0``, and says when
 a SIGTERM has closed the listening socket (``EncdecServer``).
@@ -32,17 +33,15 @@ import contextlib
 import dataclasses
 import hmac
 import ipaddress
-import json
 import logging
 import os
-import re
 import sys
 import threading
 import uuid
 from collections.abc import Callable
 from contextlib import asynccontextmanager
 from importlib import resources
-from typing import Any, Literal
+from typing import Any
 
 import psutil
 
@@ -50,7 +49,7 @@ from ..errors import EncdecError
 from ..inference import load_engine
 from .batcher import DynamicBatcher
 from .registry import ModelSpec, ServedModels, served_as
-from .service import LENGTH_PENALTY_RANGE, RequestError, ServeLimits, TranslationService
+from .service import RequestError, ServeLimits, TranslationService
 
 SERVE_INSTALL = "pip install 'encdec[serve]'"
 try:
@@ -59,13 +58,26 @@ try:
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import HTMLResponse, JSONResponse, Response
     from fastapi_offline import FastAPIOffline
-    from pydantic import BaseModel, ConfigDict, Field, create_model
+    from pydantic import BaseModel
     from starlette.exceptions import HTTPException as StarletteHTTPException
 except ImportError as missing:  # the CLI prints this as one line
     raise EncdecError(f"`encdec serve` needs FastAPI and uvicorn; install the extra with `{SERVE_INSTALL}`.") \
         from missing
 from .libretranslate import CORS_HEADERS, LibreTranslateAPI  # noqa: E402
 from .libretranslate import PREFIX as LIBRETRANSLATE_PREFIX  # noqa: E402 (needs FastAPI, checked above)
+from .schema import (  # noqa: E402 (needs pydantic, checked above)
+    ERROR_STATUSES,
+    FIELD_CHARS,
+    ErrorResponse,
+    TranslateResponse,
+    Translation,
+    error_responses,
+    parse_failure,
+    printable,
+    request_schema,
+    validation_message,
+    value_hints,
+)
 
 CORS = [(name.lower().encode(), value.encode()) for name, value in CORS_HEADERS.items()]  # LibreTranslate's API
 logger = logging.getLogger("encdec.serve")
@@ -75,136 +87,7 @@ STARTUP_FAILURE = 3  # the exit status of uvicorn.run when the server could not 
 PAGE = "web/index.html"
 FAVICON = "web/favicon.svg"
 INTERNAL_ERROR = "internal server error; the server log has the details under this request id."
-FIELD_CHARS = 60  # an unknown option's name is cut to this in an error (it may be as long as the body)
-UNION_MEMBER = re.compile(r"^(str|int|float|bool|list\[.*\]|literal\[.*\])$")  # pydantic's names of a union's types
-EXAMPLE = 'send a JSON object such as {"text": "..."} with Content-Type: application/json'
 # what each error status means, for the OpenAPI schema (every one is an ErrorResponse)
-ERROR_STATUSES = {
-    400: "The body is not JSON: empty, malformed, not UTF-8, or nested too deeply (`field`: `body`). (A request "
-         "whose HTTP framing is broken, such as a Content-Length that is not a number, never reaches the app: "
-         "uvicorn refuses it with a plain-text 400.)",
-    401: "No valid API key (the server runs with one): send `Authorization: Bearer KEY` or `X-API-Key: KEY` "
-         "(`field`: null).",
-    413: "The body is larger than the server's limit (--max-body-bytes) (`field`: `body`).",
-    404: "No such endpoint (`field`: null); not an operation's answer, so listed here only.",
-    405: "An endpoint asked with a method it does not take (`field`: null); listed here only.",
-    415: "The Content-Type is not application/json (`field`: `body`).",
-    422: "JSON that breaks the request schema or the server's limits: `field` names the field at fault, such as "
-         "`num_beams` or `text[2]`, and `error` the fix.",
-    500: "A fault of the server: the log has the traceback under `request_id` (`field`: null).",
-}
-
-
-class Translation(BaseModel):
-    text: str = Field(description="The best translation.")
-    score: float | None = Field(None, description="With `return_scores`: log P(translation | text), the natural-log "
-                                                  "probability the model gives it, summed over its tokens and `</s>`.")
-    n_best: list[dict[str, Any]] | None = Field(
-        None, description="With `n_best`: the n best translations, best first, each `{text}` (plus `score` with "
-                          "`return_scores`).")
-    alignment: dict[str, Any] | None = Field(
-        None, description="With `return_alignments`: `source_tokens` (S, with `</s>`), `target_tokens` (T, with "
-                          "`</s>`), `weights`, an S x T matrix whose column t is the cross-attention over the "
-                          "source when target token t was produced, and `links`, the word alignment in Pharaoh "
-                          "format (`i-j`: source word i, output word j), as `encdec translate --alignments` gives "
-                          "it. The layer is the model's alignment layer (recorded by `encdec align --record`, "
-                          "else the penultimate), averaged over its heads, unless `alignment_layer` or "
-                          "`alignment_head` say otherwise.")
-
-
-class TranslateResponse(BaseModel):
-    translations: list[Translation] = Field(description="One per input text, in order.")
-
-
-class ErrorResponse(BaseModel):
-    """Every error answer of the server, whatever its status."""
-
-    error: str = Field(description="One line: `<field>: <what is wrong>; <the fix>`.",
-                       examples=["num_beams: Input should be less than or equal to 8 (got 12); send a whole number "
-                                 "from 1 to 8, or null for the model's default."])
-    field: str | None = Field(description="The request field at fault (`text`, `text[2]`, `num_beams`, ...), "
-                                          "`body` for the body as a whole, null when no field is (401, 404, 500).",
-                              examples=["num_beams"])
-    request_id: str | None = Field(description="This request's id, also in the `X-Request-ID` header and, for a "
-                                               "500, in the server log.", examples=["3f2c9a1d0b7e4c21"])
-
-
-def error_responses(*statuses: int, json_route: bool = True) -> dict[int | str, dict[str, Any]]:
-    """The OpenAPI ``responses`` of an operation that can answer these error statuses: each an ``ErrorResponse``
-    in JSON, also from a route whose own answer is not JSON (FastAPI would give ``model`` that route's media type)."""
-    if json_route:
-        return {status: {"model": ErrorResponse, "description": ERROR_STATUSES[status]} for status in statuses}
-    schema = {"$ref": f"#/components/schemas/{ErrorResponse.__name__}"}
-    return {status: {"description": ERROR_STATUSES[status], "content": {"application/json": {"schema": schema}}}
-            for status in statuses}
-
-
-def request_schema(limits: ServeLimits) -> type[BaseModel]:
-    """The body of ``POST /translate``, with this server's limits in its checks and its OpenAPI schema."""
-    return create_model(
-        "TranslateRequest", __config__=ConfigDict(extra="forbid", strict=True),
-        text=(str | list[str], Field(description=f"A text or a list of at most {limits.max_texts} texts, each at most "
-                                                 f"{limits.max_source_tokens} source tokens.",
-                                     examples=["Wednesday, 3 Mar 2021"])),
-        num_beams=(int | None, Field(None, ge=1, le=limits.max_beams,
-                                     description="Beam size; 1 is greedy search. Default: the model's.")),
-        max_new_tokens=(int | None, Field(None, ge=1, le=limits.max_new_tokens,
-                                          description="Most tokens to generate, `</s>` included. Default: the "
-                                                      "model's, else 2 x the source length + 10.")),
-        length_penalty=(float | None, Field(None, ge=LENGTH_PENALTY_RANGE[0], le=LENGTH_PENALTY_RANGE[1],
-                                            allow_inf_nan=False,
-                                            description="Beam search: the exponent of the length normalisation of "
-                                                        "hypothesis scores (score / length ** length_penalty): above "
-                                                        "0 favours longer translations, below 0 shorter ones; a finite "
-                                                        f"number from {LENGTH_PENALTY_RANGE[0]:g} to "
-                                                        f"{LENGTH_PENALTY_RANGE[1]:g}. Default: the model's.")),
-        n_best=(int | None, Field(None, ge=1, le=limits.max_beams,
-                                  description="Also return the n best translations (n <= num_beams).")),
-        return_scores=(bool, Field(False, description="Add each translation's log-probability.")),
-        return_alignments=(bool, Field(False, description="Add the alignment: the source x target cross-attention "
-                                                          "matrix and its word links.")),
-        alignment_layer=(int | Literal["mean"] | None, Field(
-            None, description="With `return_alignments`: the decoder layer of the alignment (0-based, negative from "
-                              "the top, or `mean` for all layers). Default: the model's alignment layer.")),
-        alignment_head=(int | None, Field(None, ge=0, description="With `return_alignments`: one head of that "
-                                                                   "layer. Default: the mean of its heads.")),
-        source=(str | None, Field(None, description="Several models served: the source language of the model to "
-                                                    "use (with `target`); see `/info`.", examples=["de"])),
-        target=(str | None, Field(None, description="Several models served: the target language of the model to "
-                                                    "use (with `source`).", examples=["en"])),
-        model=(str | None, Field(None, description="Several models served: the name of the model to use (its pair, "
-                                                   "`de-en`, or its folder's name); instead of source and target.")),
-    )
-
-
-def value_hints(schema: type[BaseModel]) -> dict[str, str]:
-    """field -> the values it takes, in words, from the request's JSON schema: the fix an error message gives."""
-    words = {"string": "a string", "array": "a list of strings", "boolean": "true or false",
-             "integer": "a whole number", "number": "a finite number"}
-    hints = {}
-    for name, spec in schema.model_json_schema()["properties"].items():
-        kinds = [option for option in spec.get("anyOf", [spec]) if option.get("type") != "null"]
-        values = [value_words(kind, words) for kind in kinds]
-        default = ", or null for the model's default" if len(kinds) < len(spec.get("anyOf", [spec])) else ""
-        hints[name] = " or ".join(values) + default
-    return hints
-
-
-def value_words(kind: dict[str, Any], words: dict[str, str]) -> str:
-    """One JSON schema type in words: ``a whole number from 1 to 8``, ``at least 0``, ``"mean"``."""
-    if "const" in kind:
-        return json.dumps(kind["const"])
-    if "minimum" in kind and "maximum" in kind:
-        return f"{words[kind['type']]} from {kind['minimum']:g} to {kind['maximum']:g}"
-    return words[kind["type"]] + (f" of at least {kind['minimum']:g}" if "minimum" in kind else "")
-
-
-def printable(text: str, limit: int | None = None) -> str:
-    """``text`` as one line that UTF-8 can encode (lone surrogates escaped), cut to ``limit`` characters."""
-    text = " ".join(text.encode("utf-8", "backslashreplace").decode("utf-8").split())
-    return text if limit is None or len(text) <= limit else text[:limit - 3] + "..."
-
-
 def error_response(status: int, message: str, request: Request, field: str | None = None,
                    headers: dict[str, str] | None = None) -> JSONResponse:
     body = {"error": printable(message), "field": None if field is None else printable(field, FIELD_CHARS),
@@ -214,74 +97,6 @@ def error_response(status: int, message: str, request: Request, field: str | Non
 
 def request_id(scope: dict) -> str | None:
     return scope.get("state", {}).get("request_id")
-
-
-def field_name(location: tuple) -> str:
-    """pydantic's error location -> ``text[2]``: the body prefix and union member names dropped."""
-    name = ""
-    for part in location[1:] if location and location[0] == "body" else location:
-        if isinstance(part, int):
-            name += f"[{part}]"
-        elif not UNION_MEMBER.match(str(part)):
-            name += f".{part}" if name else str(part)
-    return name or "body"
-
-
-def validation_message(errors: list[dict[str, Any]], content_type: str, body_size: int, hints: dict[str, str]
-                       ) -> tuple[int, str, str]:
-    """(status, message, field) of a failed check: 400 for a body that is not JSON (or empty), 415 for one that is
-    not sent as JSON, else 422 for the first field at fault."""
-    first = errors[0]
-    if first["type"] == "json_invalid":
-        return 400, f"body: malformed JSON ({first.get('ctx', {}).get('error', '')}); {EXAMPLE}.", "body"
-    if field_name(first["loc"]) != "body":
-        return 422, *field_message(errors, hints)
-    if first["type"] == "missing" and not body_size:
-        return 400, f"body: the body is empty; {EXAMPLE}.", "body"
-    if first["type"] != "missing" and "json" not in content_type:
-        return 415, f"body: Content-Type is {content_type or 'missing'}; {EXAMPLE}.", "body"
-    if first["type"] == "string_unicode":  # a key with a lone surrogate (JSON "\ud800"): not text
-        key = printable(json.dumps(first["input"]), FIELD_CHARS)
-        return 422, f"body: the option name {key} is not valid Unicode (a lone surrogate); the options are " \
-                    f"{', '.join(hints)}.", "body"
-    got = json_type(None if first["type"] == "missing" else first.get("input"))
-    return 422, f"body: must be a JSON object, not {got}; {EXAMPLE}.", "body"
-
-
-def field_message(errors: list[dict[str, Any]], hints: dict[str, str]) -> tuple[str, str]:
-    """(message, field) of the first field at fault: what is wrong, what was sent, and what to send."""
-    first = errors[0]
-    field = field_name(first["loc"])
-    if first["type"] == "extra_forbidden":
-        return f"{printable(field, FIELD_CHARS)}: unknown option; the options are {', '.join(hints)}.", field
-    text_errors = [e for e in errors if field_name(e["loc"]).startswith("text")]
-    if field == "text" and len(text_errors) > 1:  # a union: the error inside the list, if it is one
-        first = max(text_errors, key=lambda e: len(e["loc"]))
-        field = field_name(first["loc"])
-        if field == "text":
-            return f"text: must be a string or a list of strings (got {json_type(first.get('input'))}).", field
-    got = f" (got {printable(json.dumps(first['input']), 60)})" if first["type"] != "missing" and "input" in first \
-        else ""
-    hint = "a string" if "[" in field else hints.get(field, "a value the schema at /docs describes")
-    return f"{field}: {first['msg']}{got}; send {hint}.", field
-
-
-def json_type(value: Any) -> str:
-    """The JSON name of a parsed JSON value's type."""
-    names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", int: "a number",
-             float: "a number", type(None): "null"}
-    return names.get(type(value), type(value).__name__)
-
-
-def parse_failure(cause: BaseException | None) -> str:
-    """Why a body could not be parsed, for FastAPI's bare 400 "There was an error parsing the body"."""
-    if isinstance(cause, UnicodeDecodeError):
-        return f"body: is not UTF-8 (byte 0x{cause.object[cause.start]:02x} at offset {cause.start}); the body " \
-               f"must be UTF-8 JSON: {EXAMPLE}."
-    if isinstance(cause, RecursionError):
-        return f"body: JSON nested too deeply to parse; {EXAMPLE}."
-    reason = str(cause).split(":")[0] if cause is not None else "unreadable"
-    return f"body: not valid JSON ({reason}); {EXAMPLE}."
 
 
 def check_bind(host: str, api_key: str | None) -> None:
