@@ -22,8 +22,8 @@ beside it: above 1, int8 is the slower choice. The pairs of a cell are gathered 
 over every model, engine and thread count (``--repeats`` pairs a round, more for short passes until float32 has run
 ``--min-seconds``): on a machine shared with other work, a spell of load then falls on one round's pairs of a cell,
 not on all of them, and the median passes over it. The doc's section is rewritten between
-``<!-- begin: int8 -->`` and ``<!-- end: int8 -->``; ``INT8_MEASURED`` in src/encdec/engines.py holds the rule
-derived from it (the line the CLI prints when int8 is asked for a model below the size where it paid).
+``<!-- begin: int8 -->`` and ``<!-- end: int8 -->``; ``INT8_MEASURED`` in src/encdec/inference/engines/int8.py holds
+the rule derived from it (the line the CLI prints when int8 is asked for a model below the size where it paid).
 """
 
 from __future__ import annotations

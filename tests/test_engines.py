@@ -422,7 +422,7 @@ def random_folders(tmp_path_factory) -> dict[str, Path]:
 def int8_notes_said(monkeypatch) -> set[str]:
     """The notes said so far: none, so that each test sees the note its command prints (a process says each once)."""
     said: set[str] = set()
-    monkeypatch.setattr(engines, "_int8_notes_said", said)
+    monkeypatch.setattr(engines.int8, "_int8_notes_said", said)
     return said
 
 

@@ -1,11 +1,15 @@
 """The ``encdec`` argument parser: every subcommand, its flags and their help, built with the standard library
-alone, so that ``encdec --help`` and a mistyped flag answer at once. Each subcommand's ``func`` is its
-``encdec_cli.commands.cmd_*``."""
+alone, so that ``encdec --help`` and a mistyped flag answer at once; the engine choices come from encdec's engine
+registry, a standard-library file read without importing encdec (``engine_registry``). Each subcommand's ``func`` is
+its ``encdec_cli.commands.cmd_*``."""
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import sys
 from pathlib import Path
+from types import ModuleType
 
 from .commands import (
     cmd_align,
@@ -22,6 +26,38 @@ from .commands import (
     cmd_train,
     cmd_translate,
 )
+
+# encdec's engine declarations (src/encdec/inference/engines/registry.py, standard library only): where the choices of
+# --engine, --quantize and --dtype come from. Importing it as encdec.inference.engines.registry would run
+# encdec/__init__.py, which imports torch and transformers (seconds); `encdec --help` reads the file by its location
+# instead, as a module of its own under this private name.
+ENGINE_REGISTRY = "encdec.inference.engines.registry"
+PRIVATE_ENGINE_REGISTRY = "_encdec_cli_engine_registry"
+
+
+def engine_registry() -> ModuleType:
+    """encdec's engine registry: the module itself when encdec is imported already (one registry, in which an engine
+    registered at run time counts), else its file loaded without importing encdec."""
+    for name in (ENGINE_REGISTRY, PRIVATE_ENGINE_REGISTRY):
+        if name in sys.modules:
+            return sys.modules[name]
+    package = importlib.util.find_spec("encdec")  # finds the package without running its __init__
+    path = Path(next(iter(package.submodule_search_locations)), *ENGINE_REGISTRY.split(".")[1:]).with_suffix(".py")
+    spec = importlib.util.spec_from_file_location(PRIVATE_ENGINE_REGISTRY, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[PRIVATE_ENGINE_REGISTRY] = module  # dataclasses looks the module up while it defines EngineSpec
+    spec.loader.exec_module(module)
+    return module
+
+
+def add_engine_options(p: argparse.ArgumentParser, engine_help: str | None, quantize_help: str,
+                       dtype_help: str) -> None:
+    """--engine, --quantize and --dtype, their choices read from encdec's engine registry."""
+    registry = engine_registry()
+    choices = registry.option_choices()
+    p.add_argument("--engine", choices=choices["engine"], default=registry.DEFAULT_ENGINE, help=engine_help)
+    p.add_argument("--quantize", choices=choices["quantize"], default=None, help=quantize_help)
+    p.add_argument("--dtype", choices=choices["dtype"], default=None, help=dtype_help)
 
 
 def positive_int(text: str) -> int:
@@ -41,9 +77,7 @@ def add_serve_command(commands: argparse._SubParsersAction) -> None:
                    help="a model folder (for --engine ctranslate2: one written by `encdec export`); repeat it to serve "
                         "several, each as SRC-TGT=DIR (e.g. de-en=runs/a), optionally with its own ,engine=E "
                         ",quantize=Q ,dtype=D; a plain DIR takes its pair from its model card")
-    p.add_argument("--engine", choices=["torch", "ctranslate2"], default="torch")
-    p.add_argument("--quantize", choices=["int8"], default=None, help="as for `encdec translate`")
-    p.add_argument("--dtype", choices=["float32", "bfloat16"], default=None, help="as for `encdec translate`")
+    add_engine_options(p, None, "as for `encdec translate`", "as for `encdec translate`")
     p.add_argument("--host", default="127.0.0.1",
                    help="address to bind; anything but loopback needs --api-key (or ENCDEC_API_KEY)")
     p.add_argument("--port", type=int, default=8000,
@@ -75,11 +109,9 @@ def add_decoding_options(p: argparse.ArgumentParser) -> None:
                    help="model folder (for --engine ctranslate2: a folder written by `encdec export`); give it "
                         "several times for an ensemble, which averages the models' log-probabilities at each step "
                         "(the models must share one tokenizer; torch engine)")
-    p.add_argument("--engine", choices=["torch", "ctranslate2"], default="torch",
-                   help="torch: the model's generate(); ctranslate2: CTranslate2 (pip install 'encdec[ct2]')")
-    p.add_argument("--quantize", choices=["int8"], default=None,
-                   help="int8: dynamic int8 of the linear and LSTM/GRU layers (torch), int8 compute (ctranslate2)")
-    p.add_argument("--dtype", choices=["float32", "bfloat16"], default=None, help="compute type (default float32)")
+    add_engine_options(p, engine_registry().engine_help(),
+                       "int8: dynamic int8 of the linear and LSTM/GRU layers (torch), int8 compute (ctranslate2)",
+                       "compute type (default float32)")
     p.add_argument("--num-beams", type=positive_int, default=None,
                    help="beam size; 1 = greedy; default: the model's generation_config.json (what `encdec train` "
                         "saved from the recipe's generation.num_beams; 1 if unset), as `encdec serve` uses")

@@ -2,9 +2,9 @@
 translates with it: ``translate``, ``translate_n_best``, ``translate_detailed``, ``translate_lines``... Each resolves
 its options and decodes through ``encdec.inference.decoding``, as every command and the server do.
 
-Loading checks the folder first (a missing or corrupt file is named) and the tokenizer against the model. Importing
-encdec registered its classes, which take precedence over the code files in the folder; ``trust_remote_code=True``
-only spares the question transformers would otherwise ask about those files.
+Loading (``encdec.inference.loading``) checks the folder first (a missing or corrupt file is named) and the tokenizer
+against the model; ``load_engine`` builds the engine a name asks for from its registry entry
+(``encdec.inference.engines.registry``).
 """
 
 from __future__ import annotations
@@ -14,16 +14,13 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import torch
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, Pipeline, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import Pipeline, PreTrainedModel, PreTrainedTokenizerBase
 
-from ..errors import EncdecError, InputFileError
-from ..folders import PIPELINE_TASK, WEIGHTS_NAME, read_json, read_safetensors_shapes, require_model_folder
+from ..errors import EncdecError
+from ..folders import PIPELINE_TASK
 from ..io_utils import batched
 from ..models.pipeline_seq2seq import Seq2SeqGenerationPipeline
-from ..progress import quiet_transformers_bars
-from ..tokenization import check_tokenizer_matches_model
 from .decoding import (
-    NO_ALIGNMENTS,
     Engine,
     Hypothesis,
     as_engine,
@@ -32,40 +29,11 @@ from .decoding import (
     decode_sources,
     encode,
     max_source_length,
+    require_alignments,
     resolve_options,
 )
-from .engines import ENGINES, CTranslate2Engine, TorchEngine
-from .ensemble import EnsembleForSeq2SeqLM, check_same_tokenizer
-
-
-def load_model_and_tokenizer(model_dir: str | os.PathLike, device: str | torch.device = "cpu"
-                             ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """A model folder's model (eval mode, on ``device``) and tokenizer, checked against each other."""
-    model_dir = require_model_folder(model_dir)
-    read_json(model_dir / "config.json", "the model config")
-    read_safetensors_shapes(model_dir / WEIGHTS_NAME)  # one clear error for missing or corrupt weights
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=True)
-    except (OSError, ValueError) as error:
-        raise InputFileError(f"Could not load a tokenizer from {model_dir}: {error}") from error
-    with quiet_transformers_bars():
-        model = AutoModelForSeq2SeqLM.from_pretrained(model_dir, trust_remote_code=True)
-    try:
-        check_tokenizer_matches_model(tokenizer, model.config)
-    except ValueError as error:
-        raise EncdecError(f"{model_dir}: {error}") from error
-    return model.to(device).eval(), tokenizer
-
-
-def load_ensemble(model_dirs: list[str | os.PathLike], device: str | torch.device = "cpu"
-                  ) -> tuple[EnsembleForSeq2SeqLM, PreTrainedTokenizerBase]:
-    """The ensemble (``encdec.inference.ensemble``) of the model folders ``model_dirs``, each loaded and checked as by
-    ``load_model_and_tokenizer``, and their shared tokenizer; a one-line error names a member whose tokenizer
-    differs."""
-    loaded = [load_model_and_tokenizer(model_dir, device) for model_dir in model_dirs]
-    check_same_tokenizer([tokenizer for _, tokenizer in loaded], [str(model_dir) for model_dir in model_dirs])
-    return EnsembleForSeq2SeqLM([model for model, _ in loaded]).eval(), loaded[0][1]
-
+from .engines import TorchEngine, engine_spec, engines_that
+from .loading import load_ensemble, load_model_and_tokenizer
 
 
 def load_engine(model_dir: str | os.PathLike | Sequence[str | os.PathLike], engine: str = "torch",
@@ -73,23 +41,21 @@ def load_engine(model_dir: str | os.PathLike | Sequence[str | os.PathLike], engi
                 ) -> tuple[Engine, PreTrainedTokenizerBase]:
     """An engine over ``model_dir`` and its tokenizer: a model folder for ``torch`` (in float32, ``dtype="bfloat16"``
     or ``quantize="int8"``), a folder from ``encdec export --format ctranslate2`` for ``ctranslate2``. Several model
-    folders make an ensemble (``load_ensemble``), decoded by the torch engine."""
+    folders make an ensemble (``load_ensemble``), decoded by an engine whose registry entry takes ensembles (torch).
+    ``engine`` is any name in ``encdec.inference.engines.registry``, whose entry gives the class that loads it."""
     model_dirs = [model_dir] if isinstance(model_dir, str | os.PathLike) else list(model_dir)
-    if engine not in ENGINES:
-        raise EncdecError(f"`engine` must be one of {list(ENGINES)}, got {engine!r}.")
+    spec = engine_spec(engine)
     if not model_dirs:
         raise EncdecError("No model folder given; pass at least one --model.")
-    if len(model_dirs) > 1:
-        if engine != "torch":
-            raise EncdecError(f"An ensemble ({len(model_dirs)} --model folders) decodes with --engine torch only; "
-                              f"--engine {engine} takes one model.")
-        ensemble, tokenizer = load_ensemble(model_dirs, device)
-        return TorchEngine(ensemble, quantize=quantize, dtype=dtype), tokenizer
-    if engine == "ctranslate2":
-        translator = CTranslate2Engine(model_dirs[0], quantize=quantize, dtype=dtype, device=device)
-        return translator, translator.tokenizer
-    model, tokenizer = load_model_and_tokenizer(model_dirs[0], device)
-    return TorchEngine(model, quantize=quantize, dtype=dtype), tokenizer
+    if len(model_dirs) > 1 and not spec.ensembles:
+        raise EncdecError(f"An ensemble ({len(model_dirs)} --model folders) decodes with --engine "
+                          f"{' or --engine '.join(engines_that('ensembles'))} only; --engine {engine} takes one model.")
+    built, tokenizer = spec.engine_class().load(model_dirs, quantize=quantize, dtype=dtype, device=device)
+    family = built.config.model_type
+    if spec.families is not None and family not in spec.families:
+        raise EncdecError(f"The {engine} engine decodes {', '.join(spec.families)} models; {model_dirs[0]} holds a "
+                          f"{family} model.")
+    return built, tokenizer
 
 
 def load_pipeline(model_dir: str | os.PathLike, device: int | str | torch.device | None = None
@@ -193,8 +159,8 @@ def _decode(model: PreTrainedModel | Engine, tokenizer: PreTrainedTokenizerBase,
     """The sources' ids and hypotheses, decoded with the options ``asked`` (``resolve_options``)."""
     engine = as_engine(model)
     options = resolve_options(engine.generation_config, model_config=engine.config, **asked)
-    if options.alignments and not isinstance(engine, TorchEngine):
-        raise EncdecError(NO_ALIGNMENTS)
+    if options.alignments:
+        require_alignments(engine)
     if batch_size < 1:
         raise EncdecError(f"`batch_size` must be >= 1, got {batch_size}.")
     if not sources:

@@ -48,15 +48,12 @@ from .alignment import (
     to_pharaoh,
     word_links,
 )
-from .engines import CTranslate2Engine, TorchEngine
+from .engines import Engine, as_engine, engines_that
 
-Engine = TorchEngine | CTranslate2Engine
 # length_penalty: beam search divides a hypothesis' log-probability by length ** length_penalty (HF generate). Values
 # in use lie within about -2..2; +-10 already makes the length all that counts, and stays finite for any length a
 # server accepts (1024 ** 10 ~ 1e30), where 1e308 overflows.
 LENGTH_PENALTY_RANGE = (-10.0, 10.0)
-NO_ALIGNMENTS = ("Alignments come from the model's attention, which the ctranslate2 engine does not return; use "
-                 "--engine torch with --alignments.")
 
 
 @dataclass(frozen=True)
@@ -209,9 +206,12 @@ class Hypothesis:
     attention: torch.Tensor | None = field(default=None, compare=False, repr=False)
 
 
-def as_engine(model: Any) -> Engine:
-    """An engine (``encdec.inference.engines``) as it is, a model (or an ensemble) as a ``TorchEngine``."""
-    return model if isinstance(model, TorchEngine | CTranslate2Engine) else TorchEngine(model)
+def require_alignments(engine: Engine) -> None:
+    """Alignments read the model's attention: a one-line error, naming the engines that return it, for an engine
+    whose registry entry says it does not."""
+    if not engine.spec.alignments:
+        raise EncdecError(f"Alignments come from the model's attention, which the {engine.name} engine does not "
+                          f"return; use --engine {' or --engine '.join(engines_that('alignments'))} with --alignments.")
 
 
 def output_ids(generated: list[int], eos_token_id: int | None, pad_token_id: int | None) -> list[int]:
@@ -237,8 +237,8 @@ def decode_batch(engine: Any, tokenizer: Any, source_ids: Sequence[Sequence[int]
     search = each[0]
     if any(option.search != search.search for option in each):
         raise ValueError("decode_batch decodes one search (beams, length penalty, candidates, sampling) at a time.")
-    if any(option.alignments for option in each) and not isinstance(engine, TorchEngine):
-        raise EncdecError(NO_ALIGNMENTS)
+    if any(option.alignments for option in each):
+        require_alignments(engine)
     if budgets is None:
         budgets = [search.budget(max(len(ids) for ids in source_ids), engine.config)] * len(source_ids)
     groups: dict[int | None, list[int]] = {}  # budget (None: greedy, each cut to its own) -> rows
@@ -318,8 +318,8 @@ def align(engine: Any, tokenizer: Any, source_ids: Sequence[int], target_ids: li
           options: DecodeOptions) -> Hypothesis:
     """A given translation (``encdec align``), scored and aligned as ``decode_batch`` scores and aligns its own."""
     engine = as_engine(engine)
-    if options.alignments and not isinstance(engine, TorchEngine):
-        raise EncdecError(NO_ALIGNMENTS)
+    if options.alignments:
+        require_alignments(engine)
     layer = default_layer(engine.model) if options.alignments and options.alignment_layer is None else None
     return links(forced(engine, tokenizer, source_ids, target_ids, options.scores, options.alignments), tokenizer,
                  source_ids, options, layer)
@@ -367,4 +367,4 @@ def decode_lines(engine: Any, tokenizer: Any, lines: Sequence[str], options: Dec
 
 __all__ = ["LENGTH_PENALTY_RANGE", "DecodeLimits", "DecodeOptions", "Engine", "Hypothesis", "OptionError", "align",
            "as_engine", "auto_max_new_tokens", "decode_batch", "decode_lines", "decode_sources", "encode",
-           "max_source_length", "model_defaults", "output_ids", "resolve_options"]
+           "max_source_length", "model_defaults", "output_ids", "require_alignments", "resolve_options"]

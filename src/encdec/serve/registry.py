@@ -11,12 +11,12 @@ from typing import Any
 
 from ..cards import LANGUAGE_CODE as CARD_LANGUAGE_CODE
 from ..errors import EncdecError
+from ..inference.engines import option_choices
 from .service import RequestError, TranslationService
 
 LANGUAGE_CODE = CARD_LANGUAGE_CODE.pattern  # ISO 639-1 or 639-3, optionally a script or region: zh_Hant
 MODEL_SPEC = re.compile(rf"^(?:(?P<source>{LANGUAGE_CODE})-(?P<target>{LANGUAGE_CODE})=)?(?P<dir>[^,=]+)"
                         r"(?P<options>(?:,[a-z_]+=[^,]*)*)$")
-ENGINE_CHOICES = {"engine": ("torch", "ctranslate2"), "quantize": ("int8",), "dtype": ("float32", "bfloat16")}
 # English names of common language codes, for LibreTranslate's /languages; another code is named by itself
 LANGUAGE_NAMES = {
     "ar": "Arabic", "bg": "Bulgarian", "ca": "Catalan", "cs": "Czech", "da": "Danish", "de": "German",
@@ -48,9 +48,10 @@ class ModelSpec:
                               "ISO 639 codes of 2 or 3 lowercase letters, optionally _Script or _REGION as in zh_Hant; "
                               "optionally followed by ,engine=ctranslate2 ,quantize=int8 or ,dtype=bfloat16).")
         options = tuple(tuple(item.split("=", 1)) for item in found["options"].split(",") if item)
+        choices = option_choices()  # the engines' registry: engine, quantize and dtype
         for name, choice in options:
-            if choice not in ENGINE_CHOICES.get(name, ()):
-                known = ", ".join(f"{key}={'|'.join(values)}" for key, values in ENGINE_CHOICES.items())
+            if choice not in choices.get(name, ()):
+                known = ", ".join(f"{key}={'|'.join(values)}" for key, values in choices.items())
                 raise EncdecError(f"--model {value!r}: {name}={choice} is not an option; the options are {known}.")
         return cls(found["dir"], found["source"], found["target"], options)
 

@@ -33,7 +33,6 @@ from ..inference.decoding import (
     max_source_length,
     resolve_options,
 )
-from ..inference.engines import CTranslate2Engine, TorchEngine
 
 logger = logging.getLogger("encdec.serve")
 
@@ -126,7 +125,7 @@ class TranslationService:
         self.default_beams = resolve_options(generation).num_beams  # the one default translate and evaluate use too
         self.default_length_penalty = 1.0 if generation.length_penalty is None else generation.length_penalty
         self.default_budget = generation.max_new_tokens
-        self.has_alignments = isinstance(engine, TorchEngine) and getattr(self.config, "attention", "") != "none"
+        self.has_alignments = engine.spec.alignments and getattr(self.config, "attention", "") != "none"
 
     def jobs(self, text: str | list[str], n_best: int | None = None, return_scores: bool = False,
              return_alignments: bool = False, **decoding: Any) -> list[Job]:
@@ -149,7 +148,7 @@ class TranslationService:
         except OptionError as error:
             raise RequestError(error.field, error.explain()) from None
         if return_alignments and not self.has_alignments:
-            why = ("the ctranslate2 engine returns none" if isinstance(self.engine, CTranslate2Engine)
+            why = (f"the {self.engine.name} engine returns none" if not self.engine.spec.alignments
                    else "this model has no attention (attention='none')")
             raise RequestError("return_alignments", f"alignments are not available: {why}; leave it out.")
         return options

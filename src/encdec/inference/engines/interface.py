@@ -1,0 +1,84 @@
+"""The interface every inference engine implements (``Engine``), the registry entry of an engine by name
+(``engine_spec``), and the precision check all of them make (``check_precision``)."""
+
+from __future__ import annotations
+
+import os
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import torch
+from transformers import GenerationConfig, PretrainedConfig, PreTrainedTokenizerBase
+
+from ...errors import EncdecError
+from .registry import ENGINE_REGISTRY, EngineSpec
+
+
+def engine_spec(name: str) -> EngineSpec:
+    """The registered engine ``name`` (registry.py); a one-line error that lists the engines otherwise."""
+    if name not in ENGINE_REGISTRY:
+        raise EncdecError(f"`engine` must be one of {list(ENGINE_REGISTRY)}, got {name!r}.")
+    return ENGINE_REGISTRY[name]
+
+
+class Engine(ABC):
+    """What turns a batch of source ids into output ids and scores a given output. ``encdec.inference.decoding``
+    decodes through these members alone, the same for every engine. What an engine supports (alignments, ensembles,
+    quantize modes, dtypes, model families) is its registry entry, ``spec``: callers ask it, not the engine's name."""
+
+    name: ClassVar[str]  # its entry in registry.py
+    config: PretrainedConfig  # the model's config: special tokens, positions, sizes
+    generation_config: GenerationConfig  # the model's decoding defaults
+
+    @property
+    def spec(self) -> EngineSpec:
+        """What this engine supports, as registry.py declares it."""
+        return engine_spec(self.name)
+
+    @classmethod
+    @abstractmethod
+    def load(cls, model_dirs: Sequence[str | os.PathLike], quantize: str | None = None, dtype: str | None = None,
+             device: str = "cpu") -> tuple[Engine, PreTrainedTokenizerBase]:
+        """The engine over the folder of ``model_dirs`` (several only where ``spec.ensembles``: an ensemble) and its
+        tokenizer, computing with ``quantize`` or ``dtype`` (one of ``spec.quantize``, ``spec.dtypes``)."""
+
+    @property
+    @abstractmethod
+    def precision(self) -> str:
+        """What it computes in (``float32``, ``bfloat16``, ``int8_float32``...), read from what it loaded."""
+
+    @abstractmethod
+    def generate(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, max_new_tokens: int,
+                 settings: dict[str, Any]) -> list[list[int]]:
+        """Decode a batch as ``generate()`` does; an option of ``settings`` the engine lacks is refused in one line
+        that names it.
+
+        :param input_ids: (B, S) right-padded
+        :param settings: ``generate()`` keyword arguments (``DecodeOptions.settings``), the budget apart
+        :return: each output's ids, the decoder start token first (``num_return_sequences`` per source, one source
+            after the other)
+        """
+
+    @abstractmethod
+    def teacher_forced(self, source_ids: list[int], target_ids: list[int], alignment: bool = False
+                       ) -> tuple[list[float], torch.Tensor | None]:
+        """Score one translation: the log-probability of each target token given the source and the tokens before
+        it, and with ``alignment`` (where ``spec.alignments``) the (S, T) cross-attention that produced them.
+
+        :param target_ids: the T output tokens, without the decoder start token
+        """
+
+
+def check_precision(spec: EngineSpec, quantize: str | None, dtype: str | None) -> None:
+    """``quantize`` and ``dtype`` are among those ``spec`` supports, and not both asked."""
+    if quantize is not None and quantize not in spec.quantize:
+        raise EncdecError(f"`quantize` must be one of {list(spec.quantize)} (or none), got {quantize!r}.")
+    if dtype is not None and dtype not in spec.dtypes:
+        raise EncdecError(f"`dtype` must be one of {list(spec.dtypes)} (or none), got {dtype!r}.")
+    if quantize and dtype not in (None, "float32"):
+        raise EncdecError(f"Choose `quantize`={quantize!r} or `dtype`={dtype!r}, not both: int8 weights compute "
+                          "their activations in float32.")
+
+
+__all__ = ["Engine", "check_precision", "engine_spec"]
