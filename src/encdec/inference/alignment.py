@@ -155,8 +155,8 @@ def attention_shape(config) -> tuple[int, int] | None:
 def check_alignment_choice(config, layer: int | str | None, head: int | None) -> None:
     """An ``OptionError`` naming ``alignment_layer`` or ``alignment_head`` when a model of ``config`` has no such
     layer or head: a request is refused before it is decoded."""
-    shape = attention_shape(config)
-    if shape is None:  # checked as it is decoded (``alignment_weights``)
+    shape = attention_shape(config) if layer is not None or head is not None else None
+    if shape is None:  # nothing chosen, or checked as it is decoded (``alignment_weights``)
         return
     layers, heads = shape
     if layer is not None and layer != MEAN and not (isinstance(layer, int) and -layers <= layer < layers):
