@@ -21,7 +21,6 @@ from typing import Any
 from huggingface_hub import ModelCard
 from transformers import PreTrainedTokenizerBase
 
-from .. import __version__
 from ..errors import EncdecError, OptionError
 from ..inference.alignment import MEAN, layer_weights
 from ..inference.decoding import (
@@ -35,6 +34,7 @@ from ..inference.decoding import (
     resolve_options,
 )
 from ..inference.engines import CTranslate2Engine, TorchEngine
+from ..version import __version__
 
 logger = logging.getLogger("encdec.serve")
 
