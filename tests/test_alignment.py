@@ -18,8 +18,8 @@ from encdec.inference import load_model_and_tokenizer
 from encdec.inference.alignment import (
     ALIGNMENT_FILE,
     MEAN,
-    align_pair,
     alignment_error_rate,
+    attention_by_layer,
     choose_layer,
     date_alignment_pairs,
     default_layer,
@@ -28,11 +28,18 @@ from encdec.inference.alignment import (
     layer_weights,
     parse_pharaoh,
     to_pharaoh,
+    word_links,
     word_of_tokens,
 )
 from encdec.tokenization import special_token_ids, train_tokenizer
 from tiny_model_folders import DATE_RNN, DATE_TRANSFORMER, train_on_dates
 from toy import tiny_model
+
+
+def align_pair(model, tokenizer, source_ids: list[int], target_ids: list[int], layer: int | str) -> set:
+    """The word links of one (source ids, output ids) pair, from decoder layer ``layer``, aligned alone."""
+    return word_links(layer_weights(attention_by_layer(model, source_ids, target_ids), layer), tokenizer, source_ids,
+                      target_ids)
 
 
 def test_alignment_error_rate_follows_och_and_ney() -> None:

@@ -51,7 +51,7 @@ from distributed_worker import DDP_VARIANTS, TOKEN_BATCHING, WORKER_MODELS, eval
 from encdec import processes as processes_module
 from encdec.data import load_data, pair_lengths, token_batches
 from encdec.folders import check_model_folder
-from encdec.processes import cpu_processes, is_main_process
+from encdec.processes import cpu_processes, is_main_process, launched, rank_and_world
 from encdec.stop_points import STOP_ENV
 from encdec.tokenization import load_tokenizer
 from encdec.training import CHECKPOINT_SUBDIR, TOKENIZER_SUBDIR, load_run_config, tokenize_splits, train
@@ -334,6 +334,23 @@ def test_the_main_process_is_the_only_one_or_rank_0_of_a_launch(monkeypatch, ran
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setattr(processes_module, "process_state", joined)
     assert is_main_process() == (rank == 0)
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_rank_and_world_come_from_the_same_answer(monkeypatch, rank: int) -> None:
+    """``rank_and_world`` (what ``corpus.Shard`` shares chunks by) is (0, 1) without a launcher, with no process
+    group joined, and Accelerate's state's under one; ``launched`` reads the launcher's variables alone (what the
+    command line says before a command starts)."""
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.setattr(processes_module, "process_state", lambda: pytest.fail("joined a process group"))
+    assert rank_and_world() == (0, 1) and launched() == (0, 1)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", str(rank))
+    monkeypatch.setattr(processes_module, "process_state",
+                        lambda: SimpleNamespace(process_index=rank, num_processes=2, is_main_process=rank == 0))
+    assert rank_and_world() == launched() == (rank, 2)
+    assert launched({"RANK": "3", "WORLD_SIZE": "4"}) == (3, 4) and launched({}) == (0, 1)
 
 
 @pytest.mark.parametrize("tied", [True, False])

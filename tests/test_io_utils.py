@@ -72,6 +72,12 @@ def test_refuse_existing_is_the_one_answer_to_may_i_write_here(tmp_path) -> None
     assert str(refused.value) == (f"The plot file {taken / 'mine.txt'} already exists; pass --overwrite to replace it "
                                   "or choose another --out path.")
     assert refuse_existing(taken / "mine.txt", True, "plot file") == taken / "mine.txt"
+    with pytest.raises(OverwriteError) as refused:
+        refuse_existing(taken, False, "output directory", "training.output_dir", folder=True,
+                        consent="--training.overwrite true", resume="--training.resume_from_checkpoint true")
+    assert str(refused.value) == (f"The output directory {taken} already exists and is not empty; pass "
+                                  "--training.overwrite true to replace it, --training.resume_from_checkpoint true to "
+                                  "continue it, or choose another training.output_dir path.")
     with pytest.raises(OverwriteError, match=r"exists and is a file; choose another --output path\.$"):
         refuse_existing(taken / "mine.txt", True, "output folder", folder=True)
     with pytest.raises(OverwriteError, match=r"is a folder; give a file path such as .*results\.json\.$"):

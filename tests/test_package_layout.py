@@ -1,10 +1,14 @@
 """The package's modules sit in layers: no import cycle between encdec's modules, and no encdec module imported inside
 a function to dodge one. The command line alone imports lazily, from a package beside this one (``encdec_cli``), so
-that ``encdec --help`` and argument errors answer without importing torch and transformers."""
+that ``encdec --help`` and argument errors answer without importing torch and transformers.
+
+The layers are the stages of the pipeline (``STAGES``): a module's stage is its folder under ``src/encdec``, and a
+stage imports only the stages below it. The old flat module names (``encdec.MOVED``) are the new modules."""
 
 from __future__ import annotations
 
 import ast
+import importlib
 import subprocess
 import sys
 from pathlib import Path
@@ -157,12 +161,90 @@ def reachable(graph: dict[str, set[str]], start: set[str]) -> set[str]:
     return seen
 
 
-def test_models_and_data_import_nothing_from_training() -> None:
-    """Training is a stage above the models and the data: they import nothing from ``encdec.training``, not even
-    through another module; the training package's own modules import their siblings, never the package."""
+# What each stage may import from encdec: its own modules and the stages below it. A module's stage is its folder
+# under src/encdec; the modules at the root are the helpers every stage shares ("shared"), and the package itself
+# (encdec/__init__.py: the registration with the Auto classes and the top-level names) may import any stage, which
+# is why no module imports it (the version is read from encdec.version).
+STAGES = {
+    "models": {"models"},  # nothing else of encdec: trust_remote_code copies of these files load without the package
+    "shared": {"shared", "models"},  # folders.py saves a model through the models' pipeline class
+    "data": {"shared", "models", "data"},
+    "metrics": {"shared", "metrics"},
+    "training": {"shared", "models", "data", "metrics", "training"},
+    "inference": {"shared", "models", "data", "metrics", "inference"},
+    "serve": {"shared", "models", "data", "inference", "serve"},
+    "ship": {"shared", "models", "data", "inference", "ship"},
+    "recipes": {"shared", "models", "data", "metrics", "training", "inference", "serve", "ship", "recipes"},
+    "package": {"shared", "models", "data", "metrics", "training", "inference", "serve", "ship", "recipes"},
+}
+
+
+def stage_of(module: str) -> str:
+    """``encdec.inference.corpus`` -> ``inference``; ``encdec.io_utils`` -> ``shared``; ``encdec`` -> ``package``."""
+    parts = module.split(".")
+    if len(parts) == 1:
+        return "package"
+    return parts[1] if (PACKAGE / parts[1]).is_dir() else "shared"
+
+
+def imports_across_stages(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """Every (importer, imported module) pair in which the importer's stage may not import the other's."""
+    return sorted((importer, imported) for importer, targets in graph.items() for imported in targets
+                  if stage_of(imported) not in STAGES.get(stage_of(importer), ()))
+
+
+def test_every_module_has_a_stage_in_the_table() -> None:
     graph, _ = import_graph()
-    below = {name for name in graph if name.split(".")[1:2] in (["models"], ["data"])}
+    stages = {stage_of(name) for name in graph}
+    assert stages == set(STAGES), f"not in the table: {stages - set(STAGES)}; rows unused: {set(STAGES) - stages}"
+    assert stage_of("encdec.inference.corpus") == "inference" and stage_of("encdec.io_utils") == "shared"
+
+
+def test_the_stage_check_names_the_import_that_breaks_it() -> None:
+    graph = {"encdec.models.attention": {"encdec.training.run", "encdec.models.compat"},
+             "encdec.io_utils": {"encdec.errors", "encdec"},
+             "encdec.recipes.demo": {"encdec.training", "encdec.serve"}}
+    assert imports_across_stages(graph) == [("encdec.io_utils", "encdec"),
+                                            ("encdec.models.attention", "encdec.training.run")]
+
+
+def test_no_stage_imports_one_above_it() -> None:
+    """Models import only models; shared helpers, data and metrics nothing of training, inference, serving or
+    shipping; training and inference not each other; serving and shipping not training; only the recipes (and the
+    package's own ``__init__``) may import every stage."""
+    graph, _ = import_graph()
+    offending = imports_across_stages(graph)
+    assert not offending, "\n".join(f"{importer} ({stage_of(importer)}) imports {imported} ({stage_of(imported)})"
+                                     for importer, imported in offending)
+
+
+def test_models_and_data_reach_nothing_above_them() -> None:
+    """Models and data import nothing from training, inference, serving, shipping or the recipes, not even through
+    another module; the training package's own modules import their siblings, never the package."""
+    graph, _ = import_graph()
+    below = {name for name in graph if stage_of(name) in ("models", "data")}
     assert below and "encdec.training.run" in graph
-    assert not {name for name in reachable(graph, below) if name.startswith("encdec.training")}
+    above = {"training", "inference", "serve", "ship", "recipes", "package"}
+    assert not {name for name in reachable(graph, below) if stage_of(name) in above}
     inside = {name for name in graph if name.startswith("encdec.training.")}
     assert not {name for name in inside if "encdec.training" in graph[name]}
+
+
+@pytest.mark.parametrize("old", sorted(encdec.MOVED))
+def test_an_old_module_name_is_the_module_at_its_new_name(old: str) -> None:
+    """``encdec.engines`` and ``encdec.inference.engines`` are one module object (a monkeypatch of either is seen
+    through both), and the old name has no file of its own left."""
+    new = encdec.MOVED[old]
+    assert importlib.import_module(old) is importlib.import_module(new)
+    assert sys.modules[old] is sys.modules[new] and sys.modules[old].__name__ == new
+    path = PACKAGE.parent / old.replace(".", "/")
+    assert not path.with_suffix(".py").exists() and not path.is_dir(), f"{old} still has a file of its own"
+
+
+def test_the_served_names_import_from_their_old_module() -> None:
+    from encdec.serving import DynamicBatcher, ServedModels, TranslationService
+
+    from encdec.serve import batcher, registry, service
+
+    assert (DynamicBatcher, ServedModels, TranslationService) == (batcher.DynamicBatcher, registry.ServedModels,
+                                                                   service.TranslationService)

@@ -28,8 +28,7 @@ from .models import (
     TransformerSeq2SeqModel,
 )
 from .models.pipeline_seq2seq import Seq2SeqGenerationPipeline
-
-__version__ = "0.1.0"
+from .version import __version__
 
 _FAMILIES = [
     (TransformerSeq2SeqConfig, TransformerSeq2SeqModel, TransformerSeq2SeqForConditionalGeneration),

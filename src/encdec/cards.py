@@ -19,10 +19,10 @@ import jinja2
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from transformers import PreTrainedModel
 
-from . import __version__
 from .errors import EncdecError
 from .folders import FAMILIES, PIPELINE_TASK, config_and_size, read_json, require_dir
 from .io_utils import atomic_write_text, refuse_existing
+from .version import __version__
 
 
 def card_template(family: str) -> str:

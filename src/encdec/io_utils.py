@@ -144,13 +144,16 @@ def replace_folder(save: Callable[[Path], Any], folder: Path) -> Any:
 
 
 def refuse_existing(path: str | os.PathLike, overwrite: bool, what: str, option: str | None = "--output", *,
-                    folder: bool = False, consent: str = "--overwrite", example: str = "results.json") -> Path:
+                    folder: bool = False, consent: str = "--overwrite", example: str = "results.json",
+                    resume: str | None = None) -> Path:
     """The one answer to "may I write here?", for every output: ``path`` (a ``folder``, or else a file) is free when
     it is absent, or an empty folder; what is there is replaced only with ``overwrite``; a file where a folder goes,
     or a folder where a file goes, never. Returns ``path`` as a Path; otherwise an ``OverwriteError`` in one message
     (``The WHAT PATH already exists; pass --overwrite to replace it or choose another OPTION path.``) that names the
-    output, the flag that consents (``consent``) and the one that moves it (``option``; None when its name is fixed).
-    Whether the output overlaps an input is ``refuse_overlap``'s question, asked first."""
+    output, the flag that consents (``consent``), the one that continues what is there (``resume``, when the output
+    can be continued: ``..., --training.resume_from_checkpoint true to continue it, or ...``) and the one that moves
+    it (``option``; None when its name is fixed). Whether the output overlaps an input is ``refuse_overlap``'s
+    question, asked first."""
     path = Path(path)
     another = f"another {option} path" if option else "another path"
     if folder and path.exists() and not path.is_dir():
@@ -160,8 +163,9 @@ def refuse_existing(path: str | os.PathLike, overwrite: bool, what: str, option:
     if overwrite or not path.exists() or (folder and not any(path.iterdir())):
         return path
     state = "already exists and is not empty" if folder else "already exists"
-    elsewhere = f" or choose {another}" if option else ""
-    raise OverwriteError(f"The {what} {path} {state}; pass {consent} to replace it{elsewhere}.")
+    ways = f"{consent} to replace it" + (f", {resume} to continue it" if resume else "")
+    elsewhere = f"{',' if resume else ''} or choose {another}" if option else ""
+    raise OverwriteError(f"The {what} {path} {state}; pass {ways}{elsewhere}.")
 
 
 def ensure_output_dir(path: str | os.PathLike, overwrite: bool, what: str = "output directory",
@@ -186,13 +190,6 @@ def refuse_overlap(output: str | os.PathLike, inputs: Sequence[str | os.PathLike
             relation = "is" if target == source else "lies inside" if source in target.parents else "contains"
             raise OverwriteError(f"{option} {output} {relation} the input {source}; writing there would destroy the "
                                  f"input. Choose another {option} path.")
-
-
-# Superseded by encdec.folders (MODEL_FILES, RECORD_FILES, decides_translations, model_identity), which holds what
-# a model folder is made of; kept only while distill.TEACHER_FILES is computed from it. Delete it when distill's
-# folder_hashes becomes folders.model_identity.
-MODEL_FOLDER_FILES = {"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
-                      "special_tokens_map.json", "eval_results.json", "averaging.json", "README.md"}
 
 
 def file_sha256(path: str | os.PathLike) -> str:

@@ -7,11 +7,9 @@ and ``encdec.training`` lets only the main process write files. Launch it with A
     accelerate launch --config_file configs/accelerate/cpu-2proc.yaml -m encdec train configs/demo-transformer.yaml
     torchrun --nproc_per_node 2 -m encdec train configs/demo-transformer.yaml
 
-What this module adds:
+What this module adds (``encdec.processes`` answers "am I the main process?" and tells Accelerate to join processes
+on the CPU, gloo, under a launcher on a machine without a GPU):
 
-- ``cpu_processes()`` / ``process_state()`` (from ``encdec.processes``, where "am I the main process?" is answered):
-  Accelerate joins processes only on an accelerator unless told to use the CPU; under a launcher on a machine without
-  a GPU, encdec tells it (gloo backend).
 - ``unsharded_copy``: an FSDP run's gathered weights as an ordinary model, which ``encdec train`` saves as the model
   folder. FSDP on CPU processes (which Trainer does not turn on) is tested with the helpers in ``tests/cpu_fsdp.py``.
 """
@@ -24,8 +22,6 @@ import torch
 from torch import nn
 from torch.distributed.fsdp import FSDPModule
 from transformers import PreTrainedModel
-
-from .processes import cpu_processes, process_state  # their home is encdec.processes; importers here still work
 
 
 def unsharded_copy(model: nn.Module, state_dict: dict[str, torch.Tensor]) -> PreTrainedModel:
@@ -44,4 +40,4 @@ def unsharded_copy(model: nn.Module, state_dict: dict[str, torch.Tensor]) -> Pre
     return plain.eval()
 
 
-__all__ = ["cpu_processes", "process_state", "unsharded_copy"]
+__all__ = ["unsharded_copy"]

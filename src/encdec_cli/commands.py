@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shlex
 import sys
 from pathlib import Path
@@ -30,7 +29,7 @@ def cmd_tokenizer_train(args: argparse.Namespace) -> None:
 
 
 def cmd_train(args: argparse.Namespace) -> None:
-    from encdec.parallel import process_state
+    from encdec.processes import is_main_process
     from encdec.progress import format_scores
     from encdec.training import load_run_config, resume_hint, train
 
@@ -39,11 +38,11 @@ def cmd_train(args: argparse.Namespace) -> None:
         results = train(config)
     except KeyboardInterrupt:  # Ctrl-C: one line (the checkpoint kept, the command that resumes), no traceback
         close_progress_bars()  # Trainer's bar would otherwise redraw itself after the message, at exit
-        if process_state().is_main_process:
+        if is_main_process():
             hint = resume_hint(config.training.output_dir, ["encdec", "train", args.config, *args.overrides])
             print(f"\nencdec train: {hint}", file=sys.stderr)
         raise SystemExit(130) from None
-    if process_state().is_main_process:  # under `accelerate launch`, one summary, not one per process
+    if is_main_process():  # under `accelerate launch`, one summary, not one per process
         for split in ("validation", "test"):
             if split in results:
                 print(f"{split}: {format_scores(results[split])}")
@@ -51,7 +50,7 @@ def cmd_train(args: argparse.Namespace) -> None:
 
 
 def cmd_distill(args: argparse.Namespace) -> None:
-    from encdec.parallel import process_state
+    from encdec.processes import is_main_process
     from encdec.progress import format_scores
     from encdec.recipes.distill import STUDENT_SUBDIR, distill, load_distill_config
 
@@ -60,11 +59,11 @@ def cmd_distill(args: argparse.Namespace) -> None:
         results = distill(config)
     except KeyboardInterrupt:  # Ctrl-C: every stage resumes, so the same command goes on
         close_progress_bars()
-        if process_state().is_main_process:
+        if is_main_process():
             print(f"\nencdec distill: stopped; every finished stage is kept in {config.output_dir}. Go on with: "
                   f"{shlex.join(['encdec', 'distill', args.config, *args.overrides])}", file=sys.stderr)
         raise SystemExit(130) from None
-    if process_state().is_main_process:
+    if is_main_process():
         counts = results["stages"]["corpus"]
         print(f"distilled corpus: {counts['distilled']:,} of {counts['translated']:,} teacher translations kept "
               f"({counts['empty']:,} empty, {counts['below_min_score']:,} below min_score), {counts['original']:,} "
@@ -146,6 +145,7 @@ def beams_for_n_best(args: argparse.Namespace) -> int | None:
         raise usage_error(f"--n-best {args.n_best} needs at least {args.n_best} beams: pass --num-beams "
                           f"{args.n_best} or more (got --num-beams {args.num_beams}), or a smaller --n-best.")
     from encdec.inference.decoding import model_defaults
+    from encdec.processes import is_main_process
 
     try:  # the first model's default, as decoding resolves it (its generation_config.json)
         default = model_defaults(args.model[0]).num_beams
@@ -153,7 +153,7 @@ def beams_for_n_best(args: argparse.Namespace) -> int | None:
         return None  # no readable folder: loading it says what is wrong
     if args.n_best <= default:
         return None
-    if os.environ.get("RANK", "0") == "0":
+    if is_main_process():
         print(f"encdec translate: --n-best {args.n_best} needs {args.n_best} beams; the model decodes with "
               f"{default} by default, so this run uses --num-beams {args.n_best}.", file=sys.stderr)
     return args.n_best
@@ -161,6 +161,7 @@ def beams_for_n_best(args: argparse.Namespace) -> int | None:
 
 def cmd_translate(args: argparse.Namespace) -> None:
     from encdec.inference.corpus import TranslationOutput, translate_file
+    from encdec.processes import is_main_process
 
     args.num_beams = beams_for_n_best(args)
 
@@ -174,7 +175,7 @@ def cmd_translate(args: argparse.Namespace) -> None:
                            quantize=args.quantize, dtype=args.dtype, stdin=stdin, num_beams=args.num_beams,
                            max_new_tokens=args.max_new_tokens, length_penalty=args.length_penalty,
                            batch_size=args.batch_size)  # None: the model's generation config
-    if not lines and os.environ.get("RANK", "0") == "0":
+    if not lines and is_main_process():
         print(f"encdec translate: {args.input or 'standard input'} is empty: nothing to translate, so the output is "
               "empty too.", file=sys.stderr)
 

@@ -19,11 +19,12 @@ def configure_threads(args: argparse.Namespace) -> None:
         args.threads, args.overrides = pop_option(args.overrides, "--threads", args.threads)
     if not hasattr(args, "threads"):
         return
+    from encdec.processes import launched
     from encdec.threads import apply_threads, choose_threads
 
     choice = choose_threads(args.threads)
     apply_threads(choice)
-    if choice.reduced and os.environ.get("RANK", "0") == "0":
+    if choice.reduced and launched()[0] == 0:  # said once, before any process group is joined
         print(f"encdec {args.command}: {choice.describe()}", file=sys.stderr)
 
 
@@ -86,10 +87,12 @@ def describe_processes(command: str, environ: dict[str, str] | None = None) -> s
     """The line a command under a launcher prints at start (on the main process): how many processes and how the
     work is shared. ``accelerate launch --num_processes N`` without GPUs runs its plain launcher, which starts one
     process: that is said too, with the ways that start N. None outside a launcher, and on the other processes."""
+    from encdec.processes import launched
+
     environ = os.environ if environ is None else environ
-    if command not in SHARING or environ.get("RANK", "0") != "0":
+    rank, world = launched(environ)
+    if command not in SHARING or rank != 0:
         return None
-    world = int(environ.get("WORLD_SIZE", "1") or 1)
     if world > 1:
         local = int(environ.get("LOCAL_WORLD_SIZE", str(world)) or world)
         where = "" if local == world else f", {local} on this machine"

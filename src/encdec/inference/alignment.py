@@ -199,13 +199,6 @@ def recorded_layer(model_dir: str | os.PathLike) -> int | str | None:
                              "`encdec align --gold-file ...` to write it again.") from None
 
 
-def align_pair(model, tokenizer, source_ids: Sequence[int], target_ids: Sequence[int],
-               layer: int | str) -> Links:
-    """The word links of one (source ids, output ids) pair, from decoder layer ``layer``."""
-    weights = layer_weights(attention_by_layer(model, source_ids, target_ids), layer)
-    return word_links(weights, tokenizer, source_ids, target_ids)
-
-
 def word_links(weights: torch.Tensor, tokenizer, source_ids: Sequence[int], target_ids: Sequence[int]) -> Links:
     """The word links of a pair from its alignment weights (S, T)."""
     return hard_links(weights, word_of_tokens(tokenizer, source_ids), word_of_tokens(tokenizer, target_ids))
@@ -280,7 +273,7 @@ def date_alignment_pairs(n: int, seed: int = 0) -> list[tuple[str, str, Links]]:
     return triples
 
 
-__all__ = ["ALIGNMENT_FILE", "MEAN", "align_pair", "alignment_error_rate", "alignment_weights", "attention_by_layer",
+__all__ = ["ALIGNMENT_FILE", "MEAN", "alignment_error_rate", "alignment_weights", "attention_by_layer",
            "attention_shape", "check_alignment_choice", "choose_layer",
            "date_alignment_pairs", "default_layer", "encode_pairs", "hard_links", "layer_weights", "parse_pharaoh",
            "record_layer", "recorded_layer", "teacher_forced_attention", "to_pharaoh", "word_links", "word_of_tokens"]

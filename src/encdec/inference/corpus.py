@@ -44,8 +44,19 @@ from typing import Any, BinaryIO
 from tqdm.auto import tqdm
 
 from ..errors import EncdecError, InputFileError, OverwriteError
-from ..io_utils import WriterLock, atomic_write_json, batched, count_lines, refuse_overlap, require_file, text_lines
-from ..parallel import process_state
+from ..folders import model_identity
+from ..io_utils import (
+    WriterLock,
+    atomic_write_json,
+    batched,
+    count_lines,
+    file_sha256,
+    refuse_existing,
+    refuse_overlap,
+    require_file,
+    text_lines,
+)
+from ..processes import process_state, rank_and_world
 from ..stop_points import stop_point
 from . import CHUNK_SIZE, load_engine
 from .decoding import DecodeOptions, Engine, Hypothesis, decode_lines, resolve_options
@@ -152,26 +163,9 @@ class Progress:
 
 
 def file_identity(path: str | os.PathLike) -> dict[str, Any]:
-    """What identifies a file's content for a resume: its size and SHA-256 (read in blocks)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(1 << 20):
-            digest.update(block)
-    return {"path": str(Path(path).resolve()), "size": os.path.getsize(path), "sha256": digest.hexdigest()}
-
-
-def model_identity(model_dir: str | os.PathLike) -> dict[str, Any]:
-    """What identifies a model folder for a resume: the SHA-256 of its small files (config, generation config,
-    tokenizer, export record) and the size and modification time of its weights (hashing them would cost seconds)."""
-    folder = Path(model_dir)
-    identity: dict[str, Any] = {"path": str(folder.resolve())}
-    for path in sorted(folder.iterdir()):
-        if path.is_file() and path.suffix == ".json":
-            identity[path.name] = hashlib.sha256(path.read_bytes()).hexdigest()
-        elif path.is_file() and path.suffix in (".safetensors", ".bin"):
-            stat = path.stat()
-            identity[path.name] = f"{stat.st_size} bytes, modified {stat.st_mtime_ns}"
-    return identity
+    """What identifies an input file's content for a resume: its size and SHA-256 (a model folder's is
+    ``encdec.folders.model_identity``)."""
+    return {"path": str(Path(path).resolve()), "size": os.path.getsize(path), "sha256": file_sha256(path)}
 
 
 def difference(old: Any, new: Any, where: str = "") -> str | None:
@@ -205,8 +199,7 @@ class ChunkFile:
     def __init__(self, path: str | os.PathLike, record: dict[str, Any], resume: bool = False,
                  overwrite: bool = False, input_path: str | os.PathLike | None = None) -> None:
         self.path = Path(path)
-        self.partial = self.path.with_name(self.path.name + ".partial")
-        self.state_path = self.path.with_name(self.path.name + ".partial.json")
+        self.partial, self.state_path = self.side_files(self.path)
         self.record, self.done_lines, self.done_bytes = record, 0, 0
         self.began, self.seconds_before = time.perf_counter(), 0.0  # None: an older record kept no seconds
         self.input_path = None if input_path is None else Path(input_path)
@@ -219,18 +212,29 @@ class ChunkFile:
             self.lock.release()
             raise
 
+    @staticmethod
+    def side_files(path: str | os.PathLike) -> tuple[Path, Path]:
+        """The files beside ``path`` that a run writes it through: ``path.partial`` (the finished chunks) and
+        ``path.partial.json`` (the run's record), both gone once the run finishes."""
+        path = Path(path)
+        return path.with_name(path.name + ".partial"), path.with_name(path.name + ".partial.json")
+
+    @classmethod
+    def interrupted(cls, path: str | os.PathLike) -> bool:
+        """Whether an interrupted run into ``path`` left its record behind, to go on with (``resume``)."""
+        return cls.side_files(path)[1].is_file()
+
     def start(self, resume: bool, overwrite: bool) -> None:
         if resume and self.state_path.is_file():
             self.load_state()
         elif resume and self.path.exists() and not self.partial.exists():
             raise OverwriteError(f"{self.path} is complete (no {self.partial.name} to resume); pass --overwrite to "
                                  "translate again, or choose another output.")
-        elif self.path.exists() and not overwrite:
-            raise OverwriteError(f"The output file {self.path} already exists; pass --overwrite to replace it or "
-                                 "choose another path.")
-        elif self.state_path.exists() and not overwrite:
-            raise OverwriteError(f"{self.partial} holds an interrupted run; pass --resume to go on with it, or "
-                                 "--overwrite to start again.")
+        else:
+            refuse_existing(self.path, overwrite, "output file", example="output.txt")
+            if self.state_path.exists() and not overwrite:
+                raise OverwriteError(f"{self.partial} holds an interrupted run; pass --resume to go on with it, or "
+                                     "--overwrite to start again.")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
             with open(self.partial, "r+b" if self.done_bytes else "wb") as f:
@@ -306,11 +310,11 @@ class ChunkFile:
             raise InputFileError(f"Cannot read {self.input_path} again: {error.strerror}. The first "
                                  f"{self.done_lines:,} lines are done: rerun the command with --resume.") from error
 
-    @staticmethod
-    def recorded_seconds(path: str | os.PathLike) -> float | None:
+    @classmethod
+    def recorded_seconds(cls, path: str | os.PathLike) -> float | None:
         """The seconds that earlier attempts at ``path`` spent on the chunks they finished: 0.0 when there was no
         attempt, None when its record predates the count or is unreadable (the resume then refuses it, naming it)."""
-        state_path = Path(path).with_name(Path(path).name + ".partial.json")
+        state_path = cls.side_files(path)[1]
         if not state_path.is_file():
             return 0.0
         try:
@@ -383,13 +387,12 @@ class StreamOutput:
 
 class Shard:
     """This process's place among the processes of a launch (``accelerate launch``, ``torchrun``): its rank, how many
-    there are, its device; ``gather`` hands every process every process's result for one round of chunks."""
+    there are (``encdec.processes.rank_and_world``), its device; ``gather`` hands every process every process's
+    result for one round of chunks."""
 
     def __init__(self) -> None:
-        self.world = int(os.environ.get("WORLD_SIZE", "1"))
-        self.state = process_state() if self.world > 1 else None
-        self.rank = self.state.process_index if self.state else 0
-        self.device = str(self.state.device) if self.state else "cpu"
+        self.rank, self.world = rank_and_world()  # encdec.processes: rank 0 is the main process
+        self.device = str(process_state().device) if self.world > 1 else "cpu"
 
     @property
     def is_main(self) -> bool:
@@ -575,5 +578,5 @@ def open_output(output_path: str | None, input_path: str | None, models: list[st
 
 
 __all__ = ["Chunk", "ChunkFile", "Progress", "Shard", "StreamOutput", "TranslationOutput", "difference",
-           "file_identity", "model_identity", "on_main", "open_chunks", "open_output", "paired_chunks", "run_chunks",
+           "file_identity", "on_main", "open_chunks", "open_output", "paired_chunks", "run_chunks",
            "translate_file"]

@@ -41,11 +41,12 @@ from typing import Any
 from ..config_io import apply_overrides, from_dict, load_yaml
 from ..data import DataSpec, load_data, write_aligned_splits
 from ..errors import EncdecError
+from ..folders import model_identity
 from ..inference import CHUNK_SIZE
-from ..inference.corpus import ChunkFile, Shard, TranslationOutput, difference, file_identity, on_main, translate_file
+from ..inference.corpus import ChunkFile, Shard, TranslationOutput, difference, on_main, translate_file
 from ..inference.ensemble import check_same_tokenizer, tokenizer_difference
-from ..io_utils import MODEL_FOLDER_FILES, WriterLock, atomic_output, atomic_write_json, batched, require_file
-from ..parallel import process_state
+from ..io_utils import WriterLock, atomic_output, atomic_write_json, batched, require_file
+from ..processes import is_main_process, process_state, rank_and_world
 from ..tokenization import load_tokenizer
 from ..training import RunConfig, load_run_config, train
 
@@ -121,28 +122,15 @@ def _anchored(base: Path, value: Any) -> Any:
 
 # --- what the corpus is made from --------------------------------------------------------------------------------
 
-TEACHER_FILES = MODEL_FOLDER_FILES - {"eval_results.json", "averaging.json", "README.md"}  # what decides outputs
-
-
-def folder_hashes(folder: str | Path) -> dict[str, Any]:
-    """A model folder's path and the SHA-256 of the files that decide its translations (read in blocks): configs,
-    tokenizer, weights and vocabularies, not the scores and cards that evaluation writes beside them."""
-    folder = Path(folder)
-    hashes: dict[str, Any] = {"path": str(folder.resolve())}
-    for path in sorted(p for p in folder.iterdir() if p.is_file() and (
-            p.name in TEACHER_FILES or p.suffix in (".safetensors", ".bin") or "vocabulary" in p.name)):
-        hashes[path.name] = file_identity(path)["sha256"]
-    return hashes
-
-
 def recipe_record(config: DistillConfig, student: RunConfig) -> dict[str, Any]:
-    """What decides the distilled corpus: compared with the manifest's on every rerun."""
+    """What decides the distilled corpus: compared with the manifest's on every rerun. A teacher is each folder's
+    ``encdec.folders.model_identity``: scores and cards written beside it later leave the corpus valid."""
     decoding = dataclasses.asdict(config.teacher)
     decoding.pop("models")
     data = dataclasses.asdict(student.data)
     for key in ("num_proc", "cache_dir"):  # how, not what
         data.pop(key)
-    return {"teacher": [folder_hashes(model) for model in config.teacher.models], "decoding": decoding,
+    return {"teacher": [model_identity(model) for model in config.teacher.models], "decoding": decoding,
             "data": data, "mix_original": config.mix_original, "min_score": config.min_score,
             "chunk_size": config.chunk_size}
 
@@ -183,7 +171,7 @@ def check_tokenizers(config: DistillConfig, student: RunConfig) -> Any:
             raise EncdecError(f"The student's tokenizer.path ({student.tokenizer.path}) is not the teacher's "
                               f"({config.teacher.models[0]}): {found}. Give it the teacher's folder, or set it to "
                               "null so that the student trains its own on the distilled corpus.")
-    elif process_state().is_main_process:
+    elif is_main_process():
         logger.warning("the student trains its own tokenizer on the distilled corpus (tokenizer.path is null)")
     return tokenizers[0]
 
@@ -212,7 +200,7 @@ def translate_sources(config: DistillConfig, corpus: Path, src: str) -> None:
     options = {key: value for key, value in (("num_beams", config.teacher.num_beams),
                                              ("length_penalty", config.teacher.length_penalty),
                                              ("max_new_tokens", config.teacher.max_new_tokens)) if value is not None}
-    resume = output.with_name(output.name + ".partial.json").is_file()
+    resume = ChunkFile.interrupted(output)
     translate_file(config.teacher.models, str(corpus / f"original.{src}"), str(output),
                    form=TranslationOutput(scores=True), chunk_size=config.chunk_size, resume=resume,
                    engine=config.teacher.engine, quantize=config.teacher.quantize,
@@ -336,12 +324,12 @@ def make_corpus(config: DistillConfig, corpus: Path, manifest: dict[str, Any], t
         if "corpus" in manifest["stages"]:  # another run finished it while this one waited
             return manifest
         if not (corpus / SCORED).is_file():
-            began, resumed = time.perf_counter(), (corpus / f"{SCORED}.partial.json").is_file()
+            began, resumed = time.perf_counter(), ChunkFile.interrupted(corpus / SCORED)
             earlier = ChunkFile.recorded_seconds(corpus / SCORED)
             translate_sources(config, corpus, src)  # every process takes its share of the chunks
             seconds = round(time.perf_counter() - began, 1)
             manifest["stages"]["translation"] = {
-                "seconds": seconds, "resumed": resumed, "processes": process_state().num_processes,
+                "seconds": seconds, "resumed": resumed, "processes": rank_and_world()[1],
                 # every attempt up to the last chunk each finished (None: an older partial file kept no count)
                 "seconds_all_attempts": None if earlier is None else round(earlier + seconds, 1)}
         return on_main_then_all(corpus, manifest, "corpus", lambda: build_corpus(config, corpus, tokenizer, src, tgt))
@@ -364,12 +352,11 @@ def on_main_then_all(corpus: Path, manifest: dict[str, Any], stage: str, run: An
 def corpus_lock(corpus: Path) -> Iterator[None]:
     """Hold ``corpus/.lock`` while writing the corpus: two runs that share a ``corpus_dir`` must not both translate
     into it. The second is refused at once, naming the first one's PID (on the main process; the others follow)."""
-    if not Shard().is_main:
+    if not is_main_process():
         yield
         return
     with WriterLock(corpus / ".lock", f"The distillation corpus in {corpus}"):
         yield
 
 
-__all__ = ["CORPUS_SUBDIR", "STUDENT_SUBDIR", "DistillConfig", "TeacherSettings", "distill", "folder_hashes",
-           "load_distill_config"]
+__all__ = ["CORPUS_SUBDIR", "STUDENT_SUBDIR", "DistillConfig", "TeacherSettings", "distill", "load_distill_config"]

@@ -21,7 +21,6 @@ from typing import Any
 from huggingface_hub import ModelCard
 from transformers import PreTrainedTokenizerBase
 
-from .. import __version__
 from ..errors import EncdecError, OptionError
 from ..inference.decoding import (
     LENGTH_PENALTY_RANGE,
@@ -33,6 +32,7 @@ from ..inference.decoding import (
     max_source_length,
     resolve_options,
 )
+from ..version import __version__
 
 logger = logging.getLogger("encdec.serve")
 

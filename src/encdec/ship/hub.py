@@ -6,10 +6,10 @@ import os
 
 from huggingface_hub import CommitOperationAdd, HfApi
 
-from .. import __version__
 from ..cards import write_model_card
 from ..folders import check_model_folder, require_dir
 from ..inference import load_model_and_tokenizer
+from ..version import __version__
 
 
 def push_model(model_dir: str | os.PathLike, repo_id: str, private: bool = False, token: str | None = None,

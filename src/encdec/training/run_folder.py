@@ -8,8 +8,7 @@ import shlex
 import shutil
 from pathlib import Path
 
-from ..errors import OverwriteError
-from ..io_utils import refuse_overlap
+from ..io_utils import refuse_existing, refuse_overlap
 from ..processes import is_main_process, process_state
 from .config import RunConfig, TrainingSettings
 
@@ -43,10 +42,9 @@ def prepare_output_dir(settings: TrainingSettings, inputs: list[str] = ()) -> Pa
     output_dir = Path(settings.output_dir)
     resuming = bool(settings.resume_from_checkpoint)
     clear = output_dir.is_dir() and any(output_dir.iterdir()) and not resuming
-    if clear and not settings.overwrite:
-        raise OverwriteError(f"The output directory {output_dir} already exists and is not empty; pass "
-                             "--training.overwrite true to replace it, --training.resume_from_checkpoint true "
-                             "to continue it, or choose another output_dir.")
+    if not resuming:
+        refuse_existing(output_dir, settings.overwrite, "output directory", "training.output_dir", folder=True,
+                        consent="--training.overwrite true", resume="--training.resume_from_checkpoint true")
     if clear:
         refuse_overlap(output_dir, inputs, option="training.output_dir")
     state = process_state()
