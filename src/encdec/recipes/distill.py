@@ -44,6 +44,7 @@ from ..errors import EncdecError
 from ..folders import model_identity
 from ..inference import CHUNK_SIZE
 from ..inference.corpus import ChunkFile, Shard, TranslationOutput, difference, on_main, translate_file
+from ..inference.engines import DEFAULT_ENGINE
 from ..inference.ensemble import check_same_tokenizer, tokenizer_difference
 from ..io_utils import WriterLock, atomic_output, atomic_write_json, batched, require_file
 from ..processes import is_main_process, process_state, rank_and_world
@@ -66,7 +67,7 @@ class TeacherSettings:
     length_penalty: float | None = None  # beam search length normalisation exponent; default: the generation config
     max_new_tokens: int | None = None  # default: the generation config's, else from the source length
     batch_size: int = 32  # sentences per generate() call
-    engine: str = "torch"  # torch | ctranslate2 (a folder from `encdec export`)
+    engine: str = DEFAULT_ENGINE  # an engine of inference.engines (ctranslate2: a folder from `encdec export`)
     quantize: str | None = None  # the engine's quantization (torch: dynamic int8; ctranslate2: compute type)
 
     def __post_init__(self) -> None:
@@ -262,8 +263,9 @@ def _per_token(tokenizer: Any, batch: list[tuple[str, tuple[str, float | None]]]
 def teacher_description(config: DistillConfig) -> str:
     """The teacher as the student's model card names it: its folder(s) and decoding."""
     t = config.teacher
-    decoding = ", ".join(f"{name} {value}" for name, value in (("beam", t.num_beams), ("length penalty",
-                         t.length_penalty), ("engine", t.engine if t.engine != "torch" else None)) if value is not None)
+    named = (("beam", t.num_beams), ("length penalty", t.length_penalty),
+             ("engine", t.engine if t.engine != DEFAULT_ENGINE else None))
+    decoding = ", ".join(f"{name} {value}" for name, value in named if value is not None)
     kind = "the ensemble of " if len(t.models) > 1 else ""
     return f"{kind}{' + '.join(map(shown_path, t.models))}" + (f" ({decoding})" if decoding else "")
 
