@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from .service import LENGTH_PENALTY_RANGE, ServeLimits
 
+MAX_INDEX = 256  # the schema's bound on a layer or head number; each model checks its own range
+LayerNumber = Annotated[int, Field(ge=-MAX_INDEX, le=MAX_INDEX - 1)]
 FIELD_CHARS = 60  # an unknown option's name is cut to this in an error (it may be as long as the body)
-UNION_MEMBER = re.compile(r"^(str|int|float|bool|list\[.*\]|literal\[.*\])$")  # pydantic's names of a union's types
+# pydantic's names of a union's member types, in an error's location
+UNION_MEMBER = re.compile(r"^(str|int|float|bool|constrained-int|list\[.*\]|literal\[.*\])$")
 EXAMPLE = 'send a JSON object such as {"text": "..."} with Content-Type: application/json'
 
 ERROR_STATUSES = {
@@ -100,11 +103,13 @@ def request_schema(limits: ServeLimits) -> type[BaseModel]:
         return_scores=(bool, Field(False, description="Add each translation's log-probability.")),
         return_alignments=(bool, Field(False, description="Add the alignment: the source x target cross-attention "
                                                           "matrix and its word links.")),
-        alignment_layer=(int | Literal["mean"] | None, Field(
+        alignment_layer=(LayerNumber | Literal["mean"] | None, Field(
             None, description="With `return_alignments`: the decoder layer of the alignment (0-based, negative from "
-                              "the top, or `mean` for all layers). Default: the model's alignment layer.")),
-        alignment_head=(int | None, Field(None, ge=0, description="With `return_alignments`: one head of that "
-                                                                   "layer. Default: the mean of its heads.")),
+                        "the top, or `mean` for all layers; the model's own range is checked). Default: the model's "
+                        "alignment layer.")),
+        alignment_head=(int | None, Field(None, ge=0, le=MAX_INDEX - 1,
+                                          description="With `return_alignments`: one head of that layer (the model's "
+                                                      "own range is checked). Default: the mean of its heads.")),
         source=(str | None, Field(None, description="Several models served: the source language of the model to "
                                                     "use (with `target`); see `/info`.", examples=["de"])),
         target=(str | None, Field(None, description="Several models served: the target language of the model to "
