@@ -8,6 +8,8 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 TORCH_VERSION ?= 2.13.0
 STAMP  := $(VENV)/.installed
+# the optional extras of pyproject.toml that the tests need
+EXTRAS ?= dev,ct2,serve,peft
 
 export HF_HUB_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
@@ -20,11 +22,12 @@ $(PY):
 
 # Whether $(VENV) already holds what the install below puts there (a project installed by hand, as the README's
 # Install section says): this checkout's encdec, editable (src/ is what runs), every requirement of pyproject.toml's
-# dependencies and its dev, ct2 and serve extras installed at a version that satisfies it, and torch importable.
+# dependencies and of the extras in $(EXTRAS) installed at a version that satisfies it, and torch importable.
 # It exits 1 with one line saying what is missing (Python 3.10 has no tomllib: there it always says so).
 define INSTALL_CHECK
 import importlib.metadata as metadata
 import importlib.util
+import os
 import pathlib
 import sys
 
@@ -40,7 +43,7 @@ def missing():
         return "encdec installed from this checkout (pip install -e .)"
     project = tomllib.loads(pathlib.Path("pyproject.toml").read_text(encoding="utf-8"))["project"]
     extras = project["optional-dependencies"]
-    for line in project["dependencies"] + extras["dev"] + extras["ct2"] + extras["serve"]:
+    for line in project["dependencies"] + [line for name in os.environ["EXTRAS"].split(",") for line in extras[name]]:
         requirement = Requirement(line)
         if requirement.marker is not None and not requirement.marker.evaluate({"extra": ""}):
             continue
@@ -67,13 +70,13 @@ export INSTALL_CHECK
 # than the stamp (the requirements may have changed; pip is quick when they are met), the project is installed.
 # torch is installed first and pinned: a bare `torch` requirement would pull a CUDA build.
 $(STAMP): $(PY) pyproject.toml
-	@if [ ! -e $@ ] && $(PY) -c "$$INSTALL_CHECK"; then \
+	@if [ ! -e $@ ] && EXTRAS=$(EXTRAS) $(PY) -c "$$INSTALL_CHECK"; then \
 		echo "using the existing install in $(VENV)"; \
 	else \
 		set -ex; \
 		$(PIP) install --quiet --upgrade pip; \
 		$(PIP) install --quiet "torch==$(TORCH_VERSION)"; \
-		$(PIP) install --quiet -e ".[dev,ct2,serve]"; \
+		$(PIP) install --quiet -e ".[$(EXTRAS)]"; \
 	fi
 	@touch $@
 

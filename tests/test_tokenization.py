@@ -1,9 +1,16 @@
-"""The joint subword vocabulary: special tokens, normalisation, readable decoding, saving, model checks."""
+"""The joint subword vocabulary: special tokens, normalisation, readable decoding, saving, model checks, and a model
+folder's tokenizer loaded where encdec is not installed."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
@@ -11,6 +18,7 @@ from transformers import AutoTokenizer, PreTrainedTokenizerFast
 from encdec import TransformerSeq2SeqConfig
 from encdec.data import make_date_pairs
 from encdec.errors import InputFileError, OverwriteError
+from encdec.folders import save_for_pipeline
 from encdec.tokenization import (
     check_tokenizer_matches_model,
     load_tokenizer,
@@ -18,6 +26,9 @@ from encdec.tokenization import (
     train_tokenizer,
     train_tokenizer_from_files,
 )
+from remote_code import BLOCK_ENCDEC
+from tiny_model_folders import FAMILIES, date_tokenizer
+from toy import folder_model
 
 DATE_TEXTS = [text for pair in make_date_pairs(400, seed=0) for text in pair]
 
@@ -135,3 +146,99 @@ def test_load_tokenizer_without_tokenizer_files(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text("{}")
     with pytest.raises(InputFileError, match=rf"{re.escape(str(tmp_path))} has no tokenizer files.*config\.json"):
         load_tokenizer(tmp_path)
+
+
+# --- a model folder's tokenizer where encdec is not installed ---------------------------------------------------------
+
+# Loads each folder's tokenizer three ways in a process that cannot import encdec, with stdin closed. input() is
+# replaced: it records the question transformers asks about the folder's code (in a terminal, transformers waits 15 s
+# for the answer) and answers as a closed stdin does.
+TOKENIZER_WITHOUT_ENCDEC = BLOCK_ENCDEC + textwrap.dedent(
+    """
+    import builtins
+    import json
+
+    questions = []
+
+
+    def no_terminal(prompt=""):
+        questions.append(prompt)
+        raise EOFError  # what input() raises where stdin is not a terminal
+
+
+    builtins.input = no_terminal
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    request = json.loads(sys.argv[1])
+    loaders = {
+        "AutoTokenizer": lambda folder: AutoTokenizer.from_pretrained(folder),
+        "AutoTokenizer untrusted": lambda folder: AutoTokenizer.from_pretrained(folder, trust_remote_code=False),
+        "PreTrainedTokenizerFast": lambda folder: PreTrainedTokenizerFast.from_pretrained(folder),
+    }
+    results = {}
+    for family, folder in request["folders"].items():
+        for way, load in loaders.items():
+            questions.clear()
+            tokenizer = load(folder)
+            results[f"{family}, {way}"] = {"ids": tokenizer(request["texts"])["input_ids"],
+                                           "questions": list(questions)}
+    with open(request["result"], "w", encoding="utf-8") as f:
+        json.dump(results, f)
+    """
+)
+FOLDER_TEXTS = ["3rd of March 2021", "Wednesday, 3 Mar 2021 \u00a0"]
+LOADS = [f"{family}, {way}" for family in FAMILIES
+         for way in ("AutoTokenizer", "AutoTokenizer untrusted", "PreTrainedTokenizerFast")]
+
+
+@pytest.fixture(scope="module")
+def tokenizer_folders(tmp_path_factory: pytest.TempPathFactory) -> tuple[PreTrainedTokenizerFast, dict[str, Path]]:
+    """A tokenizer and, for each family, a model folder as `encdec train` saves it (``save_for_pipeline``)."""
+    root = tmp_path_factory.mktemp("tokenizer-folders")
+    tokenizer = date_tokenizer()
+    return tokenizer, {family: save_for_pipeline(folder_model(family, tokenizer), tokenizer, root / family)
+                       for family in FAMILIES}
+
+
+@pytest.fixture(scope="module")
+def loaded_without_encdec(tokenizer_folders, tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    """``{"FAMILY, WAY": {"ids": ..., "questions": [...]}}`` from one process without encdec."""
+    _, folders = tokenizer_folders
+    work = tmp_path_factory.mktemp("without-encdec")
+    request = {"folders": {family: str(folder) for family, folder in folders.items()}, "texts": FOLDER_TEXTS,
+               "result": str(work / "result.json")}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(work / "modules"), "PYTHONPATH": "",
+           "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    done = subprocess.run([sys.executable, "-c", TOKENIZER_WITHOUT_ENCDEC, json.dumps(request)], cwd=work, env=env,
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return json.loads((work / "result.json").read_text(encoding="utf-8"))
+
+
+def test_a_model_folder_names_a_plain_tokenizer_class(tokenizer_folders) -> None:
+    for folder in tokenizer_folders[1].values():
+        tokenizer_config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
+        assert tokenizer_config["tokenizer_class"] == "TokenizersBackend"  # transformers' own: no code to run
+        assert "auto_map" not in tokenizer_config
+
+
+@pytest.mark.parametrize("load", LOADS)
+def test_without_encdec_a_folder_tokenizer_encodes_as_encdec_does(load: str, tokenizer_folders,
+                                                                  loaded_without_encdec) -> None:
+    """Every way gives the tokenizer; a bare ``AutoTokenizer`` only after its question fails (stdin closed)."""
+    assert loaded_without_encdec[load]["ids"] == tokenizer_folders[0](FOLDER_TEXTS)["input_ids"]
+
+
+@pytest.mark.parametrize("load", [load for load in LOADS if not load.endswith(", AutoTokenizer")])
+def test_without_encdec_untrusted_or_direct_loading_asks_nothing(load: str, loaded_without_encdec) -> None:
+    assert loaded_without_encdec[load]["questions"] == []
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
+    "transformers 5.18-5.24: AutoTokenizer.from_pretrained(folder) loads config.json through "
+    "AutoConfig.from_pretrained(folder, trust_remote_code=None) before it reads tokenizer_config.json; config.json "
+    "must name the folder's code in auto_map (trust_remote_code loading needs it) and its model_type is unknown "
+    "without encdec, so resolve_trust_remote_code asks, whatever tokenizer_config.json says"))
+@pytest.mark.parametrize("family", FAMILIES)
+def test_without_encdec_a_bare_auto_tokenizer_asks_nothing(family: str, loaded_without_encdec) -> None:
+    assert loaded_without_encdec[f"{family}, AutoTokenizer"]["questions"] == []
