@@ -39,6 +39,7 @@ from transformers.utils import ModelOutput
 
 from ..errors import EncdecError
 from ..models.compat import cache_argument, cache_field, cache_of
+from ..models.seq2seq_utils import CallerLengthMixin
 
 # config keys every member must agree on: the ids generate() uses and the vocabulary the log-probabilities range over
 SHARED_KEYS = ("vocab_size", "pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id")
@@ -137,12 +138,13 @@ def _shared_config(members: Sequence[PreTrainedModel]) -> EnsembleConfig:
                           **{key: getattr(first, key, None) for key in SHARED_KEYS})
 
 
-class EnsembleForSeq2SeqLM(PreTrainedModel, GenerationMixin):
+class EnsembleForSeq2SeqLM(CallerLengthMixin, PreTrainedModel, GenerationMixin):
     """The members' mean log-probability at each step, as the logits of one seq2seq model (see the module's
     docstring). ``generate()`` (greedy, beam search, sampling, n-best lists) works on it as on any member.
 
     :param members: trained encdec models (any family) sharing one vocabulary; their generation config is the
-        first member's
+        first member's (a caller's ``max_length`` replaces its ``max_new_tokens``, as for a member:
+        ``CallerLengthMixin``)
     """
 
     config_class = EnsembleConfig
@@ -186,7 +188,7 @@ class EnsembleForSeq2SeqLM(PreTrainedModel, GenerationMixin):
         :param cache: an ``EnsembleCache`` (``past_key_values``: its name before transformers 5.24; either works)
         :return: ``logits`` (B, T, V): the members' mean log-probabilities; the cache: an ``EnsembleCache``; with
             ``output_attentions``, the first member's ``cross_attentions``"""
-        cache = cache_argument(cache, past_key_values)
+        cache = cache_argument(cache, past_key_values, owner=self)
         if encoder_outputs is None:
             encoder_outputs = self.encoder(input_ids=input_ids, attention_mask=attention_mask)
         caches = cache.members if cache is not None else [None] * len(self.members)

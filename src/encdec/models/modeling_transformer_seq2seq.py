@@ -11,6 +11,7 @@ modules and single-dot siblings, so a saved folder loads with ``trust_remote_cod
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable
 
@@ -159,17 +160,29 @@ class TransformerSeq2SeqAttention(nn.Module):
         """:param hidden_states: (B, T, D) queries; :param key_value_states: (B, S, D) encoder output for
         cross-attention. :return: (B, T, D) and the weights (B, H, T, S) when ``output_attentions``."""
         query, key, value = self.project(hidden_states, key_value_states, cache)
-        implementation = self.config._attn_implementation
         attention_fn: Callable = eager_attention_forward
-        if implementation != "eager" and not (output_attentions and implementation == "sdpa"):
-            # SDPA returns no weights, so `output_attentions` runs this call through the eager math instead
-            attention_fn = ALL_ATTENTION_FUNCTIONS[implementation]
+        if not output_attentions:  # only the eager math returns the weights: such calls run through it (mask_config)
+            # looked up at each call, so that `set_attn_implementation` switches a loaded model
+            attention_fn = ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation,
+                                                                 eager_attention_forward)
         context, weights = attention_fn(
             self, query, key, value, attention_mask,
             scaling=self.scaling, dropout=self.dropout if self.training else 0.0,
         )  # context (B, T, H, Dh)
         context = context.reshape(*hidden_states.shape[:-1], -1)  # (B, T, D): Concat(head_1..head_h)
         return self.out_proj(context), (weights if output_attentions else None)
+
+
+def mask_config(config: TransformerSeq2SeqConfig, output_attentions: bool) -> TransformerSeq2SeqConfig:
+    """The config the attention masks are built for: the model's, or an eager copy of it when the call returns
+    attention weights. Only the eager math returns them (SDPA, flash and flex attention do not), so such a call runs
+    every attention through it (``TransformerSeq2SeqAttention``), whatever the backend, and its masks must be eager's:
+    flex attention's are ``BlockMask``s and flash attention's 2-D."""
+    if not output_attentions or config._attn_implementation == "eager":
+        return config
+    eager = copy.copy(config)
+    eager._attn_implementation_internal = "eager"
+    return eager
 
 
 class FeedForward(nn.Module):
@@ -372,7 +385,7 @@ class TransformerSeq2SeqEncoder(TransformerSeq2SeqStack):
         ``output_attentions`` every layer's (B, H, S, S) weights"""
         flags = OutputFlags.resolve(self.config, output_attentions, output_hidden_states, return_dict=return_dict)
         hidden_states = self.embeddings(input_ids, inputs_embeds)  # (B, S, D)
-        mask = create_bidirectional_mask(config=self.config, inputs_embeds=hidden_states,
+        mask = create_bidirectional_mask(config=mask_config(self.config, flags.attentions), inputs_embeds=hidden_states,
                                          attention_mask=attention_mask)  # None, or per backend
         all_hidden = () if flags.hidden_states else None
         all_attentions = () if flags.attentions else None
@@ -414,11 +427,12 @@ class TransformerSeq2SeqDecoder(TransformerSeq2SeqStack):
         past_length = cache.get_seq_length() if cache is not None else 0
         hidden_states = self.embeddings(input_ids, inputs_embeds, past_length)  # (B, T, D)
         self_cache = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
+        config = mask_config(self.config, output_attentions)
         causal_mask = None  # one new token without padding sees every cached position: nothing to mask
         if attention_mask is not None or hidden_states.size(1) > 1:
             # the cache is create_causal_mask's 4th argument on every release; only its keyword changed (compat)
-            causal_mask = create_causal_mask(self.config, hidden_states, attention_mask, self_cache)
-        cross_mask = create_bidirectional_mask(config=self.config, inputs_embeds=hidden_states,
+            causal_mask = create_causal_mask(config, hidden_states, attention_mask, self_cache)
+        cross_mask = create_bidirectional_mask(config=config, inputs_embeds=hidden_states,
                                                attention_mask=encoder_attention_mask,
                                                encoder_hidden_states=encoder_hidden_states)
         all_hidden = () if output_hidden_states else None
@@ -476,10 +490,12 @@ class TransformerSeq2SeqModel(Seq2SeqModelMixin, TransformerSeq2SeqPreTrainedMod
     ) -> Seq2SeqModelOutput | tuple:
         """:param input_ids: (B, S) source ids; :param attention_mask: (B, S) 1 = token, 0 = pad;
         :param decoder_input_ids: (B, T) (only new tokens with a cache); :param decoder_attention_mask: (B, T);
-        :param cache: an ``EncoderDecoderCache``, read then updated in place (``past_key_values``: its name before
-        transformers 5.24; either works); the output flags and ``use_cache`` left at None take the config's values.
+        :param cache: an ``EncoderDecoderCache``, read then updated in place, ``use_cache`` or not (as in Marian: a
+        prefix the caller passes is used with labels too); ``past_key_values``: its name before transformers 5.24
+        (either works); the output flags and ``use_cache`` left at None take the config's values (``use_cache``: make
+        a cache when none is passed).
         :return: ``Seq2SeqModelOutput`` with ``last_hidden_state`` (B, T, D) (``to_tuple()`` if not ``return_dict``)"""
-        cache = cache_argument(cache, past_key_values)
+        cache = cache_argument(cache, past_key_values, owner=self)
         flags = OutputFlags.resolve(self.config, output_attentions, output_hidden_states, use_cache, return_dict)
         if encoder_outputs is None:
             encoder_outputs = self.encoder(input_ids, attention_mask, inputs_embeds,
@@ -487,9 +503,7 @@ class TransformerSeq2SeqModel(Seq2SeqModelMixin, TransformerSeq2SeqPreTrainedMod
                                            output_hidden_states=flags.hidden_states, return_dict=True)
         elif not isinstance(encoder_outputs, BaseModelOutput):
             encoder_outputs = BaseModelOutput(*encoder_outputs)
-        if not flags.use_cache:
-            cache = None
-        elif cache is None:
+        if cache is None and flags.use_cache:
             cache = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
         decoded = self.decoder(
             decoder_input_ids, encoder_outputs.last_hidden_state, attention_mask=decoder_attention_mask,
@@ -525,6 +539,7 @@ class TransformerSeq2SeqForConditionalGeneration(Seq2SeqLMMixin, TransformerSeq2
         self.post_init()
         if self.generation_config is not None:  # saved as generation_config.json; transformers' default is 20
             # max_new_tokens rather than max_length: a caller's own max_new_tokens then replaces it without a warning
+            # (and a caller's max_length too: CallerLengthMixin)
             self.generation_config.max_new_tokens = config.max_position_embeddings - 1  # + the start token
 
     @staticmethod

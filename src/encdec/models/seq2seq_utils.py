@@ -10,6 +10,7 @@ from typing import NamedTuple
 
 import torch
 from torch import nn
+from transformers import GenerationConfig
 from transformers.cache_utils import Cache
 from transformers.modeling_outputs import Seq2SeqLMOutput, Seq2SeqModelOutput
 from transformers.utils import ModelOutput
@@ -120,11 +121,36 @@ class LegacyKeysMixin:
         return loaded
 
 
-class Seq2SeqLMMixin:
+class CallerLengthMixin:
+    """``generate()`` with the caller's length limit over the saved default, for models whose saved generation config
+    sets ``max_new_tokens`` (both families: the saved decoding budget, which the CLI and the server read).
+
+    transformers resolves every call into one ``GenerationConfig`` (``_prepare_generation_config``): what the caller
+    passes (keywords, or the ``generation_config`` argument) over the model's ``generation_config``. ``max_new_tokens``
+    then beats ``max_length`` whoever set it, so the saved ``max_new_tokens`` silently beat a caller's ``max_length``
+    (``generate(max_length=N)``, ``Seq2SeqTrainer``'s ``generation_max_length``). Here a ``max_length`` the caller
+    gives without a ``max_new_tokens`` of its own replaces the saved ``max_new_tokens`` for that call, as the
+    caller's values replace the model's everywhere else. A value in the ``generation_config`` the caller passes counts
+    as the caller's when it differs from the model's own (a pipeline passes a copy of the model's)."""
+
+    def _prepare_generation_config(self, generation_config: GenerationConfig | None, **kwargs) -> tuple:
+        config, model_kwargs = super()._prepare_generation_config(generation_config, **kwargs)
+
+        def asked(name: str) -> bool:
+            passed = getattr(generation_config, name, None)
+            return kwargs.get(name) is not None or passed not in (None, getattr(self.generation_config, name, None))
+
+        if asked("max_length") and not asked("max_new_tokens"):
+            config.max_new_tokens = None
+        return config, model_kwargs
+
+
+class Seq2SeqLMMixin(CallerLengthMixin):
     """What every ``*ForConditionalGeneration`` of this package shares: the accessors transformers expects,
     teacher forcing from labels, the loss, and vocabulary resizing. The class sets ``self.model`` (with
     ``encoder``, ``decoder`` and ``get_input_embeddings``) and ``self.lm_head``; its decoder exposes
-    ``get_input_embeddings`` / ``set_input_embeddings``."""
+    ``get_input_embeddings`` / ``set_input_embeddings``. ``generate()`` takes the caller's length limit over the saved
+    one (``CallerLengthMixin``)."""
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
@@ -155,15 +181,16 @@ class Seq2SeqLMMixin:
         """The base model, then the pre-softmax projection: ``logits`` (B, T, V), and the loss with ``labels``.
 
         :param labels: (B, T) target ids, -100 = ignored; they are shifted right into ``decoder_input_ids`` (teacher
-            forcing) when those are not given, and the cache is not used
+            forcing) when those are not given, and no cache is made (``use_cache=False``); a cache the caller passes is
+            still read and updated, as in Marian (PEFT's prefix tuning passes its prefix so)
         :param num_items_in_batch: the token count of the whole (accumulated) batch, which Trainer passes: the
             summed loss is divided by it
         :param cache: the decoder's cache, read then updated in place; ``past_key_values`` is its name before
-            transformers 5.24 (either works on every release, see ``compat``)
+            transformers 5.24 (either works on every release; on 5.24 the old one warns, see ``compat``)
         The other arguments are those of the base model's ``forward``; its outputs come along. ``return_dict=False``
         gives ``to_tuple()``.
         """
-        cache = cache_argument(cache, past_key_values)
+        cache = cache_argument(cache, past_key_values, owner=self)
         if labels is not None:
             use_cache = False
             if decoder_input_ids is None and decoder_inputs_embeds is None:
