@@ -9,7 +9,7 @@ from unittest import mock
 
 import pytest
 import torch
-from transformers.cache_utils import Cache, CacheLayerMixin, DynamicCache, EncoderDecoderCache, LinearAttentionLayer
+from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache, LinearAttentionLayer
 from transformers.utils import ModelOutput
 
 from encdec import RNNSeq2SeqConfig
@@ -365,8 +365,9 @@ def test_config_flags_do_not_change_generate() -> None:
 
 @torch.no_grad()
 def test_rnn_cache_is_a_transformers_cache() -> None:
-    """The RNN's cache is transformers' kind: a recurrent-state layer (the one its Mamba-style models use) that shows
-    the current state batch first, and a key/value layer with the attention's keys and values."""
+    """The RNN's cache is transformers' kind: two recurrent-state layers (the kind its Mamba-style models use), one that
+    shows the current state batch first, one with the attention's keys and values (tests/test_rnn_contract.py reads
+    them as transformers' generic code does)."""
     model = build("luong_general-lstm")
     batch = inputs()
     calls = []
@@ -379,9 +380,9 @@ def test_rnn_cache_is_a_transformers_cache() -> None:
     finally:
         del attention.project_keys
     cache = cache_of(out)
-    state, keys = cache.layers
-    assert isinstance(cache, Cache) and cache.is_linear == [True, False]
-    assert isinstance(state, LinearAttentionLayer) and isinstance(keys, CacheLayerMixin)
+    state, memory = cache.layers
+    assert isinstance(cache, Cache) and cache.is_linear == [True, True]
+    assert isinstance(state, LinearAttentionLayer) and isinstance(memory, LinearAttentionLayer)
     assert cache.get_seq_length() == 5 and cache.is_croppable and not cache.is_compileable
     config = model.config
     assert cache.hidden.shape == cache.cell.shape == (config.decoder_layers, 3 * 2, config.hidden_size)
@@ -392,11 +393,12 @@ def test_rnn_cache_is_a_transformers_cache() -> None:
         assert torch.equal(state.recurrent_states[index], tensor) and tensor.size(0) == 3 * 2
     assert calls == [(3 * 2, 7, config.encoder_output_size)]  # the keys were projected once, at the first step
     encoded = model.get_encoder()(*(batch[key].repeat_interleave(2, 0) for key in ("input_ids", "attention_mask")))
-    torch.testing.assert_close(keys.keys, attention.project_keys(encoded.last_hidden_state), atol=1e-6, rtol=0)
-    torch.testing.assert_close(keys.values, encoded.last_hidden_state, atol=1e-6, rtol=0)
-    assert cache.keys is keys.keys and keys.get_seq_length() == 7  # the source positions, as a cross-attention's
+    keys, values = memory.recurrent_states[0], memory.recurrent_states[1]
+    torch.testing.assert_close(keys, attention.project_keys(encoded.last_hidden_state), atol=1e-6, rtol=0)
+    torch.testing.assert_close(values, encoded.last_hidden_state, atol=1e-6, rtol=0)
+    assert cache.keys is keys and memory.get_seq_length() == 7  # the source positions
     # beam search kept only the current state: earlier states belong to other hypotheses
-    with pytest.raises(ValueError, match="beam search's reordering drops them"):
+    with pytest.raises(ValueError, match="beam search's reordering and `crop\\(0\\)` drop them"):
         cache.crop(-1)
     with pytest.raises(ValueError, match="minus the number of tokens"):
         cache.crop(3)

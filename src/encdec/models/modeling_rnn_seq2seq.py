@@ -21,6 +21,7 @@ modules and single-dot siblings, so a saved folder loads with ``trust_remote_cod
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -41,10 +42,12 @@ from .rnn_cache import DecoderState, RNNSeq2SeqCache
 from .rnn_steps import (
     BRIDGES,
     RNN_CLASSES,
+    Checkpointing,
     DecoderRecord,
     EncoderMemory,
     build_decoder_step,
-    rnn_layer,
+    checkpointed_step,
+    layer_tensors,
     split_state,
 )
 from .seq2seq_utils import (
@@ -102,11 +105,12 @@ def source_lengths(attention_mask: torch.Tensor | None, batch_size: int, length:
     return lengths.cpu()
 
 
-class RNNSeq2SeqEncoder(nn.Module):
+class RNNSeq2SeqEncoder(Checkpointing, nn.Module):
     """Embedding, then a stacked (optionally bidirectional) LSTM/GRU over the packed source: h_i, h_T, c_T.
 
     Packing (``enforce_sorted=False``) keeps padding out: the outputs at padded positions are zero and the final
-    states are taken at each sequence's true length.
+    states are taken at each sequence's true length. Under gradient checkpointing each layer is a checkpointed
+    segment (``Checkpointing``).
     """
 
     main_input_name = "input_ids"
@@ -149,7 +153,7 @@ class RNNSeq2SeqEncoder(nn.Module):
             inputs_embeds = self.embed_tokens(input_ids)  # (B, S, E)
         embeds = nn.functional.dropout(inputs_embeds, p=self.dropout, training=self.training)
         lengths = source_lengths(attention_mask, *embeds.shape[:2])
-        if flags.hidden_states:
+        if flags.hidden_states or self.layerwise:
             outputs, hidden, cell, layer_outputs = self.run_layers(embeds, lengths)
         else:
             packed = pack_padded_sequence(embeds, lengths, batch_first=True, enforce_sorted=False)
@@ -166,26 +170,38 @@ class RNNSeq2SeqEncoder(nn.Module):
 
     def run_layers(self, embeds: torch.Tensor, lengths: torch.Tensor
                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, list[torch.Tensor]]:
-        """The stacked RNN one layer at a time (bitwise the fused call in eval mode), keeping each layer's output.
+        """The stacked RNN one layer at a time (bitwise the fused call in eval mode), keeping each layer's output;
+        under gradient checkpointing each layer is a checkpointed segment.
 
         Each layer reads the previous layer's padded output, packed again, so that output is the tensor the next
         layer reads. :param embeds: (B, S, E) :return: h_i (B, S, De), the final states (Le x directions, B, He),
         and every layer's output (B, S, De)"""
         layer_input, layer_outputs, finals = embeds, [], []
+        checkpoint = self.checkpoint_function()
         for layer in range(self.rnn.num_layers):
-            packed = pack_padded_sequence(layer_input, lengths, batch_first=True, enforce_sorted=False)
-            packed_outputs, state = rnn_layer(self.rnn, layer, packed)
-            outputs, _ = pad_packed_sequence(packed_outputs, batch_first=True, total_length=embeds.size(1))
+            run = functools.partial(self.encode_layer, layer, lengths)
+            outputs, *final = run(layer_input) if checkpoint is None else checkpoint(run, layer_input)
             layer_outputs.append(outputs)  # (B, S, De)
-            finals.append(split_state(state))  # (directions, B, He) each
+            finals.append(final)  # h (and c): (directions, B, He) each
             layer_input = nn.functional.dropout(outputs, p=self.rnn.dropout, training=self.training)
-        hidden = torch.cat([h for h, _ in finals])  # (Le x directions, B, He), layer-major as torch orders it
-        cell = torch.cat([c for _, c in finals]) if finals[0][1] is not None else None
+        hidden = torch.cat([final[0] for final in finals])  # (Le x directions, B, He), layer-major as torch orders it
+        cell = torch.cat([final[1] for final in finals]) if len(finals[0]) > 1 else None
         return layer_outputs[-1], hidden, cell, layer_outputs
 
+    def encode_layer(self, layer: int, lengths: torch.Tensor, layer_input: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Layer ``layer`` over the packed source. :param layer_input: (B, S, In) :return: its output (B, S, De),
+        zero at padding, and its final h (and c for an LSTM), (directions, B, He)"""
+        packed = pack_padded_sequence(layer_input, lengths, batch_first=True, enforce_sorted=False)
+        packed_outputs, *final = layer_tensors(self.rnn, layer, packed)
+        outputs, _ = pad_packed_sequence(packed_outputs, batch_first=True, total_length=layer_input.size(1))
+        return outputs, *final
 
-class RNNSeq2SeqDecoder(nn.Module):
-    """Embedding, the bridge from the encoder's final states, and the decoder step, unrolled over the target."""
+
+class RNNSeq2SeqDecoder(Checkpointing, nn.Module):
+    """Embedding, the bridge from the encoder's final states, and the decoder step, unrolled over the target. Under
+    gradient checkpointing a fused step checkpoints its RNN layer by layer, and a token-by-token step is checkpointed
+    whole, token by token, except in a call that returns hidden states or alignments (which the step records as it
+    runs, and a second run would record twice)."""
 
     def __init__(self, config: RNNSeq2SeqConfig) -> None:
         super().__init__()
@@ -222,9 +238,12 @@ class RNNSeq2SeqDecoder(nn.Module):
         if self.step.fused:
             readout, state, _ = self.step(inputs, state, memory, record)
             return readout, state
-        readouts = []
+        readouts, checkpoint = [], self.checkpoint_function() if record is None else None
         for t in range(inputs.size(1)):
-            readout, state, _ = self.step(inputs[:, t : t + 1], state, memory, record)  # (B, 1, O)
+            if checkpoint is None:
+                readout, state, _ = self.step(inputs[:, t : t + 1], state, memory, record)  # (B, 1, O)
+            else:
+                readout, state = checkpointed_step(checkpoint, self.step, inputs[:, t : t + 1], state, memory)
             readouts.append(readout)
         return (readouts[0] if len(readouts) == 1 else torch.cat(readouts, dim=1)), state  # (B, T, O)
 
@@ -317,7 +336,7 @@ class RNNSeq2SeqPreTrainedModel(LegacyKeysMixin, PreTrainedModel):
     config_class = RNNSeq2SeqConfig
     base_model_prefix = "model"
     main_input_name = "input_ids"
-    supports_gradient_checkpointing = False
+    supports_gradient_checkpointing = True  # see `Checkpointing` (rnn_steps.py)
     # The recurrent stacks are the units to keep whole (device maps) and to shard (FSDP): they hold most weights and
     # no tied one. The rest of each decoder step (attention, W_c) stays with the embeddings, bridge and output layer
     # in the root unit, so that the decoder can project the attention keys before the first step.
@@ -446,6 +465,20 @@ class RNNSeq2SeqForConditionalGeneration(Seq2SeqLMMixin, RNNSeq2SeqPreTrainedMod
                 model_kwargs[CACHE_NAME].activate_past_recording()
             return
         super()._prepare_cache_for_generation(generation_config, model_kwargs, *args, **kwargs)
+
+    def prepare_inputs_for_generation(self, input_ids: torch.LongTensor, next_sequence_length: int | None = None,
+                                      **kwargs) -> dict:
+        """Continued generation from a cache: the decoder reads only the tokens the cache has not consumed.
+        transformers' ``generate`` works that out itself (``_prefill``) only for caches with key/value layers; this
+        cache's layers are recurrent-state layers, which it leaves to the model (as for Mamba), so the rule is applied
+        here: without a ``decoder_attention_mask``, or with one as long as the ids, the ids hold the whole prefix and
+        the consumed ones are dropped; with a longer mask they are only the new tokens (transformers' convention)."""
+        cache, mask = kwargs.get(CACHE_NAME), kwargs.get("decoder_attention_mask")
+        if next_sequence_length is None and cache is not None and (mask is None or mask.shape[1] == input_ids.shape[1]):
+            consumed = cache.get_seq_length()
+            if 0 < consumed < input_ids.shape[1]:
+                next_sequence_length = input_ids.shape[1] - consumed
+        return super().prepare_inputs_for_generation(input_ids, next_sequence_length=next_sequence_length, **kwargs)
 
     def generate(self, *args, **kwargs):
         """transformers' ``generate``, unchanged, except that with ``return_dict_in_generate`` and

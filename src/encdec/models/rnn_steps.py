@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import weakref
+from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
@@ -74,6 +75,62 @@ def rnn_layer(rnn: nn.RNNBase, layer: int, inputs: torch.Tensor | nn.utils.rnn.P
                      bidirectional=rnn.bidirectional, device="meta")  # built per call: no shared mutable module
     weights = {name: getattr(rnn, name.replace("_l0", f"_l{layer}")) for name, _ in twin.named_parameters()}
     return functional_call(twin, weights, (inputs,) if state is None else (inputs, state))
+
+
+def layer_tensors(rnn: nn.RNNBase, layer: int, inputs: torch.Tensor | nn.utils.rnn.PackedSequence,
+                  *state: torch.Tensor) -> tuple:
+    """``rnn_layer`` with the state as separate tensors, in and out, as a checkpointed function takes and returns
+    them: ``state`` is (h,) for a GRU, (h, c) for an LSTM, or nothing (zeros); returns (outputs, h) or (outputs, h, c).
+    """
+    initial = None if not state else state[0] if len(state) == 1 else tuple(state)
+    outputs, final = rnn_layer(rnn, layer, inputs, initial)
+    return (outputs, *final) if isinstance(final, tuple) else (outputs, final)
+
+
+class Checkpointing:
+    """Gradient checkpointing (Chen et al. 2016, "Training Deep Nets with Sublinear Memory Cost", arXiv:1604.06174):
+    a checkpointed segment keeps only its inputs for the backward pass and runs again there to rebuild the
+    activations inside it, one more forward per segment for memory that no longer grows with what the segment
+    computes. transformers' ``gradient_checkpointing_enable()`` (``activation_checkpointing_enable()`` from 5.23)
+    switches it on in every module that has a ``gradient_checkpointing`` attribute and hands each its checkpoint
+    function (``torch.utils.checkpoint.checkpoint`` with the caller's ``gradient_checkpointing_kwargs``).
+
+    While it is on in training, every RNN runs layer by layer (``run_rnn_layers``, the encoder's ``run_layers``),
+    each layer a segment, with dropout between layers drawn from torch's generator, which the checkpoint restores
+    for the second run (a fused stacked call on cuDNN draws that dropout from a state of its own, which the
+    checkpoint does not restore); the token-by-token decoder makes each step a segment instead. The dropout masks
+    are those of ``output_hidden_states=True``, which runs the RNNs layer by layer too.
+    """
+
+    gradient_checkpointing = False
+    training: bool
+
+    @property
+    def layerwise(self) -> bool:
+        """Whether the RNNs run layer by layer: with checkpointing on, in training (with or without gradients, so
+        that the second run of a segment computes what the first did)."""
+        return self.gradient_checkpointing and self.training
+
+    def checkpoint_function(self) -> Callable | None:
+        """The checkpoint function while training with gradients; None otherwise (generation, evaluation)."""
+        return self._gradient_checkpointing_func if self.layerwise and torch.is_grad_enabled() else None
+
+
+def checkpointed_step(checkpoint: Callable, step: nn.Module, inputs: torch.Tensor, state: DecoderState,
+                      memory: EncoderMemory) -> tuple[torch.Tensor, DecoderState]:
+    """One token-by-token decoder step as a checkpointed segment: it keeps its inputs (B, 1, E), the state and the
+    source memory (shared by all steps, not copied), and runs again in the backward pass. Tensors go in and come out
+    as positional arguments, through which both of torch's checkpoint variants pass gradients.
+
+    :return: the readout (B, 1, O) and the state after the step
+    """
+    def run(inputs: torch.Tensor, hidden: torch.Tensor, cell: torch.Tensor | None, feed: torch.Tensor | None,
+            values: torch.Tensor, keys: torch.Tensor | None, final_hidden: torch.Tensor) -> tuple:
+        out = step(inputs, DecoderState(hidden, cell, feed), EncoderMemory(values, keys, memory.mask, final_hidden))
+        return out.readout, *out.state
+
+    readout, *after = checkpoint(run, inputs, *state, memory.values, memory.keys, memory.final_hidden)
+    return readout, DecoderState(*after)
 
 
 class StepStack:
@@ -142,21 +199,24 @@ class DecoderRecord:
 
 
 def run_rnn_layers(rnn: nn.RNNBase, inputs: torch.Tensor, hidden: torch.Tensor, cell: torch.Tensor | None,
-                   record: list[StepStack]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """The stacked (unidirectional) RNN of ``run_rnn``, layer by layer, recording every layer's states s_t.
+                   record: list[StepStack] | None = None, checkpoint: Callable | None = None
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """The stacked (unidirectional) RNN of ``run_rnn``, layer by layer: to record every layer's states s_t, or with
+    each layer a checkpointed segment (``Checkpointing``).
 
     Between layers, dropout as the fused call applies it in training (Zaremba et al. 2014).
-    :param inputs: (B, T, In); :param hidden, cell: (L, B, H); :param record: one ``StepStack`` per layer
+    :param inputs: (B, T, In); :param hidden, cell: (L, B, H); :param record: one ``StepStack`` per layer, or None
+    :param checkpoint: the checkpoint function each layer runs through, or None
     :return: as ``run_rnn``
     """
     layer_input, hiddens, cells = inputs, [], []
-    for layer, stack in enumerate(record):
-        state = hidden[layer : layer + 1] if cell is None else (hidden[layer : layer + 1], cell[layer : layer + 1])
-        outputs, final = rnn_layer(rnn, layer, layer_input, state)  # (B, T, H), (1, B, H)
-        outputs = stack(outputs)
-        final_hidden, final_cell = split_state(final)
-        hiddens.append(final_hidden)
-        cells.append(final_cell)
+    for layer in range(rnn.num_layers):
+        state = (hidden[layer : layer + 1],) if cell is None else (hidden[layer : layer + 1], cell[layer : layer + 1])
+        run = functools.partial(layer_tensors, rnn, layer)
+        outputs, *final = run(layer_input, *state) if checkpoint is None else checkpoint(run, layer_input, *state)
+        outputs = record[layer](outputs) if record is not None else outputs  # (B, T, H)
+        hiddens.append(final[0])  # (1, B, H)
+        cells.append(final[1] if cell is not None else None)
         layer_input = nn.functional.dropout(outputs, p=rnn.dropout, training=rnn.training)
     return outputs, torch.cat(hiddens), (torch.cat(cells) if cell is not None else None)  # (L, B, H)
 
@@ -295,7 +355,7 @@ class LinearTanhBridge(nn.Module):
 BRIDGES: dict[str, type[nn.Module]] = {"zero": ZeroBridge, "last": LastStateBridge, "linear_tanh": LinearTanhBridge}
 
 
-class DecoderStep(nn.Module):
+class DecoderStep(Checkpointing, nn.Module):
     """The decoder without attention (Sutskever et al. 2014; Cho et al. 2014): s_t = RNN(E y_{t-1}, s_{t-1}), and
     the softmax reads s_t.
 
@@ -325,11 +385,14 @@ class DecoderStep(nn.Module):
     def recur(self, inputs: torch.Tensor, state: DecoderState, record: DecoderRecord | None
               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """s_t = RNN(x_t, s_{t-1}) in every layer: one fused call of the stacked RNN, or layer by layer where the
-        record asks for every layer's states. :param inputs: (B, T, In) :return: s_t of the top layer (B, T, H) and
-        the new hidden and cell states (Ld, B, H)"""
-        if record is None or record.layers is None:
+        record asks for every layer's states or under gradient checkpointing, where a fused step checkpoints each
+        layer (a token-by-token step is checkpointed whole by the decoder). :param inputs: (B, T, In) :return: s_t of
+        the top layer (B, T, H) and the new hidden and cell states (Ld, B, H)"""
+        layers = record.layers if record is not None else None
+        if layers is None and not self.layerwise:
             return run_rnn(self.rnn, inputs, state.hidden, state.cell)
-        return run_rnn_layers(self.rnn, inputs, state.hidden, state.cell, record.layers)
+        checkpoint = self.checkpoint_function() if self.fused else None
+        return run_rnn_layers(self.rnn, inputs, state.hidden, state.cell, layers, checkpoint)
 
     def forward(self, inputs: torch.Tensor, state: DecoderState, memory: EncoderMemory,
                 record: DecoderRecord | None = None) -> StepOutput:
