@@ -4,6 +4,7 @@ calls the command and turns a user error into one line and exit status 2."""
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
 import sys
 from collections.abc import Callable
@@ -103,6 +104,17 @@ def describe_processes(command: str, environ: dict[str, str] | None = None) -> s
     return None
 
 
+def leave_process_group() -> None:
+    """A process of a launch leaves its process group at exit (registered once a command succeeded): gloo threads
+    still running when the interpreter finalises abort the process ("terminate called without an active exception",
+    pytorch/pytorch#190489). Not after a failure, when the other processes may never join the teardown
+    (pytorch/torchtitan#1342). At exit, not after the command: a process that runs several commands (a test worker)
+    keeps its group meanwhile; a second registration finds the group already left."""
+    distributed = sys.modules.get("torch.distributed")
+    if distributed is not None and distributed.is_available() and distributed.is_initialized():
+        distributed.destroy_process_group()
+
+
 def run(func: Callable[[argparse.Namespace], None], args: argparse.Namespace) -> int:
     from encdec.errors import EncdecError, OptionError
 
@@ -112,6 +124,7 @@ def run(func: Callable[[argparse.Namespace], None], args: argparse.Namespace) ->
     try:
         configure_threads(args)
         func(args)
+        atexit.register(leave_process_group)
     except (EncdecError, FileNotFoundError, ValueError, OSError) as error:
         if os.environ.get("ENCDEC_DEBUG"):
             raise
