@@ -199,9 +199,7 @@ def test_merge_and_unload_gives_a_plain_model_with_the_adapted_logits(lora_run: 
     torch.testing.assert_close(reloaded, logits, rtol=0, atol=1e-5)  # equal weights; the kernels may round apart
 
 
-@pytest.mark.parametrize("name", ["transformer", pytest.param("rnn", marks=pytest.mark.xfail(
-    strict=True, raises=ValueError,
-    reason="the RNN model sets supports_gradient_checkpointing = False, so gradient_checkpointing_enable raises"))])
+@pytest.mark.parametrize("name", ["transformer", "rnn"])
 def test_lora_gradients_are_the_same_with_gradient_checkpointing(name: str, base_folders: dict[str, Path]) -> None:
     grads = []
     for checkpointing in (False, True):
