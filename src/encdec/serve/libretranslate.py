@@ -9,10 +9,12 @@ limits.
 - ``POST /translate``: ``q`` (a string or a list), ``source``, ``target``, ``format`` (``text``, or ``html``: the
   tags are kept and the text between them translated), ``alternatives`` (up to that many other translations, from
   beam search; the translation itself is the same with or without them), ``api_key``; JSON or form-encoded.
-  ``source: "auto"`` takes the one served pair into ``target``, if there is exactly one (there is no language
-  detection), and says so in ``detectedLanguage``.
+  ``source: "auto"`` detects the language of ``q`` among the served source languages with a model into ``target``
+  (``encdec.serve.detection``) and says which in ``detectedLanguage``.
+- ``POST /detect``: ``q`` (a string or a list), ``api_key``: the served source languages it is most likely in.
 - ``GET /languages``, ``GET /frontend/settings``, ``GET /health``.
-- Every error is ``{"error": "..."}`` with LibreTranslate's status: 400 for a bad request, 403 for a wrong API key.
+- Every error is ``{"error": "..."}`` with LibreTranslate's status: 400 for a bad request, 403 for a wrong API key,
+  404 for a path that is no endpoint (``encdec.serve.libretranslate_routes``: repeated slashes count as one).
 - CORS headers as LibreTranslate sends them, on every answer under the prefix, so that browser clients work.
 """
 
@@ -26,9 +28,12 @@ from html.parser import HTMLParser
 from typing import Any
 
 from fastapi import APIRouter, FastAPI, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse
 
 from ..inference.decoding import DecodeOptions
+from .detection import DetectionError, detect_source, served_sources
+from .detection import detect as detect_languages
+from .libretranslate_routes import add_preflights, route_as_libretranslate
 from .registry import LANGUAGE_NAMES, ServedModel, ServedModels
 from .service import RequestError, TranslationService
 
@@ -55,15 +60,8 @@ def name_of(code: str) -> str:
 
 
 def choose(models: ServedModels, source: str, target: str) -> ServedModel:
-    """The served model for ``source`` -> ``target``, refused in LibreTranslate's words; ``auto`` is the only
-    served pair into ``target``."""
+    """The served model for ``source`` -> ``target``, refused in LibreTranslate's words."""
     pairs = [model for model in models.models.values() if model.source]
-    if source == "auto":
-        into = [model for model in pairs if model.target == target]
-        if len(into) != 1:
-            raise Refusal(f"source 'auto' needs exactly one served model into {target}, and there are {len(into)}: "
-                          "this server detects no languages; give the source language.")
-        return into[0]
     if source not in {model.source for model in pairs}:
         raise Refusal(f"{source} is not supported")
     if target not in {model.target for model in pairs}:
@@ -127,6 +125,13 @@ def html_parts(text: str) -> list[tuple[bool, str]]:
             (False, html.escape(piece, quote=False) if kind == "text" else piece) for kind, piece in parser.parts]
 
 
+def plain_texts(texts: list[str], text_format: str) -> list[str]:
+    """The texts without their markup: in HTML, the pieces of text between tags."""
+    if text_format == "text":
+        return texts
+    return [piece for text in texts for translate, piece in html_parts(text) if translate]
+
+
 def text_parts(text: str) -> list[tuple[bool, str]]:
     """(to translate, piece) of a plain text: each non-blank line on its own (a sentence-level model would drop
     the lines after the first), the line breaks and blank lines kept."""
@@ -167,19 +172,27 @@ def alternatives_of(body: dict[str, Any], limit: int) -> int:
     return count
 
 
-def check_request(body: dict[str, Any], max_texts: int) -> tuple[list[str], bool, str]:
-    """The texts of ``q``, whether it was a list, and the format; refused in LibreTranslate's words."""
-    for name in ("q", "source", "target"):
+def texts_of(body: dict[str, Any], max_texts: int, fields: tuple[str, ...] = ()) -> tuple[list[str], bool]:
+    """The texts of ``q`` and whether it was a list, with ``fields`` (strings) given too; refused in LibreTranslate's
+    words."""
+    for name in ("q", *fields):
         if not body.get(name):
             raise Refusal(f"Invalid request: missing {name} parameter")
     q = body["q"]
     batch = isinstance(q, list)
     texts = q if batch else [q]
-    if not all(isinstance(text, str) for text in texts) or not isinstance(body["source"], str) \
-            or not isinstance(body["target"], str):
-        raise Refusal("Invalid request: q must be a string or a list of strings; source and target strings")
+    if not all(isinstance(text, str) for text in texts):
+        raise Refusal("Invalid request: q must be a string or a list of strings")
+    if not all(isinstance(body[name], str) for name in fields):
+        raise Refusal(f"Invalid request: {' and '.join(fields)} must be strings")
     if batch and len(texts) > max_texts:
         raise Refusal(f"Invalid request: request ({len(texts)}) exceeds text limit ({max_texts})")
+    return texts, batch
+
+
+def check_request(body: dict[str, Any], max_texts: int) -> tuple[list[str], bool, str]:
+    """The texts of ``q``, whether it was a list, and the format; refused in LibreTranslate's words."""
+    texts, batch = texts_of(body, max_texts, ("source", "target"))
     text_format = body.get("format") or "text"
     if text_format not in FORMATS:
         raise Refusal(f"{text_format} format is not supported")
@@ -269,27 +282,38 @@ class LibreTranslateAPI:
             errors[403] = ERROR_SCHEMA | {"description": "A wrong API key (`api_key` in the body, or a header)"}
         router.add_api_route("/translate", self.translate, methods=["POST"], responses=errors,
                              summary="LibreTranslate: translate q from source to target (JSON or form body)")
+        router.add_api_route("/detect", self.detect, methods=["POST"], responses=errors,
+                             summary="LibreTranslate: the served source languages q is most likely in")
         router.add_api_route("/languages", self.languages, summary="LibreTranslate: the served languages")
         router.add_api_route("/frontend/settings", self.settings, summary="LibreTranslate: front-end settings")
         router.add_api_route("/health", self.health, summary="LibreTranslate: liveness")
-        router.add_api_route("/{path:path}", self.preflight, methods=["OPTIONS"], include_in_schema=False)
+        add_preflights(router, ["/translate", "/detect", "/languages", "/frontend/settings", "/health"])
         app.include_router(router)
-        app.add_exception_handler(Refusal, self.refused)  # the CORS headers: encdec.serve.server.Guard, on every answer
+        route_as_libretranslate(app, PREFIX)  # repeated slashes as one; 404 and 405 as {"error": ...}
+        for refusal in (Refusal, DetectionError):  # the CORS headers: encdec.serve.server.Guard, on every answer
+            app.add_exception_handler(refusal, self.refused)
 
     async def translate(self, request: Request) -> JSONResponse:
         body = await read_body(request)
         self.check_key(body, request)
         texts, batch, text_format = check_request(body, self.limits.max_texts)
         alternatives = alternatives_of(body, self.limits.max_beams - 1) if text_format == "text" else 0
-        model = choose(self.models, body["source"], body["target"])
+        detected = await asyncio.to_thread(detect_source, self.models, plain_texts(texts, text_format),
+                                           body["target"]) if body["source"] == "auto" else None
+        model = choose(self.models, detected["language"] if detected else body["source"], body["target"])
         results = await translate_parts(model, self.batchers[model.name], texts, text_format, alternatives)
         answer: dict[str, Any] = {"translatedText": [r[0] for r in results] if batch else results[0][0]}
         if alternatives:
             answer["alternatives"] = [r[1:] for r in results] if batch else results[0][1:]
-        if body["source"] == "auto":
-            detected = {"confidence": 100.0, "language": model.source}
+        if detected:  # one language for all the texts, as LibreTranslate detects them
             answer["detectedLanguage"] = [detected] * len(texts) if batch else detected
         return JSONResponse(answer)
+
+    async def detect(self, request: Request) -> JSONResponse:
+        body = await read_body(request)
+        self.check_key(body, request)
+        texts, _ = texts_of(body, self.limits.max_texts)
+        return JSONResponse(await asyncio.to_thread(detect_languages, texts, served_sources(self.models)))
 
     def check_key(self, body: dict[str, Any], request: Request) -> None:
         if not self.api_key:
@@ -313,9 +337,6 @@ class LibreTranslateAPI:
 
     async def health(self) -> JSONResponse:
         return JSONResponse({"status": "ok"})
-
-    async def preflight(self, path: str) -> Response:  # a browser's CORS preflight, sent without a key
-        return Response(status_code=200)
 
     async def refused(self, request: Request, error: Exception) -> JSONResponse:
         return JSONResponse({"error": str(error)}, getattr(error, "status", 400))

@@ -124,11 +124,13 @@ class ServedModels:
         return ", ".join(self.models)
 
     def languages(self) -> list[dict[str, Any]]:
-        """LibreTranslate's ``GET /languages``: each source language with its name and target codes."""
+        """LibreTranslate's ``GET /languages``: every served language, source or target, with its name and the codes
+        it is translated into; none for a language served only as a target."""
         targets: dict[str, list[str]] = {}
         for served in self.models.values():
             if served.source:
                 targets.setdefault(served.source, []).append(served.target)
+                targets.setdefault(served.target, [])
         return [{"code": code, "name": LANGUAGE_NAMES.get(code, code), "targets": sorted(codes)}
                 for code, codes in sorted(targets.items())]
 

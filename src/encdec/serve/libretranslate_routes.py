@@ -1,0 +1,69 @@
+"""How requests under ``/libretranslate`` find their route, as on LibreTranslate's own server
+(``encdec.serve.libretranslate`` holds the routes themselves).
+
+- Repeated slashes count as one: ``/libretranslate//translate`` is ``/libretranslate/translate``. SearXNG and
+  LibreTranslate's JavaScript client append ``/translate`` to the base URL they are given, so a base URL that ends
+  with a slash asks for ``//translate``. LibreTranslate's server (werkzeug's ``merge_slashes``) answers with a
+  redirect to the merged path; here the request is routed at once, so a client that does not follow a redirect of a
+  POST is served too.
+- A path that is no endpoint is a 404 and a known path asked with another method a 405, both in LibreTranslate's
+  error shape ``{"error": ...}``; the native API keeps its ``ErrorResponse``.
+- A browser's CORS preflight (``OPTIONS``, sent without a key) of an endpoint is a 200; the CORS headers come from
+  ``encdec.serve.server.Guard``, on every answer under the prefix.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+SLASHES, RAW_SLASHES = re.compile("/{2,}"), re.compile(b"/{2,}")
+REASONS = {404: "Not Found", 405: "Method Not Allowed"}
+
+
+class MergedSlashes:
+    """ASGI middleware: repeated slashes in a path under ``prefix`` merged into one, before routing."""
+
+    def __init__(self, app: Any, prefix: str) -> None:
+        self.app, self.prefix = app, prefix
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        path = scope.get("path", "")
+        if scope["type"] == "http" and path.startswith(self.prefix + "/") and "//" in path:
+            scope = {**scope, "path": SLASHES.sub("/", path)}
+            if scope.get("raw_path"):
+                scope["raw_path"] = RAW_SLASHES.sub(b"/", scope["raw_path"])
+        await self.app(scope, receive, send)
+
+
+def add_preflights(router: APIRouter, paths: list[str]) -> None:
+    """``OPTIONS`` of each of ``paths``: a 200, which the CORS headers make a browser's preflight answer."""
+    for path in paths:
+        router.add_api_route(path, preflight, methods=["OPTIONS"], include_in_schema=False)
+
+
+async def preflight() -> Response:
+    return Response(status_code=200)
+
+
+def route_as_libretranslate(app: FastAPI, prefix: str) -> None:
+    """Repeated slashes merged under ``prefix``, and its 404 and 405 in LibreTranslate's shape (the others' answers
+    are the app's own handler's)."""
+    app.add_middleware(MergedSlashes, prefix=prefix)
+
+    async def not_routed(request: Request, error: Exception) -> Response:
+        if not request.url.path.startswith(prefix + "/") and request.url.path != prefix:
+            return await request.app.exception_handlers[StarletteHTTPException](request, error)
+        status = getattr(error, "status_code", 404)
+        return JSONResponse({"error": f"{REASONS[status]}: {request.method} {request.url.path}"}, status,
+                            headers=getattr(error, "headers", None))
+
+    for status in REASONS:
+        app.add_exception_handler(status, not_routed)
+
+
+__all__ = ["MergedSlashes", "add_preflights", "route_as_libretranslate"]
