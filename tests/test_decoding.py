@@ -113,7 +113,7 @@ class FrontEnds:
     def native(self, **body) -> DecodeOptions:
         """The JSON body of the native `POST /translate`, checked by its schema and turned into jobs."""
         request = request_schema(self.service.limits)(text="3 March 2021", **body).model_dump()
-        for name in ("source", "target", "model"):
+        for name in ("source", "target", "model", "split_sentences"):  # the server takes them first
             request.pop(name)
         return self.service.jobs(**request)[0].options
 

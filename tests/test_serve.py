@@ -363,7 +363,8 @@ def test_health_info_page_and_schema(folders, tmp_path) -> None:
     request_schema = schema["components"]["schemas"]["TranslateRequest"]
     assert set(request_schema["properties"]) == {"text", "num_beams", "max_new_tokens", "length_penalty", "n_best",
                                                  "return_scores", "return_alignments", "alignment_layer",
-                                                 "alignment_head", "source", "target", "model"}
+                                                 "alignment_head", "split_sentences", "source", "target",
+                                                 "model"}
     assert [(m["name"], m["source"], m["family"]) for m in info["models"]] == [("rnn", None, "rnn_seq2seq")]
     assert all(p.get("description") for p in request_schema["properties"].values())
     assert request_schema["additionalProperties"] is False
@@ -410,7 +411,7 @@ def test_openapi_documents_the_errors_the_server_sends(folders) -> None:
 
 SEND_JSON = 'send a JSON object such as {"text": "..."} with Content-Type: application/json.'
 OPTIONS = ("text, num_beams, max_new_tokens, length_penalty, n_best, return_scores, return_alignments, "
-           "alignment_layer, alignment_head, source, target, model")
+           "alignment_layer, alignment_head, split_sentences, source, target, model")
 BEAMS_1_TO_6 = "send a whole number from 1 to 6, or null for the model's default."
 PENALTY_HINT = "send a finite number from -10 to 10, or null for the model's default."
 SURROGATE = "is not text; send valid Unicode (a surrogate pair is fine, half of one is not)."

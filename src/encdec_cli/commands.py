@@ -164,11 +164,12 @@ def cmd_translate(args: argparse.Namespace) -> None:
     from encdec.processes import is_main_process
 
     args.num_beams = beams_for_n_best(args)
+    split = None if args.split_sentences is None else split_language(args)
 
     form = TranslationOutput(n_best=args.n_best, scores=args.scores, alignments=args.alignments,
                              alignment_layer=layer_argument(args.alignment_layer, "--alignment-layer"),
                              alignment_head=args.alignment_head,
-                             keep_duplicates=args.keep_duplicates)
+                             keep_duplicates=args.keep_duplicates, split_sentences=split)
     stdin = getattr(sys.stdin, "buffer", None) or (line.encode("utf-8") for line in sys.stdin)  # tests swap stdin
     lines = translate_file(args.model, args.input, args.output, form=form, chunk_size=args.chunk_size,
                            resume=args.resume, overwrite=args.overwrite, quiet=args.quiet, engine=args.engine,
@@ -178,6 +179,18 @@ def cmd_translate(args: argparse.Namespace) -> None:
     if not lines and is_main_process():
         print(f"encdec translate: {args.input or 'standard input'} is empty: nothing to translate, so the output is "
               "empty too.", file=sys.stderr)
+
+
+def split_language(args: argparse.Namespace) -> str:
+    """``--split-sentences [LANG]``: the language whose rules cut the sentences (the model card's source language
+    when none is given; "" when the card names none: sentencex's English rules, ``inference.sentences``)."""
+    from encdec.inference.sentences import card_source_language
+
+    for flag in ("n_best", "scores", "alignments"):
+        if getattr(args, flag):
+            raise usage_error(f"--split-sentences gives one translation per line, put together from its sentences'; "
+                              f"leave out --{flag.replace('_', '-')} or --split-sentences.")
+    return args.split_sentences or card_source_language(args.model[0]) or ""
 
 
 def layer_argument(value: str | None, flag: str) -> int | str | None:
@@ -245,6 +258,7 @@ def cmd_export(args: argparse.Namespace) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> None:
+    from encdec.serve.files import FileSettings
     from encdec.serve.server import serve
     from encdec.serve.service import ServeLimits
 
@@ -252,7 +266,8 @@ def cmd_serve(args: argparse.Namespace) -> None:
                          max_source_tokens=args.max_source_tokens, max_new_tokens=args.max_new_tokens,
                          max_beams=args.max_beams, max_body_bytes=args.max_body_bytes)
     serve(args.model, engine=args.engine, quantize=args.quantize, dtype=args.dtype, host=args.host, port=args.port,
-          api_key=args.api_key, limits=limits, log_level=args.log_level)
+          api_key=args.api_key, limits=limits, log_level=args.log_level,
+          files=FileSettings(max_file_bytes=args.max_file_bytes, file_expiry_minutes=args.file_expiry_minutes))
 
 
 def cmd_demo(args: argparse.Namespace) -> None:

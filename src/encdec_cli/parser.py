@@ -95,6 +95,10 @@ def add_serve_command(commands: argparse._SubParsersAction) -> None:
                    help="the largest max_new_tokens a request may ask (default: the model's positions - 1)")
     p.add_argument("--max-beams", type=int, default=8, help="the largest num_beams a request may ask")
     p.add_argument("--max-body-bytes", type=int, default=1_000_000, help="largest request body")
+    p.add_argument("--max-file-bytes", type=int, default=10_000_000,
+                   help="largest file that LibreTranslate's /translate_file takes (default 10 MB)")
+    p.add_argument("--file-expiry-minutes", type=float, default=30.0,
+                   help="how long a translated file can be downloaded before it is deleted (default 30)")
     p.add_argument("--log-level", choices=["critical", "error", "warning", "info", "debug"], default="info")
     add_threads_option(p)
     p.set_defaults(func=cmd_serve)
@@ -204,6 +208,11 @@ def add_inference_commands(commands: argparse._SubParsersAction) -> None:
                         "penultimate")
     p.add_argument("--alignment-head", type=int, default=None,
                    help="one head of that layer for --alignments; default: the mean of its heads")
+    p.add_argument("--split-sentences", nargs="?", const="", default=None, metavar="LANG",
+                   help="translate each line sentence by sentence and put it back together (a sentence over the "
+                        "model's length is cut, with a warning); LANG: the source language's rules (default: the "
+                        "model card's source language); one translation per line: not with --n-best, --scores or "
+                        "--alignments")
     add_corpus_options(p)
     add_threads_option(p)
     p.set_defaults(func=cmd_translate)

@@ -60,6 +60,7 @@ from ..processes import process_state, rank_and_world
 from ..stop_points import stop_point
 from . import CHUNK_SIZE, load_engine
 from .decoding import DecodeOptions, Engine, Hypothesis, decode_lines, resolve_options
+from .sentences import decode_split
 
 PIPE_IDLE_SECONDS = 0.5  # a chunk read from a pipe ends when no line has come for this long
 PROGRESS_EVERY_SECONDS = 5.0  # stderr that is not a terminal: one progress line this often
@@ -490,7 +491,8 @@ class TranslationOutput:
     """What each input line becomes in ``encdec translate``'s output: its translation, or with ``n_best``, ``scores``
     or ``alignments`` the fields ``[ID |||] HYPOTHESIS [||| SCORE] [||| ALIGNMENT]`` (ID: the 0-based input line;
     up to ``n_best`` lines of them per input line, Moses's n-best format, the best log P(hypothesis | input) first;
-    ``keep_duplicates``: a text may be listed more than once, see ``translate_detailed``)."""
+    ``keep_duplicates``: a text may be listed more than once, see ``translate_detailed``); with ``split_sentences``,
+    each line's translation put together from its sentences' (``sentences.decode_split``)."""
 
     n_best: int | None = None
     scores: bool = False
@@ -498,6 +500,7 @@ class TranslationOutput:
     alignment_layer: int | str | None = None
     alignment_head: int | None = None
     keep_duplicates: bool = False
+    split_sentences: str | None = None  # a language ("": not known): each line translated sentence by sentence
 
     @property
     def detailed(self) -> bool:
@@ -514,6 +517,9 @@ class TranslationOutput:
     def chunk(self, engine: Engine, tokenizer: Any, chunk: Chunk, options: DecodeOptions, batch_size: int = 32,
               truncate: bool = False) -> str:
         """The output text of one chunk (every line ended)."""
+        if self.split_sentences is not None:  # one translation per line (inference.sentences)
+            lines = decode_split(engine, tokenizer, chunk.lines, options, self.split_sentences or None, batch_size)
+            return "".join(line + "\n" for line in lines)
         results = decode_lines(engine, tokenizer, chunk.lines, options, batch_size, truncate)
         if not self.detailed:
             return "".join(hypotheses[0].text + "\n" for hypotheses in results)

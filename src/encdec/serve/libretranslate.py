@@ -10,8 +10,11 @@ limits.
   tags are kept and the text between them translated), ``alternatives`` (up to that many other translations, from
   beam search; the translation itself is the same with or without them), ``api_key``; JSON or form-encoded.
   ``source: "auto"`` detects the language of ``q`` among the served source languages with a model into ``target``
-  (``encdec.serve.detection``) and says which in ``detectedLanguage``.
+  (``encdec.serve.detection``) and says which in ``detectedLanguage``. Every text is cut into its lines and
+  sentences (``encdec.inference.sentences``), which are decoded as jobs of their own; a sentence over the source
+  limit is cut to it, with a warning in the log, and the text is put back together around the translations.
 - ``POST /detect``: ``q`` (a string or a list), ``api_key``: the served source languages it is most likely in.
+- ``POST /translate_file`` and ``GET /download_file/<id>/<name>``: ``encdec.serve.files``.
 - ``GET /languages``, ``GET /frontend/settings``, ``GET /health``.
 - Every error is ``{"error": "..."}`` with LibreTranslate's status: 400 for a bad request, 403 for a wrong API key,
   404 for a path that is no endpoint (``encdec.serve.libretranslate_routes``: repeated slashes count as one).
@@ -31,6 +34,7 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from ..inference.decoding import DecodeOptions
+from ..inference.sentences import join, line_parts, pieces_to_translate, split_parts
 from .detection import DetectionError, detect_source, served_sources
 from .detection import detect as detect_languages
 from .libretranslate_routes import add_preflights, route_as_libretranslate
@@ -132,17 +136,6 @@ def plain_texts(texts: list[str], text_format: str) -> list[str]:
     return [piece for text in texts for translate, piece in html_parts(text) if translate]
 
 
-def text_parts(text: str) -> list[tuple[bool, str]]:
-    """(to translate, piece) of a plain text: each non-blank line on its own (a sentence-level model would drop
-    the lines after the first), the line breaks and blank lines kept."""
-    parts: list[tuple[bool, str]] = []
-    for k, line in enumerate(text.split("\n")):
-        if k:
-            parts.append((False, "\n"))
-        parts.append((bool(line.strip()), line))
-    return parts
-
-
 async def read_body(request: Request) -> dict[str, Any]:
     """A JSON object, or a form's fields (``q`` repeated: a list), as LibreTranslate reads either."""
     if request.headers.get("content-type", "").split(";")[0].strip() == "application/json":
@@ -199,7 +192,7 @@ def check_request(body: dict[str, Any], max_texts: int) -> tuple[list[str], bool
     return texts, batch, text_format
 
 
-MAX_PIECES = 1024  # lines and HTML text pieces one request may hold (a body of 1 MB could hold 500,000)
+MAX_PIECES = 1024  # sentences one request may hold (a body of 1 MB could hold 500,000)
 
 
 def decode_options(service: TranslationService, alternatives: int) -> tuple[DecodeOptions, DecodeOptions | None]:
@@ -214,24 +207,29 @@ def decode_options(service: TranslationService, alternatives: int) -> tuple[Deco
 
 
 async def translate_parts(model: ServedModel, batcher: Any, texts: list[str], text_format: str,
-                          alternatives: int) -> list[list[str]]:
-    """Each text's translation, then up to ``alternatives`` distinct others (``decode_options``): every piece to
-    translate (a line, or the text between two tags) decoded by the model's batcher, the rest of the text kept
-    around the translations. The k-th alternative of a text takes the k-th hypothesis of each piece (its
-    translation where the piece has fewer); one equal to the translation or to an earlier one is left out."""
-    cut = [html_parts(text) if text_format == "html" else text_parts(text) for text in texts]
-    todo = [(i, piece.strip()) for i, parts in enumerate(cut) for translate, piece in parts if translate]
-    if len(todo) > MAX_PIECES:
-        raise Refusal(f"Invalid request: {len(todo)} lines or pieces of text between tags exceed the limit of "
-                      f"{MAX_PIECES} per request; send them in several requests")
+                          alternatives: int, options: DecodeOptions | None = None,
+                          max_pieces: int | None = MAX_PIECES) -> list[list[str]]:
+    """Each text's translation, then up to ``alternatives`` distinct others (``decode_options``): every sentence
+    of a piece to translate (a line, or the text between two tags; ``inference.sentences`` in the model's source
+    language) decoded by the model's batcher, the rest of the text kept around the translations; a sentence over the
+    source limit is cut to it, with a warning in the log. The k-th alternative of a text takes the k-th hypothesis
+    of each sentence (its translation where it has fewer); one equal to the translation or to an earlier one is
+    left out. ``options``: the translation's, instead of the model's default decoding."""
+    cut = [split_parts(html_parts(text) if text_format == "html" else line_parts(text), model.source)
+           for text in texts]
+    todo = [(i, piece) for i, parts in enumerate(cut) for piece in pieces_to_translate([parts])]
+    if max_pieces is not None and len(todo) > max_pieces:
+        raise Refusal(f"Invalid request: {len(todo)} sentences exceed the limit of {max_pieces} per request; send "
+                      "them in several requests")
     service = model.service
     main, others = decode_options(service, alternatives)
+    main = options or main
     jobs = []
     for i, piece in todo:
         try:
-            jobs += service.jobs_for(piece, main)
+            jobs += service.jobs_for(piece, main, cut=True)
             if others is not None:
-                jobs += service.jobs_for(piece, others, n_best_list=True)
+                jobs += service.jobs_for(piece, others, n_best_list=True, cut=True)
         except RequestError as error:
             raise Refusal(f"Invalid request: q{f'[{i}]' if len(texts) > 1 else ''}"
                           f"{str(error).removeprefix('text')}") from None
@@ -251,19 +249,10 @@ async def translate_parts(model: ServedModel, batcher: Any, texts: list[str], te
 
 
 def assemble(parts: list[tuple[bool, str]], translations: list[str], text_format: str) -> str:
-    """The text again, each piece to translate replaced by its translation (within its own leading and trailing
-    spaces), HTML-escaped in HTML."""
-    done, out = iter(translations), []
-    for translate, piece in parts:
-        if translate:
-            core = piece.strip()
-            start = piece.index(core)
-            text = next(done)
-            out.append(piece[:start] + (html.escape(text, quote=False) if text_format == "html" else text)
-                       + piece[start + len(core):])
-        else:
-            out.append(piece)
-    return "".join(out)
+    """The text again, each piece to translate replaced by its translation (``sentences.join``), HTML-escaped in
+    HTML."""
+    return join(parts, [html.escape(text, quote=False) for text in translations] if text_format == "html"
+                else translations)
 
 
 class LibreTranslateAPI:
@@ -271,8 +260,9 @@ class LibreTranslateAPI:
     reads an API key from a request's headers (the body's ``api_key`` comes first, as in LibreTranslate)."""
 
     def __init__(self, models: ServedModels, batchers: dict[str, Any], api_key: str | None,
-                 presented_key: Any) -> None:
+                 presented_key: Any, file_formats: list[str] | None = None) -> None:
         self.models, self.batchers, self.api_key, self.presented_key = models, batchers, api_key, presented_key
+        self.file_formats = file_formats or []  # what /translate_file takes (encdec.serve.files), for the settings
         self.limits = next(iter(models.models.values())).service.limits
 
     def mount(self, app: FastAPI) -> None:
@@ -332,8 +322,9 @@ class LibreTranslateAPI:
         pair = ([{"code": code, "name": name_of(code)} for code in (first.source, first.target)] if first else
                 [{"code": "auto", "name": "Auto Detect"}, {"code": "", "name": ""}])
         return JSONResponse({"charLimit": -1, "frontendTimeout": 500, "apiKeys": bool(self.api_key),
-                             "keyRequired": bool(self.api_key), "suggestions": False, "filesTranslation": False,
-                             "supportedFilesFormat": [], "language": {"source": pair[0], "target": pair[1]}})
+                             "keyRequired": bool(self.api_key), "suggestions": False,
+                             "filesTranslation": bool(self.file_formats), "supportedFilesFormat": self.file_formats,
+                             "language": {"source": pair[0], "target": pair[1]}})
 
     async def health(self) -> JSONResponse:
         return JSONResponse({"status": "ok"})

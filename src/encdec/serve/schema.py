@@ -110,6 +110,12 @@ def request_schema(limits: ServeLimits) -> type[BaseModel]:
         alignment_head=(int | None, Field(None, ge=0, le=MAX_INDEX - 1,
                                           description="With `return_alignments`: one head of that layer (the model's "
                                                       "own range is checked). Default: the mean of its heads.")),
+        split_sentences=(bool, Field(False, description="Translate each text sentence by sentence (its lines cut "
+                                                       "into sentences by the source language's rules) and put it "
+                                                       "back together with its spacing and line breaks; a sentence "
+                                                       "over the source limit is cut to it instead of refused. One "
+                                                       "translation per text: not with `n_best`, `return_scores` "
+                                                       "or `return_alignments`.")),
         source=(str | None, Field(None, description="Several models served: the source language of the model to "
                                                     "use (with `target`); see `/info`.", examples=["de"])),
         target=(str | None, Field(None, description="Several models served: the target language of the model to "

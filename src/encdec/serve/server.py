@@ -63,6 +63,8 @@ try:
 except ImportError as missing:  # the CLI prints this as one line
     raise EncdecError(f"`encdec serve` needs FastAPI and uvicorn; install the extra with `{SERVE_INSTALL}`.") \
         from missing
+from .documents import available_formats  # noqa: E402
+from .files import FileAPI, FileSettings  # noqa: E402
 from .libretranslate import CORS_HEADERS, LibreTranslateAPI  # noqa: E402
 from .libretranslate import PREFIX as LIBRETRANSLATE_PREFIX  # noqa: E402 (needs FastAPI, checked above)
 from .schema import (  # noqa: E402 (needs pydantic, checked above)
@@ -78,6 +80,7 @@ from .schema import (  # noqa: E402 (needs pydantic, checked above)
     validation_message,
     value_hints,
 )
+from .split import translate_split  # noqa: E402
 
 CORS = [(name.lower().encode(), value.encode()) for name, value in CORS_HEADERS.items()]  # LibreTranslate's API
 logger = logging.getLogger("encdec.serve")
@@ -130,8 +133,10 @@ class Guard:
     """Pure ASGI middleware in front of the app: a request id for every request, the API key, the body limit, and
     a 500 with the request id (logged with the traceback) for any error the app lets through."""
 
-    def __init__(self, app: Any, api_key: str | None, max_body_bytes: int) -> None:
+    def __init__(self, app: Any, api_key: str | None, max_body_bytes: int,
+                 uploads: dict[str, tuple[int, str]] | None = None) -> None:
         self.app, self.api_key, self.max_body_bytes = app, api_key, max_body_bytes
+        self.uploads = uploads or {}  # path -> its own body limit and flag (a file upload: --max-file-bytes)
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -157,7 +162,7 @@ class Guard:
             response = JSONResponse({"error": text, "field": field, "request_id": rid}, status, headers=extra)
             return await response(scope, receive, send_with_id)
         try:
-            await self.app(scope, self.limited(receive, scope["state"]), send_with_id)
+            await self.app(scope, self.limited(receive, scope["state"], scope.get("path", "")), send_with_id)
         except Exception:
             logger.exception("request %s (%s %s) failed", rid, scope.get("method"), scope.get("path"))
             if not started:
@@ -175,11 +180,12 @@ class Guard:
         length = headers.get(b"content-length", b"0")
         if not length.isdigit():
             return 400, "body: the Content-Length header is not a number; send the body's size in bytes.", {}
-        if int(length) > self.max_body_bytes:
-            return 413, f"body: {int(length)} bytes exceed the limit of {self.max_body_bytes} (--max-body-bytes).", {}
+        limit, flag = self.uploads.get(path, (self.max_body_bytes, "--max-body-bytes"))
+        if int(length) > limit:
+            return 413, f"body: {int(length)} bytes exceed the limit of {limit} ({flag}).", {}
         return None
 
-    def limited(self, receive: Any, state: dict) -> Any:
+    def limited(self, receive: Any, state: dict, path: str = "") -> Any:
         """``receive`` that stops a chunked body at the limit (one without a Content-Length), and counts the bytes
         read in ``state["body_bytes"]`` (an empty body and a JSON ``null`` differ only there)."""
         seen = 0
@@ -189,7 +195,7 @@ class Guard:
             message = await receive()
             seen += len(message.get("body", b""))
             state["body_bytes"] = seen
-            if seen > self.max_body_bytes:
+            if seen > self.uploads.get(path, (self.max_body_bytes,))[0]:
                 raise BodyTooLarge
             return message
         return receive_limited
@@ -202,10 +208,11 @@ class BodyTooLarge(StarletteHTTPException):
         super().__init__(413)
 
 
-def create_app(served: TranslationService | ServedModels, api_key: str | None = None) -> Any:
+def create_app(served: TranslationService | ServedModels, api_key: str | None = None,
+               files: FileSettings | None = None) -> Any:
     """The ASGI app over one service or several (``ServedModels``): each model's batcher starts with the app and
-    drains when it stops. ``/docs`` (Swagger UI) serves its script from the package ``fastapi-offline``: no CDN, so
-    it works offline."""
+    drains when it stops; so do the translated files (``files``: their limits, ``encdec.serve.files``). ``/docs``
+    (Swagger UI) serves its script from the package ``fastapi-offline``: no CDN, so it works offline."""
     models = served if isinstance(served, ServedModels) else ServedModels([served_as(served)])
     first = next(iter(models.models.values())).service
     limits = first.limits
@@ -219,9 +226,11 @@ def create_app(served: TranslationService | ServedModels, api_key: str | None = 
         for batcher in batchers.values():
             batcher.start()
         logger.info("batching up to %d texts, waiting up to %s ms", limits.max_batch_size, limits.max_wait_ms)
+        file_api.store.start()
         yield
         for batcher in batchers.values():  # every job submitted is answered first
             await asyncio.to_thread(batcher.stop)
+        file_api.store.close()
 
     app = FastAPIOffline(title="encdec translation server", version=first.info()["encdec_version"],
                          lifespan=lifespan, redoc_url=None,
@@ -237,8 +246,11 @@ def create_app(served: TranslationService | ServedModels, api_key: str | None = 
     guarded = (401,) if api_key else ()
     add_translate(app, schema, error_responses(400, *guarded, 413, 415, 422, 500))
     add_pages(app, models, guarded)
-    LibreTranslateAPI(models, batchers, api_key, presented_key).mount(app)
-    return Guard(app, api_key, limits.max_body_bytes)
+    libretranslate = LibreTranslateAPI(models, batchers, api_key, presented_key, available_formats())
+    libretranslate.mount(app)
+    file_api = app.state.files = FileAPI(libretranslate, files or FileSettings())
+    file_api.mount(app)
+    return Guard(app, api_key, limits.max_body_bytes, file_api.body_limits)
 
 
 def add_translate(app: Any, schema: type[BaseModel], errors: dict[int | str, dict[str, Any]]) -> None:
@@ -247,10 +259,13 @@ def add_translate(app: Any, schema: type[BaseModel], errors: dict[int | str, dic
 
     async def translate(body: schema) -> TranslateResponse:  # type: ignore[valid-type]
         request = body.model_dump()
+        split = request.pop("split_sentences")
         served = app.state.models.pick(request.pop("source"), request.pop("target"), request.pop("model"))
-        jobs = served.service.jobs(**request)
-        futures = app.state.batchers[served.name].submit(jobs)
-        answers = await asyncio.gather(*(asyncio.wrap_future(f) for f in futures))
+        if split:  # sentence by sentence, as the LibreTranslate API translates (encdec.serve.split)
+            answers = await translate_split(served, app.state.batchers[served.name], request)
+        else:
+            futures = app.state.batchers[served.name].submit(served.service.jobs(**request))
+            answers = await asyncio.gather(*(asyncio.wrap_future(f) for f in futures))
         return TranslateResponse(translations=[Translation(**answer) for answer in answers])
 
     app.post("/translate", response_model=TranslateResponse, response_model_exclude_none=True, responses=errors,
@@ -381,7 +396,7 @@ def release_on_stdin(batchers: dict[str, DynamicBatcher]) -> None:
 
 def serve(models: str | list[str], engine: str = "torch", quantize: str | None = None, dtype: str | None = None,
           host: str = "127.0.0.1", port: int = 8000, api_key: str | None = None, limits: ServeLimits | None = None,
-          log_level: str = "info") -> None:
+          log_level: str = "info", files: FileSettings | None = None) -> None:
     """Load the models and serve them until SIGINT or SIGTERM (``encdec serve``); ``port`` 0 takes a free port,
     which the start-up line names."""
     api_key = api_key or os.environ.get(API_KEY_ENV) or None
@@ -398,7 +413,7 @@ def serve(models: str | list[str], engine: str = "torch", quantize: str | None =
         print(f"encdec serve: {len(served.models)} model(s) loaded, {resident:,.0f} MiB resident; on "
               f"{' and '.join(urls)} - page at /, API docs at /docs", flush=True)
 
-    app = create_app(served, api_key)
+    app = create_app(served, api_key, files)
     if os.environ.get(HOLD_ENV, "") not in ("", "0"):
         release_on_stdin(app.app.state.batchers)
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level,

@@ -32,6 +32,7 @@ from ..inference.decoding import (
     max_source_length,
     resolve_options,
 )
+from ..inference.sentences import fit
 from ..version import __version__
 
 logger = logging.getLogger("encdec.serve")
@@ -153,12 +154,17 @@ class TranslationService:
             raise RequestError("return_alignments", f"alignments are not available: {why}; leave it out.")
         return options
 
-    def jobs_for(self, text: str | list[str], options: DecodeOptions, n_best_list: bool = False) -> list[Job]:
+    def jobs_for(self, text: str | list[str], options: DecodeOptions, n_best_list: bool = False,
+                 cut: bool = False) -> list[Job]:
         """A job for each text of ``text`` (checked, as ``texts`` and the source limit say), decoded with
-        ``options``, each with its own budget."""
+        ``options``, each with its own budget. ``cut`` (a sentence of a split text): a text over the source limit
+        is cut to it, with a warning in the log (``sentences.fit``), instead of refused."""
         fields, texts = self.texts(text)
+        found = self.tokenizer(texts, verbose=False)["input_ids"]
+        if cut:
+            found = fit(self.tokenizer, texts, found, self.limits.max_source_tokens)
         jobs = []
-        for name, ids in zip(fields, self.tokenizer(texts, verbose=False)["input_ids"], strict=True):
+        for name, ids in zip(fields, found, strict=True):
             if len(ids) > self.limits.max_source_tokens:
                 raise RequestError(name, f"{len(ids)} source tokens exceed the limit of {self.limits.max_source_tokens}"
                                          " (--max-source-tokens); split the text.")
