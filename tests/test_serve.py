@@ -356,7 +356,8 @@ def test_health_info_page_and_schema(folders, tmp_path) -> None:
                                {"dataset": "dates", "split": "test", "metric": "chrf", "value": 99.1}]
     # an RNN has no position limit: sources up to its tokenizer's model_max_length, budgets up to the server's 1024
     assert info["limits"] == {"max_batch_size": 32, "max_wait_ms": 10.0, "max_texts": 64, "max_source_tokens": 512,
-                              "max_new_tokens": 1024, "max_beams": 4, "max_body_bytes": 1_000_000}
+                              "max_new_tokens": 1024, "max_beams": 4, "max_body_bytes": 1_000_000,
+                              "req_limit": None, "char_limit": None, "max_queue": None}
     assert page_status == 200 and page_headers["content-type"].startswith("text/html")
     assert 'id="heatmap"' in page and 'id="translate"' in page
     assert "src=\"http" not in page and "href=\"http" not in page and "@import" not in page  # no external assets
