@@ -561,7 +561,7 @@ def test_binding_beyond_loopback_needs_a_key(folders, capsys, monkeypatch) -> No
     check_bind("::1", None)
     check_bind("0.0.0.0", "key")
     refusal = ("Binding to {} makes the server reachable from other machines: give an API key with --api-key or the "
-               "ENCDEC_API_KEY environment variable (or bind to 127.0.0.1).")
+               "ENCDEC_API_KEY environment variable, or keys with --api-keys-db (or bind to 127.0.0.1).")
     for host in ("0.0.0.0", "192.168.1.5", "example.org"):
         with pytest.raises(EncdecError, match=f"^{re.escape(refusal.format(host))}$"):
             check_bind(host, None)
