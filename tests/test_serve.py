@@ -356,7 +356,8 @@ def test_health_info_page_and_schema(folders, tmp_path) -> None:
                                {"dataset": "dates", "split": "test", "metric": "chrf", "value": 99.1}]
     # an RNN has no position limit: sources up to its tokenizer's model_max_length, budgets up to the server's 1024
     assert info["limits"] == {"max_batch_size": 32, "max_wait_ms": 10.0, "max_texts": 64, "max_source_tokens": 512,
-                              "max_new_tokens": 1024, "max_beams": 4, "max_body_bytes": 1_000_000}
+                              "max_new_tokens": 1024, "max_beams": 4, "max_body_bytes": 1_000_000,
+                              "req_limit": None, "char_limit": None, "max_queue": None}
     assert page_status == 200 and page_headers["content-type"].startswith("text/html")
     assert 'id="heatmap"' in page and 'id="translate"' in page
     assert "src=\"http" not in page and "href=\"http" not in page and "@import" not in page  # no external assets
@@ -561,7 +562,7 @@ def test_binding_beyond_loopback_needs_a_key(folders, capsys, monkeypatch) -> No
     check_bind("::1", None)
     check_bind("0.0.0.0", "key")
     refusal = ("Binding to {} makes the server reachable from other machines: give an API key with --api-key or the "
-               "ENCDEC_API_KEY environment variable (or bind to 127.0.0.1).")
+               "ENCDEC_API_KEY environment variable, or keys with --api-keys-db (or bind to 127.0.0.1).")
     for host in ("0.0.0.0", "192.168.1.5", "example.org"):
         with pytest.raises(EncdecError, match=f"^{re.escape(refusal.format(host))}$"):
             check_bind(host, None)

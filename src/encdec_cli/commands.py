@@ -264,10 +264,35 @@ def cmd_serve(args: argparse.Namespace) -> None:
 
     limits = ServeLimits(max_batch_size=args.max_batch_size, max_wait_ms=args.max_wait_ms, max_texts=args.max_texts,
                          max_source_tokens=args.max_source_tokens, max_new_tokens=args.max_new_tokens,
-                         max_beams=args.max_beams, max_body_bytes=args.max_body_bytes)
+                         max_beams=args.max_beams, max_body_bytes=args.max_body_bytes, req_limit=args.req_limit,
+                         char_limit=args.char_limit, max_queue=args.max_queue)
     serve(args.model, engine=args.engine, quantize=args.quantize, dtype=args.dtype, host=args.host, port=args.port,
           api_key=args.api_key, limits=limits, log_level=args.log_level,
-          files=FileSettings(max_file_bytes=args.max_file_bytes, file_expiry_minutes=args.file_expiry_minutes))
+          files=FileSettings(max_file_bytes=args.max_file_bytes, file_expiry_minutes=args.file_expiry_minutes),
+          api_keys_db=args.api_keys_db, suggestions=args.suggestions, metrics=args.metrics)
+
+
+def cmd_keys(args: argparse.Namespace) -> None:
+    from encdec.serve.keys import KeyDatabase
+
+    if args.action != "add" and not Path(args.db).is_file():
+        raise usage_error(f"no key database at {args.db}; `encdec keys --db {args.db} add` creates one.")
+    database = KeyDatabase(args.db)
+    try:
+        if args.action == "add":
+            print(database.add(args.req_limit, args.key, args.char_limit).key)
+        elif args.action == "remove":
+            if not database.remove(args.key):
+                raise usage_error(f"no key {args.key} in {args.db}; `encdec keys --db {args.db} list` lists them.")
+            print(f"removed {args.key}")
+        else:
+            keys = database.all()
+            for key in keys:
+                chars = "" if key.char_limit is None else f", {key.char_limit} characters a text"
+                print(f"{key.key}: {key.req_limit} requests a minute{chars}")
+            print(f"{len(keys)} key(s) in {args.db}", file=sys.stderr)
+    finally:
+        database.close()
 
 
 def cmd_demo(args: argparse.Namespace) -> None:

@@ -19,6 +19,7 @@ from .commands import (
     cmd_distill,
     cmd_evaluate,
     cmd_export,
+    cmd_keys,
     cmd_plot_attention,
     cmd_push,
     cmd_serve,
@@ -99,9 +100,47 @@ def add_serve_command(commands: argparse._SubParsersAction) -> None:
                    help="largest file that LibreTranslate's /translate_file takes (default 10 MB)")
     p.add_argument("--file-expiry-minutes", type=float, default=30.0,
                    help="how long a translated file can be downloaded before it is deleted (default 30)")
+    add_limit_options(p)
     p.add_argument("--log-level", choices=["critical", "error", "warning", "info", "debug"], default="info")
     add_threads_option(p)
     p.set_defaults(func=cmd_serve)
+
+
+def add_limit_options(p: argparse.ArgumentParser) -> None:
+    """`encdec serve`'s keys, limits and metrics (encdec.serve.limits, encdec.serve.metrics)."""
+    p.add_argument("--api-keys-db", default=None, metavar="PATH",
+                   help="require a key of this SQLite key database (`encdec keys`), each with its own requests a "
+                        "minute; created if missing; --api-key keeps working beside it")
+    p.add_argument("--req-limit", type=positive_int, default=None, metavar="N",
+                   help="requests a minute per client address (a text of a list counts as one) for requests "
+                        "without a key of --api-keys-db; over it: 429 with Retry-After (default: no limit)")
+    p.add_argument("--char-limit", type=positive_int, default=None, metavar="N",
+                   help="characters a text may have (a key of --api-keys-db may have its own; default: no limit)")
+    p.add_argument("--max-queue", type=positive_int, default=None, metavar="N",
+                   help="texts a model's batcher may hold, waiting or being decoded; beyond it: 503 with "
+                        "Retry-After (default: no bound)")
+    p.add_argument("--suggestions", action="store_true",
+                   help="store LibreTranslate's POST /libretranslate/suggest in the --api-keys-db database")
+    p.add_argument("--metrics", action="store_true",
+                   help="GET /metrics in Prometheus' text format (behind the API key when there is one)")
+
+
+def add_keys_command(commands: argparse._SubParsersAction) -> None:
+    p = commands.add_parser("keys", help="API keys of `encdec serve --api-keys-db`: add, remove, list (SQLite)")
+    p.add_argument("--db", required=True, metavar="PATH", help="the key database (a SQLite file; `add` creates it)")
+    actions = p.add_subparsers(dest="action", required=True)
+    add = actions.add_parser("add", help="add a key (printed alone on its line), or change a key's limits")
+    add.add_argument("--req-limit", type=positive_int, default=60, metavar="N",
+                     help="requests a minute this key may send (default 60)")
+    add.add_argument("--char-limit", type=positive_int, default=None, metavar="N",
+                     help="characters a text of this key may have (default: the server's --char-limit)")
+    add.add_argument("--key", default=None, help="the key itself (default: a new random one)")
+    remove = actions.add_parser("remove", help="remove a key")
+    remove.add_argument("key")
+    actions.add_parser("list", help="list the keys and their limits")
+    for action in actions.choices.values():  # main() refuses a wrong flag with its own command's usage
+        action.set_defaults(parser=action)
+    p.set_defaults(func=cmd_keys)
 
 
 LENGTH_PENALTY_HELP = ("beam search's length normalisation exponent: scores are log p / length**this; default: the "
@@ -282,6 +321,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_alignment_command(commands)
     add_export_commands(commands)
     add_serve_command(commands)
+    add_keys_command(commands)
     p = commands.add_parser("push", help="push a model folder (model, tokenizer, card) to the Hugging Face Hub")
     p.add_argument("--model", required=True)
     p.add_argument("--repo-id", required=True)

@@ -21,6 +21,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from .limits import QueueFull
+
 
 class Queued(Protocol):
     """What the batcher needs of a job (``encdec.serve.service.Job`` is one): jobs of equal ``key`` share a batch,
@@ -54,6 +56,9 @@ class DynamicBatcher:
 
     ``stop()`` finishes every job already submitted before the thread ends. ``record`` says what ran and why.
 
+    ``max_queue`` bounds the texts submitted and not yet answered (``depth``): a submit that would pass it raises
+    ``QueueFull`` instead of queueing without bound (one into an empty batcher always passes, whatever its size).
+
     A batcher made with ``held=True`` (a test hook: ``encdec serve`` does so only under ``ENCDEC_TEST_HOLD_BATCHES``,
     see ``encdec.serve.server``) queues jobs without running any until ``release()``: a test can hold requests in flight
     at a known point, see them queued (``held``, ``wait_held``), then let them run as one batch. Otherwise the gate
@@ -61,8 +66,9 @@ class DynamicBatcher:
     """
 
     def __init__(self, run_batch: Callable[[list[Queued]], list[Any]], max_batch_size: int, max_wait_ms: float,
-                 held: bool = False, name: str = "model") -> None:
-        self.run_batch, self.name = run_batch, name
+                 held: bool = False, name: str = "model", max_queue: int | None = None) -> None:
+        self.run_batch, self.name, self.max_queue = run_batch, name, max_queue
+        self.depth = 0  # jobs submitted and not yet answered
         self.max_batch_size, self.max_wait = max_batch_size, max_wait_ms / 1000
         self.queue: queue.Queue = queue.Queue()
         self.thread = threading.Thread(target=self.loop, name=f"encdec-batcher-{name}", daemon=True)
@@ -97,6 +103,9 @@ class DynamicBatcher:
         with self.submitted:
             if self.closed or not self.thread.is_alive():
                 raise RuntimeError("the batcher is not running (the server is shutting down)")
+            if self.max_queue is not None and self.depth and self.depth + len(jobs) > self.max_queue:
+                raise QueueFull(self.name, self.depth, self.max_queue)
+            self.depth += len(jobs)
             for job in jobs:
                 self.queue.put(job)
             self.submitted.notify_all()
@@ -188,13 +197,20 @@ class DynamicBatcher:
         try:
             answers = self.run_batch(batch)
         except Exception as error:  # every waiting request gets an answer, an error one if need be
+            self.answered(batch)
             for job in batch:
                 job.future.set_exception(error)
             return
         finally:
             self.free_since = time.monotonic()
+        self.answered(batch)
         for job, answer in zip(batch, answers, strict=True):
             job.future.set_result(answer)
+
+    def answered(self, batch: list[Queued]) -> None:
+        """Take a batch off ``depth`` before its answers go out: a client may send again at once."""
+        with self.lock:
+            self.depth -= len(batch)
 
 
 __all__ = ["RECORD_LENGTH", "BatchRecord", "DynamicBatcher", "Queued"]

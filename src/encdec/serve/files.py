@@ -10,6 +10,11 @@
 does (and before each download); the server's stop deletes them all. The id is 128 random bits: as in
 LibreTranslate, downloading needs no key.
 
+The key and the request limit apply as to ``/translate`` (``LibreTranslateAPI.admit``: a missing key 400, a wrong
+one 403, over the limit 429): a file is one request, and with a character limit (``--char-limit`` or the key's) it
+costs, as LibreTranslate charges a file, its characters over the limit in requests (at least one); a file is not
+refused for its length (``--max-file-bytes`` bounds it). A full queue is a 503, as for ``/translate``.
+
 Refused in LibreTranslate's words and shape (``{"error": ...}``, 400): a missing file, source or target; an empty
 file; a format not offered; a language not served; a file that is not what its name says (a corrupt .docx, a .txt
 that is not UTF-8); and with 413 a file over ``--max-file-bytes`` (10 MB). The server's body limit
@@ -39,6 +44,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from ..errors import EncdecError
 from .documents import DocumentError, available_formats, read_document
 from .libretranslate import ERROR_SCHEMA, PREFIX, LibreTranslateAPI, Refusal, choose, translate_parts
+from .libretranslate_routes import add_preflights
+from .limits import client_address
 
 logger = logging.getLogger("encdec.serve")
 
@@ -149,16 +156,19 @@ class FileAPI:
         errors = {status: ERROR_SCHEMA | {"description": why} for status, why in (
             (400, "A bad request or file, in LibreTranslate's words"), (403, "A wrong API key"),
             (413, "A file over --max-file-bytes"))}
+        if self.api.access.limited:
+            errors[429] = ERROR_SCHEMA | {"description": "Slow down: over a request limit (see `Retry-After`)"}
         router.add_api_route("/translate_file", self.translate_file, methods=["POST"], responses=errors,
                              summary="LibreTranslate: translate a file (multipart: file, source, target, api_key)")
         router.add_api_route("/download_file/{file_id}/{name}", self.download_file,
                              responses={404: ERROR_SCHEMA | {"description": "No such file, or expired"}},
                              summary="LibreTranslate: download a translated file")
+        add_preflights(router, ["/translate_file"])
         app.include_router(router)
 
     async def translate_file(self, request: Request) -> JSONResponse:
         body, upload = await self.read_form(request)
-        self.api.check_key(body, request)
+        key = self.api.admit(body, request)  # the key as /translate's, and one request counted
         if upload is None:
             raise Refusal("Invalid request: missing file parameter")
         for name in ("source", "target"):
@@ -180,6 +190,8 @@ class FileAPI:
             document = await asyncio.to_thread(read_document, extension, data)
         except DocumentError as error:
             raise Refusal(f"Invalid request: {error}") from None
+        if (more := self.api.access.file_cost(document.texts, key) - 1) > 0:  # its characters, as LibreTranslate
+            self.api.access.admit(key, client_address(request.scope), more)
         results = await translate_parts(model, self.api.batchers[model.name], document.texts, document.text_format,
                                         0, max_pieces=None)  # the file limit bounds its sentences
         name = safe_name(upload.filename)

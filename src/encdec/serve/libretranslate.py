@@ -15,16 +15,20 @@ limits.
   limit is cut to it, with a warning in the log, and the text is put back together around the translations.
 - ``POST /detect``: ``q`` (a string or a list), ``api_key``: the served source languages it is most likely in.
 - ``POST /translate_file`` and ``GET /download_file/<id>/<name>``: ``encdec.serve.files``.
-- ``GET /languages``, ``GET /frontend/settings``, ``GET /health``.
+- ``GET /languages``, ``GET /frontend/settings``, ``GET /health``; ``POST /suggest`` (``q``, ``s``, ``source``,
+  ``target``), stored in the key database under ``--suggestions``.
+- The key and the request limit apply to ``/translate``, ``/detect``, ``/translate_file`` and ``/suggest``, as
+  LibreTranslate's ``access_check`` and limiter apply them; the character limit to ``/translate`` (and a file's
+  characters count as requests: ``encdec.serve.files``). The keys and limits: ``encdec.serve.limits``.
 - Every error is ``{"error": "..."}`` with LibreTranslate's status: 400 for a bad request, 403 for a wrong API key,
-  404 for a path that is no endpoint (``encdec.serve.libretranslate_routes``: repeated slashes count as one).
+  404 for a path that is no endpoint (``encdec.serve.libretranslate_routes``: repeated slashes count as one), 429
+  over a request limit (``Slowdown: ...``, with ``Retry-After``), 503 with a full queue.
 - CORS headers as LibreTranslate sends them, on every answer under the prefix, so that browser clients work.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hmac
 import html
 import json
 from html.parser import HTMLParser
@@ -37,7 +41,9 @@ from ..inference.decoding import DecodeOptions
 from ..inference.sentences import join, line_parts, pieces_to_translate, split_parts
 from .detection import DetectionError, detect_source, served_sources
 from .detection import detect as detect_languages
+from .keys import ApiKey
 from .libretranslate_routes import add_preflights, route_as_libretranslate
+from .limits import Access, client_address
 from .registry import LANGUAGE_NAMES, ServedModel, ServedModels
 from .service import RequestError, TranslationService
 
@@ -256,20 +262,23 @@ def assemble(parts: list[tuple[bool, str]], translations: list[str], text_format
 
 
 class LibreTranslateAPI:
-    """The routes under ``/libretranslate`` over ``models`` and their ``batchers``; ``presented_key(headers)``
-    reads an API key from a request's headers (the body's ``api_key`` comes first, as in LibreTranslate)."""
+    """The routes under ``/libretranslate`` over ``models`` and their ``batchers``, with the keys and limits of
+    ``access``; ``presented_key(headers)`` reads an API key from a request's headers (the body's ``api_key`` comes
+    first, as in LibreTranslate)."""
 
-    def __init__(self, models: ServedModels, batchers: dict[str, Any], api_key: str | None,
-                 presented_key: Any, file_formats: list[str] | None = None) -> None:
-        self.models, self.batchers, self.api_key, self.presented_key = models, batchers, api_key, presented_key
+    def __init__(self, models: ServedModels, batchers: dict[str, Any], access: Access, presented_key: Any,
+                 file_formats: list[str] | None = None) -> None:
+        self.models, self.batchers, self.access, self.presented_key = models, batchers, access, presented_key
         self.file_formats = file_formats or []  # what /translate_file takes (encdec.serve.files), for the settings
         self.limits = next(iter(models.models.values())).service.limits
 
     def mount(self, app: FastAPI) -> None:
         router = APIRouter(prefix=PREFIX, tags=["LibreTranslate API"])
         errors = {400: ERROR_SCHEMA | {"description": "A bad request, in LibreTranslate's words"}}
-        if self.api_key:
+        if self.access.required:
             errors[403] = ERROR_SCHEMA | {"description": "A wrong API key (`api_key` in the body, or a header)"}
+        if self.access.limited:
+            errors[429] = ERROR_SCHEMA | {"description": "Slow down: over a request limit (see `Retry-After`)"}
         router.add_api_route("/translate", self.translate, methods=["POST"], responses=errors,
                              summary="LibreTranslate: translate q from source to target (JSON or form body)")
         router.add_api_route("/detect", self.detect, methods=["POST"], responses=errors,
@@ -277,7 +286,9 @@ class LibreTranslateAPI:
         router.add_api_route("/languages", self.languages, summary="LibreTranslate: the served languages")
         router.add_api_route("/frontend/settings", self.settings, summary="LibreTranslate: front-end settings")
         router.add_api_route("/health", self.health, summary="LibreTranslate: liveness")
-        add_preflights(router, ["/translate", "/detect", "/languages", "/frontend/settings", "/health"])
+        router.add_api_route("/suggest", self.suggest, methods=["POST"], summary="LibreTranslate: suggest a "
+                             "translation (stored under --suggestions)", responses=errors | {403: ERROR_SCHEMA})
+        add_preflights(router, ["/translate", "/detect", "/languages", "/frontend/settings", "/health", "/suggest"])
         app.include_router(router)
         route_as_libretranslate(app, PREFIX)  # repeated slashes as one; 404 and 405 as {"error": ...}
         for refusal in (Refusal, DetectionError):  # the CORS headers: encdec.serve.server.Guard, on every answer
@@ -285,8 +296,10 @@ class LibreTranslateAPI:
 
     async def translate(self, request: Request) -> JSONResponse:
         body = await read_body(request)
-        self.check_key(body, request)
+        key = self.admit(body, request)
         texts, batch, text_format = check_request(body, self.limits.max_texts)
+        if (over := self.access.too_long(texts, key)) is not None:  # LibreTranslate's words for the char limit
+            raise Refusal(f"Invalid request: request ({over[1]}) exceeds text limit ({over[2]})")
         alternatives = alternatives_of(body, self.limits.max_beams - 1) if text_format == "text" else 0
         detected = await asyncio.to_thread(detect_source, self.models, plain_texts(texts, text_format),
                                            body["target"]) if body["source"] == "auto" else None
@@ -301,18 +314,39 @@ class LibreTranslateAPI:
 
     async def detect(self, request: Request) -> JSONResponse:
         body = await read_body(request)
-        self.check_key(body, request)
+        self.admit(body, request)
         texts, _ = texts_of(body, self.limits.max_texts)
         return JSONResponse(await asyncio.to_thread(detect_languages, texts, served_sources(self.models)))
 
-    def check_key(self, body: dict[str, Any], request: Request) -> None:
-        if not self.api_key:
-            return
-        key = body.get("api_key") or self.presented_key(dict(request.scope["headers"]))
-        if not key:
-            raise Refusal("Please contact the server operator to get an API key")
-        if not isinstance(key, str) or not hmac.compare_digest(key.encode(), self.api_key.encode()):
-            raise Refusal("Invalid API key", 403)
+    def admit(self, body: dict[str, Any], request: Request) -> ApiKey | None:
+        """The request's key (None without one), checked as LibreTranslate checks it (missing: 400, wrong: 403),
+        then the request counted against its limit (a list ``q`` counts a request a text, as in LibreTranslate).
+        ``/translate``, ``/detect``, ``/suggest`` and ``/translate_file`` (``encdec.serve.files``) call it."""
+        key = None
+        if self.access.required:
+            presented = body.get("api_key") or self.presented_key(dict(request.scope["headers"]))
+            if not presented:
+                raise Refusal("Please contact the server operator to get an API key")
+            if (key := self.access.find(presented)) is None:
+                raise Refusal("Invalid API key", 403)
+        q = body.get("q")
+        self.access.admit(key, client_address(request.scope), len(q) if isinstance(q, list) else 1)
+        return key
+
+    async def suggest(self, request: Request) -> JSONResponse:
+        """A suggested translation ``s`` of ``q``, stored in the key database (LibreTranslate's ``/suggest``)."""
+        if not self.access.suggestions:
+            raise Refusal("Suggestions are disabled on this server.", 403)
+        body = await read_body(request)
+        self.admit(body, request)
+        fields = ("q", "s", "source", "target")
+        for name in fields:
+            if not body.get(name):
+                raise Refusal(f"Invalid request: missing {name} parameter")
+        if not all(isinstance(body[name], str) for name in fields):
+            raise Refusal("Invalid request: q, s, source and target must be strings")
+        self.access.suggest(*(body[name] for name in fields))
+        return JSONResponse({"success": True})
 
     async def languages(self) -> JSONResponse:
         return JSONResponse(self.models.languages())
@@ -321,9 +355,10 @@ class LibreTranslateAPI:
         first = next((model for model in self.models.models.values() if model.source), None)
         pair = ([{"code": code, "name": name_of(code)} for code in (first.source, first.target)] if first else
                 [{"code": "auto", "name": "Auto Detect"}, {"code": "", "name": ""}])
-        return JSONResponse({"charLimit": -1, "frontendTimeout": 500, "apiKeys": bool(self.api_key),
-                             "keyRequired": bool(self.api_key), "suggestions": False,
-                             "filesTranslation": bool(self.file_formats), "supportedFilesFormat": self.file_formats,
+        return JSONResponse({"charLimit": self.access.char_limit or -1, "frontendTimeout": 500,
+                             "apiKeys": self.access.required, "keyRequired": self.access.required,
+                             "suggestions": self.access.suggestions, "filesTranslation": bool(self.file_formats),
+                             "supportedFilesFormat": self.file_formats,
                              "language": {"source": pair[0], "target": pair[1]}})
 
     async def health(self) -> JSONResponse:

@@ -31,7 +31,11 @@ ERROR_STATUSES = {
     415: "The Content-Type is not application/json (`field`: `body`).",
     422: "JSON that breaks the request schema or the server's limits: `field` names the field at fault, such as "
          "`num_beams` or `text[2]`, and `error` the fix.",
+    429: "Over a request limit: --req-limit per client address, or the API key's own (`field`: null); the "
+         "`Retry-After` header says how many seconds to wait.",
     500: "A fault of the server: the log has the traceback under `request_id` (`field`: null).",
+    503: "The model's queue is full (--max-queue) (`field`: null); the `Retry-After` header says how many seconds "
+         "to wait.",
 }
 
 

@@ -9,7 +9,8 @@ alignment as a heatmap (one HTML file, no external assets), and the API page ``/
 and styles come from the package ``fastapi-offline`` rather than a CDN, so that all of it works offline. ReDoc
 (``/redoc``) is off: its page loads the Redocly logo from a CDN whatever it is given.
 ``service.py`` holds the checks and ``batcher.py`` the batching; ``schema.py`` the request's schema (which the OpenAPI
-page at ``/docs`` shows) and its errors in words; this module holds HTTP: the errors as one-line JSON, the API key, the
+page at ``/docs`` shows) and its errors in words; ``limits.py`` who may ask and how much (the key database:
+``keys.py``), ``metrics.py`` ``GET /metrics``; this module holds HTTP: the errors as one-line JSON, the API key, the
 body limit, request ids, and a graceful stop (uvicorn: on SIGTERM no new connections, requests in flight finish, then
 the batcher drains).
 
@@ -31,7 +32,6 @@ import base64
 import binascii
 import contextlib
 import dataclasses
-import hmac
 import ipaddress
 import logging
 import os
@@ -48,6 +48,9 @@ import psutil
 from ..errors import EncdecError
 from ..inference import load_engine
 from .batcher import DynamicBatcher
+from .keys import KeyDatabase
+from .limits import Access, Overloaded, client_address
+from .metrics import ServerMetrics
 from .registry import ModelSpec, ServedModels, served_as
 from .service import RequestError, ServeLimits, TranslationService
 
@@ -103,14 +106,15 @@ def request_id(scope: dict) -> str | None:
 
 
 def check_bind(host: str, api_key: str | None) -> None:
-    """Refuse to serve beyond this machine without an API key."""
+    """Refuse to serve beyond this machine without an API key (``api_key``: the key, or the key database's path)."""
     try:
         local = host == "localhost" or ipaddress.ip_address(host).is_loopback
     except ValueError:
         local = False
     if not local and not api_key:
         raise EncdecError(f"Binding to {host} makes the server reachable from other machines: give an API key with "
-                          f"--api-key or the {API_KEY_ENV} environment variable (or bind to 127.0.0.1).")
+                          f"--api-key or the {API_KEY_ENV} environment variable, or keys with --api-keys-db (or bind "
+                          "to 127.0.0.1).")
 
 
 def presented_key(headers: dict[bytes, bytes]) -> str | None:
@@ -130,17 +134,23 @@ def presented_key(headers: dict[bytes, bytes]) -> str | None:
 
 
 class Guard:
-    """Pure ASGI middleware in front of the app: a request id for every request, the API key, the body limit, and
-    a 500 with the request id (logged with the traceback) for any error the app lets through."""
+    """Pure ASGI middleware in front of the app: a request id for every request, the API key (``access``: the key
+    found goes to ``scope["state"]["api_key"]``), the body limit, a 500 with the request id (logged with the
+    traceback) for any error the app lets through, and with ``metrics`` every answer counted."""
 
-    def __init__(self, app: Any, api_key: str | None, max_body_bytes: int,
+    def __init__(self, app: Any, access: Access, max_body_bytes: int, metrics: ServerMetrics | None = None,
                  uploads: dict[str, tuple[int, str]] | None = None) -> None:
-        self.app, self.api_key, self.max_body_bytes = app, api_key, max_body_bytes
+        self.app, self.access, self.max_body_bytes, self.metrics = app, access, max_body_bytes, metrics
         self.uploads = uploads or {}  # path -> its own body limit and flag (a file upload: --max-file-bytes)
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        if self.metrics is not None:
+            return await self.metrics.observe(scope, receive, send, self.guarded)
+        return await self.guarded(scope, receive, send)
+
+    async def guarded(self, scope: dict, receive: Any, send: Any) -> None:
         rid = uuid.uuid4().hex[:16]
         scope.setdefault("state", {})["request_id"] = rid
         headers = dict(scope["headers"])
@@ -155,7 +165,7 @@ class Guard:
                 message.setdefault("headers", []).extend([(b"x-request-id", rid.encode()), *cors])
             await send(message)
 
-        refusal = self.refusal(headers, scope.get("path", ""))
+        refusal = self.refusal(headers, scope.get("path", ""), scope["state"])
         if refusal is not None:
             status, text, extra = refusal
             field = None if status == 401 else "body"
@@ -169,12 +179,15 @@ class Guard:
                 await JSONResponse({"error": INTERNAL_ERROR, "field": None, "request_id": rid}, 500)(
                     scope, receive, send_with_id)
 
-    def refusal(self, headers: dict[bytes, bytes], path: str = "") -> tuple[int, str, dict[str, str]] | None:
+    def refusal(self, headers: dict[bytes, bytes], path: str = "",
+                state: dict | None = None) -> tuple[int, str, dict[str, str]] | None:
         # LibreTranslate's clients send the key in the body, and browsers send CORS preflights without one: the
         # adapter checks the key itself (encdec.serve.libretranslate)
-        if self.api_key and not path.startswith(LIBRETRANSLATE_PREFIX):
-            key = presented_key(headers)
-            if key is None or not hmac.compare_digest(key.encode(), self.api_key.encode()):
+        if self.access.required and not path.startswith(LIBRETRANSLATE_PREFIX):
+            key = self.access.find(presented_key(headers))
+            if state is not None:
+                state["api_key"] = key
+            if key is None:
                 return 401, "a valid API key is required: send `Authorization: Bearer KEY` or `X-API-Key: KEY`.", \
                     {"WWW-Authenticate": 'Basic realm="encdec"'}
         length = headers.get(b"content-length", b"0")
@@ -209,17 +222,18 @@ class BodyTooLarge(StarletteHTTPException):
 
 
 def create_app(served: TranslationService | ServedModels, api_key: str | None = None,
-               files: FileSettings | None = None) -> Any:
+               files: FileSettings | None = None, keys: KeyDatabase | None = None, suggestions: bool = False,
+               metrics: bool = False) -> Any:
     """The ASGI app over one service or several (``ServedModels``): each model's batcher starts with the app and
     drains when it stops; so do the translated files (``files``: their limits, ``encdec.serve.files``). ``/docs``
-    (Swagger UI) serves its script from the package ``fastapi-offline``: no CDN, so it works offline."""
+    (Swagger UI) serves its script from the package ``fastapi-offline``: no CDN, so it works offline. ``keys``: a key
+    database (``encdec.serve.limits.Access`` has the rules); ``metrics``: ``GET /metrics``."""
     models = served if isinstance(served, ServedModels) else ServedModels([served_as(served)])
     first = next(iter(models.models.values())).service
     limits = first.limits
-    held = os.environ.get(HOLD_ENV, "") not in ("", "0")  # the test hook (module docstring); off in every real run
-    batchers = {name: DynamicBatcher(model.service.decode, model.service.limits.max_batch_size,
-                                     model.service.limits.max_wait_ms, held=held, name=name)
-                for name, model in models.models.items()}
+    access = Access(api_key, keys, limits.req_limit, limits.char_limit, suggestions)
+    observer = ServerMetrics() if metrics else None
+    batchers = make_batchers(models, observer)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -237,28 +251,69 @@ def create_app(served: TranslationService | ServedModels, api_key: str | None = 
                          description="Translate with an encdec model. Every error is an `ErrorResponse`, "
                                      "`{error, field, request_id}`:\n\n"
                                      + "\n".join(f"- {status}: {text}" for status, text in ERROR_STATUSES.items()))
-    app.state.models, app.state.batchers = models, batchers
+    app.state.models, app.state.batchers, app.state.access = models, batchers, access
     # the schema takes the largest limits of the models; each model's own are checked when its jobs are made
     widest = {name: max(getattr(model.service.limits, name) for model in models.models.values())
               for name in ("max_new_tokens", "max_source_tokens")}
     schema = request_schema(dataclasses.replace(limits, **widest))
     add_error_handlers(app, value_hints(schema))
-    guarded = (401,) if api_key else ()
-    add_translate(app, schema, error_responses(400, *guarded, 413, 415, 422, 500))
+    guarded = (401,) if access.required else ()
+    busy = (429,) * access.limited + (503,) * any(b.max_queue is not None for b in batchers.values())
+    add_translate(app, schema, error_responses(400, *guarded, 413, 415, 422, *busy, 500))
     add_pages(app, models, guarded)
-    libretranslate = LibreTranslateAPI(models, batchers, api_key, presented_key, available_formats())
+    libretranslate = LibreTranslateAPI(models, batchers, access, presented_key, available_formats())
     libretranslate.mount(app)
     file_api = app.state.files = FileAPI(libretranslate, files or FileSettings())
     file_api.mount(app)
-    return Guard(app, api_key, limits.max_body_bytes, file_api.body_limits)
+    if observer is not None:
+        add_metrics(app, observer, guarded)
+    return Guard(app, access, limits.max_body_bytes, observer, file_api.body_limits)
+
+
+def make_batchers(models: ServedModels, metrics: ServerMetrics | None) -> dict[str, DynamicBatcher]:
+    """Each model's dynamic batcher, its queue bounded by ``--max-queue``, counted by ``metrics``; held under the
+    test hook (module docstring), which is off in every real run."""
+    held = os.environ.get(HOLD_ENV, "") not in ("", "0")
+    batchers = {}
+    for name, model in models.models.items():
+        limits, decode = model.service.limits, model.service.decode
+        batchers[name] = batcher = DynamicBatcher(decode if metrics is None else metrics.observed(decode, name),
+                                                  limits.max_batch_size, limits.max_wait_ms, held=held, name=name,
+                                                  max_queue=limits.max_queue)
+        if metrics is not None:
+            metrics.watch_queue(name, lambda batcher=batcher: batcher.depth)
+    return batchers
+
+
+def add_metrics(app: Any, metrics: ServerMetrics, guarded: tuple[int, ...]) -> None:
+    """``GET /metrics`` (``--metrics``): Prometheus' text format; behind the API key like every native route."""
+
+    @app.get("/metrics", summary="Prometheus metrics: requests, latency, batches, queues, tokens translated",
+             responses=error_responses(*guarded, json_route=False))
+    async def exposition() -> Response:
+        body, media_type = metrics.exposition()
+        return Response(body, media_type=media_type)
+
+
+def admit(access: Access, request: Request, text: str | list[str]) -> None:
+    """The limits of ``POST /translate``: the request limit (``OverLimit``: 429, a text counting as one request) and
+    the character limit (a ``RequestError`` naming the text: 422)."""
+    texts = [text] if isinstance(text, str) else text
+    key = request.scope.get("state", {}).get("api_key")
+    access.admit(key, client_address(request.scope), len(texts))
+    if (over := access.too_long(texts, key)) is not None:
+        i, length, limit = over
+        raise RequestError("text" if isinstance(text, str) else f"text[{i}]",
+                           f"{length} characters exceed the limit of {limit} per text (--char-limit); split the text.")
 
 
 def add_translate(app: Any, schema: type[BaseModel], errors: dict[int | str, dict[str, Any]]) -> None:
     """``POST /translate``: pick the model, check the request into jobs, and answer once its batcher has decoded
     them all."""
 
-    async def translate(body: schema) -> TranslateResponse:  # type: ignore[valid-type]
+    async def translate(body: schema, http: Request) -> TranslateResponse:  # type: ignore[valid-type]
         request = body.model_dump()
+        admit(app.state.access, http, request["text"])
         split = request.pop("split_sentences")
         served = app.state.models.pick(request.pop("source"), request.pop("target"), request.pop("model"))
         if split:  # sentence by sentence, as the LibreTranslate API translates (encdec.serve.split)
@@ -319,6 +374,12 @@ def add_error_handlers(app: Any, hints: dict[str, str]) -> None:
     @app.exception_handler(RequestError)
     async def refused(request: Request, error: RequestError) -> JSONResponse:
         return error_response(422, str(error), request, error.field)
+
+    @app.exception_handler(Overloaded)  # 429 over a request limit, 503 with a full queue: in each API's words
+    async def overloaded(request: Request, error: Overloaded) -> JSONResponse:
+        if request.url.path.startswith(LIBRETRANSLATE_PREFIX):
+            return JSONResponse({"error": error.lt_message}, error.status, headers=error.headers)
+        return error_response(error.status, error.message, request, headers=error.headers)
 
     @app.exception_handler(Exception)  # Starlette answers with this, then re-raises for Guard to log
     async def internal(request: Request, error: Exception) -> JSONResponse:
@@ -396,11 +457,14 @@ def release_on_stdin(batchers: dict[str, DynamicBatcher]) -> None:
 
 def serve(models: str | list[str], engine: str = "torch", quantize: str | None = None, dtype: str | None = None,
           host: str = "127.0.0.1", port: int = 8000, api_key: str | None = None, limits: ServeLimits | None = None,
-          log_level: str = "info", files: FileSettings | None = None) -> None:
+          log_level: str = "info", files: FileSettings | None = None, api_keys_db: str | None = None,
+          suggestions: bool = False, metrics: bool = False) -> None:
     """Load the models and serve them until SIGINT or SIGTERM (``encdec serve``); ``port`` 0 takes a free port,
-    which the start-up line names."""
+    which the start-up line names. A key database that cannot be used is refused before the models load."""
     api_key = api_key or os.environ.get(API_KEY_ENV) or None
-    check_bind(host, api_key)
+    check_bind(host, api_key or api_keys_db)
+    keys = KeyDatabase(api_keys_db) if api_keys_db else None
+    Access(api_key, keys, suggestions=suggestions)  # its refusals, before the models load
     served = load_models(models, engine, quantize, dtype, limits)
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for name, model in served.models.items():
@@ -413,7 +477,7 @@ def serve(models: str | list[str], engine: str = "torch", quantize: str | None =
         print(f"encdec serve: {len(served.models)} model(s) loaded, {resident:,.0f} MiB resident; on "
               f"{' and '.join(urls)} - page at /, API docs at /docs", flush=True)
 
-    app = create_app(served, api_key, files)
+    app = create_app(served, api_key, files=files, keys=keys, suggestions=suggestions, metrics=metrics)
     if os.environ.get(HOLD_ENV, "") not in ("", "0"):
         release_on_stdin(app.app.state.batchers)
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level,

@@ -52,7 +52,9 @@ class RequestError(EncdecError):
 class ServeLimits:
     """What one server accepts and how it batches (``encdec serve`` options of the same names).
 
-    ``max_source_tokens`` and ``max_new_tokens`` of ``None`` take the model's limits (``limits_for``).
+    ``max_source_tokens`` and ``max_new_tokens`` of ``None`` take the model's limits (``limits_for``). ``req_limit``
+    (requests a minute per client address), ``char_limit`` (characters a text) and ``max_queue`` (texts a model's
+    batcher holds) of ``None`` are no limit (``encdec.serve.limits``).
     """
 
     max_batch_size: int = 32
@@ -62,10 +64,13 @@ class ServeLimits:
     max_new_tokens: int | None = None
     max_beams: int = 8
     max_body_bytes: int = 1_000_000
+    req_limit: int | None = None
+    char_limit: int | None = None
+    max_queue: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("max_batch_size", "max_texts", "max_source_tokens", "max_new_tokens", "max_beams",
-                     "max_body_bytes"):
+                     "max_body_bytes", "req_limit", "char_limit", "max_queue"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value < 1):
                 raise EncdecError(f"`{name}` (--{name.replace('_', '-')}) must be a whole number >= 1, got {value!r}.")

@@ -1,0 +1,257 @@
+"""`encdec serve`'s limits (encdec.serve.limits): requests a minute per key and per client address (429 with
+Retry-After, in each API's words), characters a text (LibreTranslate's 400, the native 422), a bounded queue (503 with
+Retry-After), LibreTranslate's suggestions stored in the key database, and memory that stays flat under many clients.
+
+The request limits are asserted on a limiter whose clock stands still (no allowance comes back during a test), so
+that no assertion depends on how fast the machine is; requests to an unsupported language are counted and then
+refused (400) without decoding, which keeps bursts cheap. The full queue is held by the batchers' test hook."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import http.client
+import json
+import sqlite3
+import time
+import tracemalloc
+import urllib.parse
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from encdec.errors import EncdecError
+from encdec.serve import ServeLimits
+from encdec.serve.keys import KeyDatabase
+from encdec.serve.limits import SWEEP_EVERY, Access, RateLimiter
+from encdec.serve.server import HOLD_ENV, check_bind, create_app, load_models
+from test_serve import Server, only_batcher, request
+from tiny_model_folders import build_model_folders
+
+LT = "/libretranslate"
+FROZEN = 1000.0  # the limiter's clock in the server tests
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    """A random Transformer folder (what it translates does not matter here)."""
+    return build_model_folders(tmp_path_factory.mktemp("limits"))["transformer"]
+
+
+def start(folder, keys: KeyDatabase | None = None, api_key: str | None = None, suggestions: bool = False,
+          **limits) -> Server:
+    """A server of ``folder`` as the de-en model; its limiter's clock stands still (``FROZEN``)."""
+    models = load_models([f"de-en={folder}"], limits=ServeLimits(**limits))
+    app = create_app(models, api_key=api_key, keys=keys, suggestions=suggestions)
+    app.app.state.access.rates.clock = lambda: FROZEN
+    return Server(app)
+
+
+def post(url: str, path: str, body: dict, source: str = "127.0.0.1",
+         headers: dict | None = None) -> tuple[int, dict, dict]:
+    """(status, JSON, headers in lower case) of a POST sent from the loopback address ``source``."""
+    host, port = url.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=60, source_address=(source, 0))
+    try:
+        connection.request("POST", path, json.dumps(body), {"Content-Type": "application/json", **(headers or {})})
+        response = connection.getresponse()
+        return response.status, json.loads(response.read()), {k.lower(): v for k, v in response.getheaders()}
+    finally:
+        connection.close()
+
+
+def cheap(url: str, key: str, source: str = "127.0.0.1") -> tuple[int, dict, dict]:
+    """A LibreTranslate request that is counted, then refused as an unsupported language (no decoding)."""
+    return post(url, f"{LT}/translate", {"q": "3 Mar 2021", "source": "de", "target": "xx", "api_key": key}, source)
+
+
+def test_the_limiter_lets_a_burst_of_the_limit_through_then_one_every_60_over_limit_seconds() -> None:
+    now = [0.0]
+    limiter = RateLimiter(clock=lambda: now[0])
+    assert [limiter.hit("a", 3) for _ in range(3)] == [None] * 3
+    assert limiter.hit("a", 3) == pytest.approx(20.0) and limiter.hit("b", 3) is None  # b: an allowance of its own
+    now[0] = 20.0
+    assert limiter.hit("a", 3) is None and limiter.hit("a", 3) == pytest.approx(20.0)
+    now[0] = 200.0  # a quiet client is back to a full burst; a request dearer than the limit costs the limit
+    assert limiter.hit("a", 3, cost=50) is None and limiter.hit("a", 3) == pytest.approx(20.0)
+
+
+def test_the_limiter_forgets_clients_that_are_back_to_a_full_allowance() -> None:
+    """Memory stays flat: after a sweep only the clients still within their minute are kept."""
+    now = [0.0]
+    limiter = RateLimiter(clock=lambda: now[0])
+    for i in range(SWEEP_EVERY - 1):
+        limiter.hit(i, 60)  # each is back to a full allowance one second later
+    now[0] = 5.0
+    limiter.hit("late", 60)  # the sweep comes before this hit
+    assert len(limiter.tats) == 1
+
+
+def test_a_client_within_its_limit_is_served_while_others_over_theirs_get_429(folder, tmp_path) -> None:
+    keys = KeyDatabase(tmp_path / "keys.db")
+    roomy, tight = keys.add(100).key, keys.add(2).key
+    with start(folder, keys, api_key="shared", req_limit=3) as server:
+        tight_burst = [cheap(server.url, tight) for _ in range(5)]
+        shared_burst = [cheap(server.url, "shared", "127.0.0.2") for _ in range(6)]  # --req-limit, per address
+        roomy_burst = [cheap(server.url, roomy) for _ in range(10)]
+        shared_here = cheap(server.url, "shared")
+        served = post(server.url, f"{LT}/translate", {"q": "3 Mar 2021", "source": "de", "target": "en",
+                                                      "api_key": roomy})
+        native = [post(server.url, "/translate", {"text": "3 Mar 2021"}, "127.0.0.3", {"X-API-Key": "shared"})
+                  for _ in range(4)]
+    assert [status for status, _, _ in tight_burst] == [400, 400, 429, 429, 429]
+    assert [status for status, _, _ in shared_burst] == [400] * 3 + [429] * 3
+    assert {status for status, _, _ in roomy_burst} == {400} and shared_here[0] == 400
+    assert tight_burst[-1][1] == {"error": "Slowdown: 2 per 1 minute"}  # LibreTranslate's words
+    assert tight_burst[-1][2]["retry-after"] == "30"  # the next of 2 a minute, on a clock that stands still
+    assert shared_burst[-1][1] == {"error": "Slowdown: 3 per 1 minute"}
+    assert shared_burst[-1][2]["retry-after"] == "20"
+    assert served[0] == 200 and isinstance(served[1]["translatedText"], str)
+    assert [status for status, _, _ in native] == [200, 200, 200, 429]
+    status, error, headers = native[-1]
+    assert error["error"] == "more than 3 requests a minute per client address (--req-limit); retry after 20 s."
+    assert error["field"] is None and headers["retry-after"] == "20"
+
+
+def test_a_list_counts_a_request_a_text(folder) -> None:
+    """As LibreTranslate counts a list ``q``: two texts use two of the minute's requests."""
+    with start(folder, req_limit=3) as server:
+        pair = post(server.url, f"{LT}/translate", {"q": ["a", "b"], "source": "de", "target": "xx"})
+        third = post(server.url, f"{LT}/translate", {"q": "c", "source": "de", "target": "xx"})
+        fourth = post(server.url, f"{LT}/translate", {"q": "d", "source": "de", "target": "xx"})
+    assert (pair[0], third[0], fourth[0]) == (400, 400, 429)
+
+
+def test_a_full_queue_answers_503_with_retry_after_in_both_apis(folder, monkeypatch) -> None:
+    monkeypatch.setenv(HOLD_ENV, "1")
+    with start(folder, max_queue=2) as server:
+        batcher = only_batcher(server)
+        with ThreadPoolExecutor(1) as pool:
+            held = pool.submit(request, f"{server.url}/translate", {"text": ["3 Mar 2021", "4 Mar 2021"]})
+            assert batcher.wait_held(2, timeout=60), batcher.held
+            native = request(f"{server.url}/translate", {"text": "5 Mar 2021"})
+            libre = request(f"{server.url}{LT}/translate", {"q": "5 Mar 2021", "source": "de", "target": "en"})
+            documented = request(f"{server.url}/openapi.json")[1]["paths"]["/translate"]["post"]["responses"]
+            batcher.release()
+            first = held.result(timeout=60)
+        empty = request(f"{server.url}/translate", {"text": ["a", "b", "c"]})  # more than 2, into an empty queue
+    busy = "the server is busy: 2 texts wait for the model de-en, the most it queues (--max-queue 2); retry after 1 s."
+    assert native[0] == 503 and native[1]["error"] == busy and native[1]["field"] is None
+    assert native[2]["retry-after"] == "1"
+    assert libre[:2] == (503, {"error": busy}) and libre[2]["retry-after"] == "1"
+    assert first[0] == 200 and len(first[1]["translations"]) == 2 and empty[0] == 200
+    assert "503" in documented and "429" not in documented
+    assert batcher.depth == 0
+
+
+def test_the_char_limit_is_named_in_both_apis(folder, tmp_path) -> None:
+    keys = KeyDatabase(tmp_path / "keys.db")
+    wide = keys.add(100, char_limit=50).key
+    shared = {"X-API-Key": "shared"}
+    with start(folder, keys, api_key="shared", char_limit=10) as server:
+        one = request(f"{server.url}/translate", {"text": "x" * 11}, headers=shared)
+        listed = request(f"{server.url}/translate", {"text": ["short", "y" * 12]}, headers=shared)
+        within = request(f"{server.url}/translate", {"text": "x" * 10}, headers=shared)
+        libre = {q: request(f"{server.url}{LT}/translate", {"q": q, "source": "de", "target": "en", "api_key": key})
+                 for q, key in [("x" * 11, "shared"), (("short", "y" * 12), "shared"), ("z" * 40, wide),
+                                ("z" * 51, wide)]}
+        settings = request(f"{server.url}{LT}/frontend/settings")[1]
+    assert one[:1] == (422,) and one[1]["field"] == "text"
+    assert one[1]["error"] == "text: 11 characters exceed the limit of 10 per text (--char-limit); split the text."
+    assert listed[0] == 422 and listed[1]["field"] == "text[1]" and "12 characters" in listed[1]["error"]
+    assert within[0] == 200
+    assert libre["x" * 11][:2] == (400, {"error": "Invalid request: request (11) exceeds text limit (10)"})
+    assert libre[("short", "y" * 12)][:2] == (400, {"error": "Invalid request: request (12) exceeds text limit (10)"})
+    assert libre["z" * 40][0] == 200  # the key's own limit
+    assert libre["z" * 51][:2] == (400, {"error": "Invalid request: request (51) exceeds text limit (50)"})
+    assert (settings["charLimit"], settings["keyRequired"], settings["apiKeys"], settings["suggestions"]) == \
+        (10, True, True, False)
+
+
+def test_suggestions_are_stored_in_the_key_database(folder, tmp_path) -> None:
+    path = tmp_path / "keys.db"
+    keys = KeyDatabase(path)
+    key = keys.add(100).key
+    suggestion = {"q": "3 Mar 2021", "s": "2021-03-03", "source": "de", "target": "en"}
+    with start(folder, keys, suggestions=True) as server:
+        stored = request(f"{server.url}{LT}/suggest", {**suggestion, "api_key": key})
+        by_form = request(f"{server.url}{LT}/suggest", raw=urllib.parse.urlencode({**suggestion, "api_key": key,
+                                                                                   "s": "03.03.2021"}).encode(),
+                          headers={"Content-Type": "application/x-www-form-urlencoded"})
+        missing = request(f"{server.url}{LT}/suggest", {**suggestion, "s": "", "api_key": key})
+        wrong_key = request(f"{server.url}{LT}/suggest", {**suggestion, "api_key": "nope"})
+        settings = request(f"{server.url}{LT}/frontend/settings")[1]
+    with start(folder) as server:
+        disabled = request(f"{server.url}{LT}/suggest", suggestion)
+    assert stored[:2] == (200, {"success": True}) and by_form[:2] == (200, {"success": True})
+    assert missing[:2] == (400, {"error": "Invalid request: missing s parameter"})
+    assert wrong_key[:2] == (403, {"error": "Invalid API key"})
+    assert disabled[:2] == (403, {"error": "Suggestions are disabled on this server."})
+    assert settings["suggestions"] is True
+    rows = sqlite3.connect(path).execute("SELECT q, s, source, target FROM suggestions").fetchall()
+    assert rows == [("3 Mar 2021", "2021-03-03", "de", "en"), ("3 Mar 2021", "03.03.2021", "de", "en")]
+    with pytest.raises(EncdecError, match="--suggestions stores the suggestions in the key database"):
+        Access(suggestions=True)
+
+
+def test_the_429_is_documented_and_a_key_database_may_face_the_network(folder, tmp_path) -> None:
+    with start(folder, req_limit=5) as server:
+        schema = request(f"{server.url}/openapi.json")[1]["paths"]
+    assert set(schema["/translate"]["post"]["responses"]) == {"200", "400", "413", "415", "422", "429", "500"}
+    assert "429" in schema[f"{LT}/translate"]["post"]["responses"]
+    check_bind("0.0.0.0", str(tmp_path / "keys.db"))  # keys from the database guard it: no refusal
+    with pytest.raises(EncdecError, match="--api-keys-db"):
+        check_bind("0.0.0.0", None)
+
+
+async def asgi_post(app, path: str, body: bytes, client: str) -> int:
+    """The status of one POST answered by the ASGI ``app`` (no sockets: thousands a second)."""
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+             "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
+             "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+             "client": (client, 40000), "server": ("127.0.0.1", 8000)}
+    sent, status = [{"type": "http.request", "body": body, "more_body": False}], []
+
+    async def receive() -> dict:
+        return sent.pop() if sent else {"type": "http.disconnect"}
+
+    async def send(message: dict) -> None:
+        if message["type"] == "http.response.start":
+            status.append(message["status"])
+
+    await app(scope, receive, send)
+    return status[0]
+
+
+@pytest.mark.timeout(120)
+def test_memory_stays_flat_over_20000_requests_from_many_clients(folder, tmp_path) -> None:
+    """20,000 LibreTranslate requests, each from another address, half with a key of the database and half with the
+    single key, with the request limit, the char limit and the metrics on: what the server keeps (the limiter's
+    clients, the metrics' series, the key lookups) does not grow with them. Bounded: the loop fails at a deadline
+    rather than run on. Last in this file: it is the longest."""
+    keys = KeyDatabase(tmp_path / "keys.db")
+    key = keys.add(1_000_000).key
+    models = load_models([f"de-en={folder}"], limits=ServeLimits(req_limit=600, char_limit=100))
+    app = create_app(models, api_key="shared", keys=keys, metrics=True)  # the batchers are not needed: no lifespan
+    bodies = [json.dumps({"q": "3 Mar 2021", "source": "de", "target": "xx", "api_key": k}).encode()
+              for k in (key, "shared")]
+    deadline = time.monotonic() + 90
+
+    async def run(start: int, count: int) -> None:
+        for i in range(start, start + count):  # counted, then refused: xx is not served
+            address = f"127.{i // 65536 % 256}.{i // 256 % 256}.{i % 256}"
+            assert await asgi_post(app, f"{LT}/translate", bodies[i % 2], address) == 400
+            assert time.monotonic() < deadline, f"only {i} requests in time"
+
+    asyncio.run(run(0, 2_000))  # warm-up: caches, the metrics' series, the first sweeps
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.take_snapshot()
+        asyncio.run(run(2_000, 18_000))
+        gc.collect()
+        after = tracemalloc.take_snapshot()
+    finally:
+        tracemalloc.stop()
+    grown = sum(stat.size_diff for stat in after.compare_to(before, "filename"))
+    assert grown < 256 * 1024, [str(stat) for stat in after.compare_to(before, "lineno")[:10]]
