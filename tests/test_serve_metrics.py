@@ -86,3 +86,13 @@ def test_each_app_counts_in_a_registry_of_its_own(folder) -> None:
         counted = scrape(first.url), scrape(second.url)
     health = ("encdec_http_requests_total", (("method", "GET"), ("route", "/health"), ("status", "200")))
     assert counted[0][health] == 3 and counted[1].get(health, 0.0) == 0
+
+
+def test_a_path_with_repeated_slashes_counts_under_its_route(folder) -> None:
+    """LibreTranslate's routes take repeated slashes as one (encdec.serve.libretranslate_routes): such a request is
+    counted under the route that served it, not as ``other``."""
+    with start(folder) as server:
+        assert request(f"{server.url}{LT}//languages")[0] == 200
+        counted = scrape(server.url)
+    assert counted[("encdec_http_requests_total", (("method", "GET"), ("route", f"{LT}/languages"),
+                                                   ("status", "200")))] == 1

@@ -241,6 +241,17 @@ def test_bad_files_are_refused_in_libretranslates_words_and_the_server_goes_on(p
     assert after[0] == 200 and text[0] == 200
 
 
+def test_a_base_url_that_ends_with_a_slash_keeps_the_file_limit(pairs) -> None:  # noqa: F811
+    """``//translate_file`` (a base URL that ends with a slash) is the file route, with its body limit, not
+    --max-body-bytes: the file is read, then refused for its language without decoding."""
+    body, content_type = multipart({"source": "fr", "target": "en"}, ("a.txt", b"Salut. " * 3_000))
+    with serve(pairs, max_body_bytes=10_000) as server:
+        got = request(f"{server.url}{URL}//translate_file", raw=body, headers={"Content-Type": content_type})
+        native = request(f"{server.url}/translate", raw=body, headers={"Content-Type": "application/json"})
+    assert got[:2] == (400, {"error": "fr is not supported"})
+    assert native[0] == 413  # the server's body limit elsewhere
+
+
 def test_the_file_settings_are_checked_as_the_flags_name_them() -> None:
     with pytest.raises(EncdecError, match=r"--max-file-bytes must be a whole number >= 1, got 0"):
         FileSettings(max_file_bytes=0)

@@ -34,7 +34,7 @@ class MergedSlashes:
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         path = scope.get("path", "")
         if scope["type"] == "http" and path.startswith(self.prefix + "/") and "//" in path:
-            scope = {**scope, "path": SLASHES.sub("/", path)}
+            scope["path"] = SLASHES.sub("/", path)  # in place: the route the router finds is the metrics' label
             if scope.get("raw_path"):
                 scope["raw_path"] = RAW_SLASHES.sub(b"/", scope["raw_path"])
         await self.app(scope, receive, send)

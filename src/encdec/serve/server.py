@@ -70,6 +70,7 @@ from .documents import available_formats  # noqa: E402
 from .files import FileAPI, FileSettings  # noqa: E402
 from .libretranslate import CORS_HEADERS, LibreTranslateAPI  # noqa: E402
 from .libretranslate import PREFIX as LIBRETRANSLATE_PREFIX  # noqa: E402 (needs FastAPI, checked above)
+from .libretranslate_routes import SLASHES  # noqa: E402
 from .schema import (  # noqa: E402 (needs pydantic, checked above)
     ERROR_STATUSES,
     FIELD_CHARS,
@@ -193,10 +194,14 @@ class Guard:
         length = headers.get(b"content-length", b"0")
         if not length.isdigit():
             return 400, "body: the Content-Length header is not a number; send the body's size in bytes.", {}
-        limit, flag = self.uploads.get(path, (self.max_body_bytes, "--max-body-bytes"))
+        limit, flag = self.body_limit(path)
         if int(length) > limit:
             return 413, f"body: {int(length)} bytes exceed the limit of {limit} ({flag}).", {}
         return None
+
+    def body_limit(self, path: str) -> tuple[int, str]:
+        """The body limit of ``path`` and its flag (repeated slashes count as one, as they route)."""
+        return self.uploads.get(SLASHES.sub("/", path), (self.max_body_bytes, "--max-body-bytes"))
 
     def limited(self, receive: Any, state: dict, path: str = "") -> Any:
         """``receive`` that stops a chunked body at the limit (one without a Content-Length), and counts the bytes
@@ -208,7 +213,7 @@ class Guard:
             message = await receive()
             seen += len(message.get("body", b""))
             state["body_bytes"] = seen
-            if seen > self.uploads.get(path, (self.max_body_bytes,))[0]:
+            if seen > self.body_limit(path)[0]:
                 raise BodyTooLarge
             return message
         return receive_limited
