@@ -26,6 +26,7 @@ from encdec.serve.keys import KeyDatabase
 from encdec.serve.limits import SWEEP_EVERY, Access, RateLimiter
 from encdec.serve.server import HOLD_ENV, check_bind, create_app, load_models
 from test_serve import Server, only_batcher, request
+from test_translate_file import multipart
 from tiny_model_folders import build_model_folders
 
 LT = "/libretranslate"
@@ -202,6 +203,31 @@ def test_the_429_is_documented_and_a_key_database_may_face_the_network(folder, t
     check_bind("0.0.0.0", str(tmp_path / "keys.db"))  # keys from the database guard it: no refusal
     with pytest.raises(EncdecError, match="--api-keys-db"):
         check_bind("0.0.0.0", None)
+
+
+def test_detect_and_translate_file_take_the_key_and_count_as_requests(folder, tmp_path) -> None:
+    """LibreTranslate's /detect and /translate_file check the key and count against its limit as /translate does
+    (LibreTranslate's access_check and limiter); a file costs its characters over the character limit (at least one
+    request), as LibreTranslate charges a file, and is not refused for its length."""
+    keys = KeyDatabase(tmp_path / "keys.db")
+    key = keys.add(4, char_limit=10).key
+    sentence = {"q": "Das ist ein Haus."}
+    text = "Das ist ein Haus. Das ist ein Haus. "  # 36 characters: 3 requests at 10 characters a request
+    with start(folder, keys) as server:
+        missing = post(server.url, f"{LT}/detect", sentence)
+        wrong = post(server.url, f"{LT}/detect", {**sentence, "api_key": "nope"})
+        detected = post(server.url, f"{LT}/detect", {**sentence, "api_key": key})
+        uploads = [multipart({"source": "de", "target": "en", **fields}, ("a.txt", text.encode()))
+                   for fields in ({}, {"api_key": key})]
+        unkeyed, filed = [request(f"{server.url}{LT}/translate_file", raw=body, headers={"Content-Type": kind})
+                          for body, kind in uploads]
+        after = post(server.url, f"{LT}/detect", {**sentence, "api_key": key})
+    assert missing[:2] == (400, {"error": "Please contact the server operator to get an API key"})
+    assert wrong[:2] == (403, {"error": "Invalid API key"})
+    assert detected[0] == 200 and detected[1][0]["language"] == "de"
+    assert unkeyed[:2] == (400, {"error": "Please contact the server operator to get an API key"})
+    assert filed[0] == 200 and "/download_file/" in filed[1]["translatedFileUrl"]
+    assert after[:2] == (429, {"error": "Slowdown: 4 per 1 minute"})  # 1 + 1 + 3: the minute's 4 are spent
 
 
 async def asgi_post(app, path: str, body: bytes, client: str) -> int:
