@@ -944,7 +944,8 @@ def test_api_docs_render_offline_in_chromium(folders) -> None:
             wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, '.opblock-summary-path[data-path="/translate"]'))
             operations = driver.find_elements(By.CSS_SELECTOR, ".opblock-summary-path")
             assert {e.get_attribute("data-path") for e in operations} == {"/translate", "/health", "/info", "/", *(
-            f"/libretranslate/{name}" for name in ("translate", "detect", "languages", "frontend/settings", "health"))}
+            f"/libretranslate/{name}" for name in ("translate", "detect", "languages", "frontend/settings", "health",
+                                                   "suggest", "translate_file", "download_file/{file_id}/{name}"))}
             docs = page_requests(driver)
             redoc, error, _ = request(f"{server.url}/redoc")
     finally:
