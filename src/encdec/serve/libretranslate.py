@@ -29,6 +29,7 @@ limits.
 from __future__ import annotations
 
 import asyncio
+import copy
 import html
 import json
 from html.parser import HTMLParser
@@ -39,6 +40,7 @@ from fastapi.responses import JSONResponse
 
 from ..inference.decoding import DecodeOptions
 from ..inference.sentences import join, line_parts, pieces_to_translate, split_parts
+from ..version import __version__
 from .detection import DetectionError, detect_source, served_sources
 from .detection import detect as detect_languages
 from .keys import ApiKey
@@ -286,9 +288,11 @@ class LibreTranslateAPI:
         router.add_api_route("/languages", self.languages, summary="LibreTranslate: the served languages")
         router.add_api_route("/frontend/settings", self.settings, summary="LibreTranslate: front-end settings")
         router.add_api_route("/health", self.health, summary="LibreTranslate: liveness")
+        router.add_api_route("/spec", self.spec, summary="LibreTranslate: this API's OpenAPI description")
         router.add_api_route("/suggest", self.suggest, methods=["POST"], summary="LibreTranslate: suggest a "
                              "translation (stored under --suggestions)", responses=errors | {403: ERROR_SCHEMA})
-        add_preflights(router, ["/translate", "/detect", "/languages", "/frontend/settings", "/health", "/suggest"])
+        add_preflights(router, ["/translate", "/detect", "/languages", "/frontend/settings", "/health", "/suggest",
+                                "/spec"])
         app.include_router(router)
         route_as_libretranslate(app, PREFIX)  # repeated slashes as one; 404 and 405 as {"error": ...}
         for refusal in (Refusal, DetectionError):  # the CORS headers: encdec.serve.server.Guard, on every answer
@@ -324,7 +328,8 @@ class LibreTranslateAPI:
         ``/translate``, ``/detect``, ``/suggest`` and ``/translate_file`` (``encdec.serve.files``) call it."""
         key = None
         if self.access.required:
-            presented = body.get("api_key") or self.presented_key(dict(request.scope["headers"]))
+            presented = (body.get("api_key") or self.presented_key(dict(request.scope["headers"]))
+                         or body.get("apiKey"))  # the npm client `libretranslate` sends `apiKey`
             if not presented:
                 raise Refusal("Please contact the server operator to get an API key")
             if (key := self.access.find(presented)) is None:
@@ -363,6 +368,17 @@ class LibreTranslateAPI:
 
     async def health(self) -> JSONResponse:
         return JSONResponse({"status": "ok"})
+
+    async def spec(self, request: Request) -> JSONResponse:
+        """The OpenAPI description of the routes under the prefix (LibreTranslate's ``/spec``), their paths relative to
+        the base URL, which ``servers`` names: the app's own document (FastAPI's, from the routes) cut to them."""
+        document = copy.deepcopy(request.app.openapi())
+        document["info"] = {"title": "LibreTranslate API (encdec serve)", "version": __version__,
+                            "description": "LibreTranslate's API over the models this server serves."}
+        document["paths"] = {path.removeprefix(PREFIX): item for path, item in document.get("paths", {}).items()
+                             if path.startswith(PREFIX + "/")}
+        document["servers"] = [{"url": PREFIX}]
+        return JSONResponse(document)
 
     async def refused(self, request: Request, error: Exception) -> JSONResponse:
         return JSONResponse({"error": str(error)}, getattr(error, "status", 400))
