@@ -945,7 +945,8 @@ def test_api_docs_render_offline_in_chromium(folders) -> None:
             operations = driver.find_elements(By.CSS_SELECTOR, ".opblock-summary-path")
             assert {e.get_attribute("data-path") for e in operations} == {"/translate", "/health", "/info", "/", *(
             f"/libretranslate/{name}" for name in ("translate", "detect", "languages", "frontend/settings", "health",
-                                                   "suggest", "spec", "translate_file", "download_file/{file_id}/{name}"))}
+                                                   "suggest", "spec", "translate_file",
+                                                   "download_file/{file_id}/{name}"))}
             docs = page_requests(driver)
             redoc, error, _ = request(f"{server.url}/redoc")
     finally:
