@@ -99,7 +99,7 @@ def parser_choices(parser, command: str) -> dict[str, tuple]:
 def test_the_cli_offers_the_registry_s_choices(command) -> None:
     expected = {**option_choices(), "default": "torch"}
     assert parser_choices(build_parser(), command) == expected
-    assert expected["engine"] == ("torch", "ctranslate2") == ENGINES  # the two built in, torch the default
+    assert expected["engine"] == ("torch", "ctranslate2", "onnxruntime") == ENGINES  # built in, torch the default
     assert (expected["quantize"], expected["dtype"]) == (QUANTIZE_CHOICES, DTYPE_CHOICES) == (("int8",),
                                                                                            ("float32", "bfloat16"))
 
@@ -170,7 +170,7 @@ def test_the_registry_answers_what_an_engine_supports(echo_engine, tmp_path) -> 
 
 
 def test_the_fixture_restores_the_registry() -> None:
-    assert list(ENGINE_REGISTRY) == ["torch", "ctranslate2"]
+    assert list(ENGINE_REGISTRY) == ["torch", "ctranslate2", "onnxruntime"]
 
 
 def ct2_stand_in() -> CTranslate2Engine:

@@ -63,7 +63,7 @@ def test_model_arguments_parse(value: str, expected: tuple) -> None:
 MALFORMED = ("is not DIR or SRC-TGT=DIR (language codes such as de-en=runs/de-en: ISO 639 codes of 2 or 3 lowercase "
              "letters, optionally _Script or _REGION as in zh_Hant; optionally followed by ,engine=ctranslate2 "
              ",quantize=int8 or ,dtype=bfloat16).")
-OPTIONS = "the options are engine=torch|ctranslate2, quantize=int8, dtype=float32|bfloat16."
+OPTIONS = "the options are engine=torch|ctranslate2|onnxruntime, quantize=int8, dtype=float32|bfloat16."
 
 
 @pytest.mark.parametrize(("value", "message"), [

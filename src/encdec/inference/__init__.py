@@ -40,7 +40,8 @@ def load_engine(model_dir: str | os.PathLike | Sequence[str | os.PathLike], engi
                 quantize: str | None = None, dtype: str | None = None, device: str = "cpu"
                 ) -> tuple[Engine, PreTrainedTokenizerBase]:
     """An engine over ``model_dir`` and its tokenizer: a model folder for ``torch`` (in float32, ``dtype="bfloat16"``
-    or ``quantize="int8"``), a folder from ``encdec export --format ctranslate2`` for ``ctranslate2``. Several model
+    or ``quantize="int8"``), a folder from ``encdec export --format ctranslate2`` for ``ctranslate2`` (``--format
+    onnx`` for ``onnxruntime``). Several model
     folders make an ensemble (``load_ensemble``), decoded by an engine whose registry entry takes ensembles (torch).
     ``engine`` is any name in ``encdec.inference.engines.registry``, whose entry gives the class that loads it."""
     model_dirs = [model_dir] if isinstance(model_dir, str | os.PathLike) else list(model_dir)

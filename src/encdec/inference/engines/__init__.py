@@ -11,12 +11,17 @@
 - ``ctranslate2_engine.py``: ``CTranslate2Engine``, a folder written by ``encdec export --format ctranslate2``
   (``encdec.ship.export``), decoded by CTranslate2 (an optional extra, ``encdec[ct2]``), with its weights computed in
   float32, int8 or bfloat16.
+- ``onnxruntime_engine.py``: ``OnnxRuntimeEngine``, a folder written by ``encdec export --format onnx``
+  (``encdec.ship.onnx_export``), either family, searched by transformers' ``generate()`` over ONNX Runtime sessions
+  (an optional extra, ``encdec[onnx]``), with float32 or int8 weights; ``onnx_layout.py``: that folder's layout and
+  manifest, which the export writes and the engine (and the browser runtime) reads.
 - ``int8.py``: the sizes below which int8 measured slower than float32, and the note that says so.
 
 Each engine maps the decoding options it has (beam size, length penalty, max new tokens, number of returned
 sequences, sampling) and refuses the others in one line that names the option. ``load_engine``
 (``encdec.inference``) builds the engine a name asks for from its registry entry, importing its module then: the
-``ctranslate2`` module is imported only when the CTranslate2 engine is used.
+``ctranslate2`` module is imported only when the CTranslate2 engine is used, ``onnxruntime`` only when the ONNX Runtime
+engine is.
 """
 
 from __future__ import annotations
