@@ -10,7 +10,7 @@ PIP    := $(PY) -m pip
 TORCH_VERSION ?= 2.13.0
 STAMP  := $(VENV)/.installed
 # the optional extras of pyproject.toml that the tests need
-EXTRAS ?= dev,ct2,serve,peft
+EXTRAS ?= dev,ct2,onnx,serve,peft
 
 export HF_HUB_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1

@@ -38,12 +38,13 @@ FAMILIES = ("transformer_seq2seq", "rnn_seq2seq")
 WEIGHTS_NAME = "model.safetensors"
 ALIGNMENT_FILE = "alignment.json"  # the alignment layer chosen for a model (encdec.inference.alignment)
 EXPORT_INFO = "encdec_export.json"  # what `encdec export` writes into a CTranslate2 folder (encdec.ship.export)
+ONNX_MANIFEST = "encdec_onnx.json"  # what `encdec export --format onnx` writes (encdec.inference.engines.onnx_layout)
 REQUIRED_FILES = ("config.json", "generation_config.json", WEIGHTS_NAME, "tokenizer.json", "tokenizer_config.json")
 OPTIONAL_FILES = ("special_tokens_map.json", "README.md")
-WEIGHT_SUFFIXES = (".safetensors", ".bin")  # torch weights, and CTranslate2's model.bin
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".onnx")  # torch weights, CTranslate2's model.bin, ONNX graphs
 # the files that decide what a model folder translates (with its weights and CTranslate2's *vocabulary* files)
 MODEL_FILES = frozenset({"config.json", "generation_config.json", "special_tokens_map.json", "added_tokens.json",
-                         *TOKENIZER_FILES, EXPORT_INFO, ALIGNMENT_FILE})
+                         *TOKENIZER_FILES, EXPORT_INFO, ONNX_MANIFEST, ALIGNMENT_FILE})
 # what encdec writes beside a model about it: scores (`encdec train`), the averaging record, the model card
 RECORD_FILES = frozenset({"eval_results.json", "averaging.json", "README.md"})
 RESAVE_FIX = ("load the model and tokenizer and re-save them with `encdec.folders.save_for_pipeline(model, "
@@ -70,9 +71,10 @@ def require_dir(model_dir: str | os.PathLike) -> Path:
 
 
 def model_folders_in(folder: Path) -> list[Path]:
-    """The model folders (torch or CTranslate2) directly inside ``folder``, sorted."""
+    """The model folders (torch, or an export) directly inside ``folder``, sorted."""
+    markers = ("config.json", EXPORT_INFO, ONNX_MANIFEST)
     return sorted(child for child in folder.iterdir()
-                  if child.is_dir() and ((child / "config.json").is_file() or (child / EXPORT_INFO).is_file()))
+                  if child.is_dir() and any((child / name).is_file() for name in markers))
 
 
 def decides_translations(name: str) -> bool:
@@ -123,24 +125,41 @@ def family_of(model_dir: Path) -> str | None:
 
 def require_model_folder(model_dir: str | os.PathLike, engine: str = "torch") -> Path:
     """``model_dir`` as a Path, once it is the kind of folder ``engine`` reads: a model folder for ``torch``, a
-    folder from ``encdec export`` for ``ctranslate2``. Otherwise an ``InputFileError`` that says what the folder is
-    and the flag or path that works (a CTranslate2 export given to the torch engine, a torch folder given to
-    CTranslate2, a folder of model folders, a folder with no model)."""
+    folder from ``encdec export`` for ``ctranslate2`` (``--format ctranslate2``) and ``onnxruntime`` (``--format
+    onnx``). Otherwise an ``InputFileError`` that says what the folder is and the flag or path that works (an export
+    given to the torch engine, a torch folder given to an export's engine, a folder of model folders, a folder with no
+    model)."""
     model_dir = require_dir(model_dir)
-    is_export, has_config = (model_dir / EXPORT_INFO).is_file(), (model_dir / "config.json").is_file()
-    if not is_export and not has_config:
+    kind = export_kind(model_dir)
+    has_config = (model_dir / "config.json").is_file()
+    if kind is None and not has_config:
         refuse_folder_of_models(model_dir, engine)
-    if engine == "ctranslate2" and not is_export:
-        raise InputFileError(not_an_export(model_dir, has_config))
-    if engine != "ctranslate2" and is_export:
-        source = read_json(model_dir / EXPORT_INFO, "the export record").get("source_folder", "MODEL_DIR")
-        raise InputFileError(f"{model_dir} is a CTranslate2 export (written by `encdec export`): translate it with "
-                             f"`--engine ctranslate2`, or give the torch engine the model folder it came from "
+    if engine in EXPORT_ENGINES and kind != engine:
+        raise InputFileError(not_an_export(model_dir, engine, kind))
+    if engine not in EXPORT_ENGINES and kind is not None:
+        record = EXPORT_INFO if kind == "ctranslate2" else ONNX_MANIFEST
+        source = read_json(model_dir / record, "the export record")
+        source = source.get("source_folder") or source.get("source_model", {}).get("path", "MODEL_DIR")
+        raise InputFileError(f"{model_dir} is {EXPORT_ENGINES[kind]} export (written by `encdec export`): translate it "
+                             f"with `--engine {kind}`, or give the torch engine the model folder it came from "
                              f"({source}).")
-    if not is_export and not has_config and not (model_dir / WEIGHTS_NAME).is_file():
+    if kind is None and not has_config and not (model_dir / WEIGHTS_NAME).is_file():
         raise InputFileError(f"{model_dir} is not a model folder (it has no config.json and no {WEIGHTS_NAME}); "
                              "pass the folder that `encdec train` wrote (its `training.output_dir`).")
     return model_dir
+
+
+# the engines that read a folder written by `encdec export`, each with what the folder is called in messages
+EXPORT_ENGINES = {"ctranslate2": "a CTranslate2", "onnxruntime": "an ONNX"}
+EXPORT_FORMATS = {"ctranslate2": "ctranslate2", "onnxruntime": "onnx"}  # engine -> `encdec export --format`
+
+
+def export_kind(model_dir: Path) -> str | None:
+    """The engine that reads the export ``model_dir`` (``ctranslate2``, ``onnxruntime``), or None for a folder that
+    is not an export."""
+    if (model_dir / EXPORT_INFO).is_file():
+        return "ctranslate2"
+    return "onnxruntime" if (model_dir / ONNX_MANIFEST).is_file() else None
 
 
 def refuse_folder_of_models(folder: Path, engine: str) -> None:
@@ -149,26 +168,33 @@ def refuse_folder_of_models(folder: Path, engine: str) -> None:
     inside = model_folders_in(folder)
     if not inside:
         return
-    fitting = [path for path in inside if (path / EXPORT_INFO).is_file() == (engine == "ctranslate2")] or inside
+    fitting = [path for path in inside if export_kind(path) == (engine if engine in EXPORT_ENGINES else None)]
+    fitting = fitting or inside
     names = ", ".join(str(path) for path in inside[:5]) + (", ..." if len(inside) > 5 else "")
     raise InputFileError(f"{folder} holds model folders, not a model: {names}; pass one of them, e.g. "
                          f"`--model {fitting[0]}`.")
 
 
-def not_an_export(model_dir: Path, has_config: bool) -> str:
-    """Why ``model_dir`` cannot go to the CTranslate2 engine, and the command that works."""
-    if has_config and family_of(model_dir) == "rnn_seq2seq":
+def not_an_export(model_dir: Path, engine: str, kind: str | None) -> str:
+    """Why ``model_dir`` cannot go to ``engine`` (``ctranslate2`` or ``onnxruntime``), and the command that works."""
+    what, export_format = EXPORT_ENGINES[engine], EXPORT_FORMATS[engine]
+    if kind is not None:
+        return (f"{model_dir} is {EXPORT_ENGINES[kind]} export, not {what} one: translate it with `--engine {kind}`.")
+    has_config = (model_dir / "config.json").is_file()
+    if engine == "ctranslate2" and has_config and family_of(model_dir) == "rnn_seq2seq":
         return (f"{model_dir} holds an RNN model, and CTranslate2 has no recurrent decoder: translate it with "
-                "`--engine torch` (add `--quantize int8` for speed).")
+                "`--engine torch` (add `--quantize int8` for speed), or export it with `--format onnx`.")
     if has_config:
-        output = model_dir.parent / f"{model_dir.name}-ct2"
-        if (output / EXPORT_INFO).is_file():
-            return (f"{model_dir} is a torch model folder, not a CTranslate2 export; its export is {output}: pass "
+        suffix = "ct2" if engine == "ctranslate2" else "onnx"
+        output = model_dir.parent / f"{model_dir.name}-{suffix}"
+        if export_kind(output) == engine:
+            return (f"{model_dir} is a torch model folder, not {what} export; its export is {output}: pass "
                     f"`--model {output}`.")
-        return (f"{model_dir} is a torch model folder, not a CTranslate2 export: export it first with `encdec export "
-                f"--model {model_dir} --format ctranslate2 --output {output}`, then pass `--model {output}`.")
-    return (f"{model_dir} is not a CTranslate2 export of encdec (it has no {EXPORT_INFO}): export a Transformer model "
-            "folder with `encdec export --model MODEL_DIR --format ctranslate2 --output NEW_DIR` and pass NEW_DIR.")
+        return (f"{model_dir} is a torch model folder, not {what} export: export it first with `encdec export "
+                f"--model {model_dir} --format {export_format} --output {output}`, then pass `--model {output}`.")
+    record = EXPORT_INFO if engine == "ctranslate2" else ONNX_MANIFEST
+    return (f"{model_dir} is not {what} export of encdec (it has no {record}): export a model folder with "
+            f"`encdec export --model MODEL_DIR --format {export_format} --output NEW_DIR` and pass NEW_DIR.")
 
 
 def read_json(path: Path, what: str) -> dict[str, Any]:

@@ -233,12 +233,25 @@ def cmd_plot_attention(args: argparse.Namespace) -> None:
 
 
 def cmd_export(args: argparse.Namespace) -> None:
+    from encdec.errors import EncdecError
+
+    if len(args.model) > 1:
+        raise EncdecError(f"`encdec export` exports one model folder, got {len(args.model)} --model: an ensemble has "
+                          "no single graph; export each member and translate with --engine torch for the ensemble.")
+    quantization = args.quantization or "float32"
+    if args.format == "onnx":
+        from encdec.ship.onnx_export import export_onnx
+
+        out = export_onnx(args.model[0], args.output, quantize=quantization, overwrite=args.overwrite)
+        print(f"ONNX model ({quantization}) written to {out}; translate with "
+              f"`encdec translate --engine onnxruntime --model {out}`")
+        return
     from encdec.ship.export import export_ctranslate2
 
-    out = export_ctranslate2(args.model, args.output, quantization=args.quantization, overwrite=args.overwrite)
-    print(f"CTranslate2 model ({args.quantization}) written to {out}; translate with "
+    out = export_ctranslate2(args.model[0], args.output, quantization=quantization, overwrite=args.overwrite)
+    print(f"CTranslate2 model ({quantization}) written to {out}; translate with "
           f"`encdec translate --engine ctranslate2 --model {out}`")
-    if args.quantization.startswith("int8"):  # the folder will compute in int8: say when that is the slower choice
+    if quantization.startswith("int8"):  # the folder will compute in int8: say when that is the slower choice
         from encdec.inference.engines import note_if_int8_is_slower, read_export_info
 
         note_if_int8_is_slower("ctranslate2", read_export_info(out)["model_config"])

@@ -242,12 +242,16 @@ def add_alignment_command(commands: argparse._SubParsersAction) -> None:
 
 
 def add_export_commands(commands: argparse._SubParsersAction) -> None:
-    p = commands.add_parser("export", help="export a Transformer model folder to a CTranslate2 model folder")
-    p.add_argument("--model", required=True, help="encdec Transformer model folder")
-    p.add_argument("--format", choices=["ctranslate2"], required=True)
+    p = commands.add_parser("export", help="export a model folder to CTranslate2 (Transformer) or ONNX (both "
+                                           "families), for --engine ctranslate2 / --engine onnxruntime")
+    p.add_argument("--model", required=True, action="append", help="encdec model folder (one: an ensemble has no "
+                                                                    "single graph)")
+    p.add_argument("--format", choices=["ctranslate2", "onnx"], required=True)
     p.add_argument("--output", required=True, help="the new folder (engine files, tokenizer, generation defaults)")
-    p.add_argument("--quantization", choices=["float32", "int8", "int8_float32", "bfloat16", "float16"],
-                   default="float32", help="how the weights are stored (CTranslate2 converts them at load time)")
+    p.add_argument("--quantization", "--quantize", dest="quantization",
+                   choices=["float32", "int8", "int8_float32", "bfloat16", "float16"], default=None,
+                   help="how the weights are stored (default float32): ctranslate2 takes every choice (it converts "
+                        "them at load time); onnx takes float32 or int8 (ONNX Runtime's dynamic quantization)")
     p.add_argument("--overwrite", action="store_true")
     p.set_defaults(func=cmd_export)
     p = commands.add_parser("plot-attention", help="heatmap of source tokens against generated tokens")

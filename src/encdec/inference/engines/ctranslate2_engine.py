@@ -20,7 +20,7 @@ from ...errors import EncdecError
 from ...folders import EXPORT_INFO, read_json, require_model_folder
 from ...models.configuration_transformer_seq2seq import TransformerSeq2SeqConfig
 from .int8 import note_if_int8_is_slower
-from .interface import Engine, check_precision
+from .interface import Engine, check_positions, check_precision
 from .registry import ENGINE_REGISTRY
 
 CT2_INSTALL = ENGINE_REGISTRY["ctranslate2"].install
@@ -130,20 +130,11 @@ class CTranslate2Engine(Engine):
         # max_new_tokens counts the </s>, as max_decoding_length does; sources are never cut (max_input_length 0)
         return {**options, "max_decoding_length": max_new_tokens, "max_input_length": 0}
 
-    def check_lengths(self, source_length: int, max_new_tokens: int) -> None:
-        """The exported position table has ``max_position_embeddings`` rows, for sources and targets alike."""
-        limit = self.config.max_position_embeddings
-        if source_length > limit:
-            raise EncdecError(f"A source of {source_length} tokens exceeds the {limit} positions exported to "
-                              "CTranslate2 (`max_position_embeddings`); shorten it, or translate with truncation.")
-        if max_new_tokens + 1 > limit:  # the decoder start token takes position 0
-            raise EncdecError(f"`max_new_tokens`={max_new_tokens} needs {max_new_tokens + 1} decoder positions; the "
-                              f"CTranslate2 export has {limit} (`max_position_embeddings`): use at most {limit - 1}.")
-
     def generate(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, max_new_tokens: int,
                  settings: dict[str, Any]) -> list[list[int]]:
         """:return: each output's ids, the start token first, as ``generate()`` returns them"""
-        self.check_lengths(int(attention_mask.sum(dim=1).max()), max_new_tokens)
+        check_positions(self.config.max_position_embeddings, int(attention_mask.sum(dim=1).max()), max_new_tokens,
+                        "CTranslate2")
         tokens = [self.tokenizer.convert_ids_to_tokens(row[mask.bool()].tolist())
                   for row, mask in zip(input_ids, attention_mask, strict=True)]
         results = self.translator.translate_batch(tokens, **self.options(settings, max_new_tokens))

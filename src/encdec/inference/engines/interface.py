@@ -81,4 +81,18 @@ def check_precision(spec: EngineSpec, quantize: str | None, dtype: str | None) -
                           "their activations in float32.")
 
 
-__all__ = ["Engine", "check_precision", "engine_spec"]
+def check_positions(limit: int | None, source_length: int, max_new_tokens: int, export: str) -> None:
+    """An exported Transformer holds ``limit`` positions (``max_position_embeddings``), for sources and targets
+    alike (None: no limit): a one-line error for a source or a budget beyond them. ``export``: its name in the
+    message (``CTranslate2``, ``ONNX``)."""
+    if limit is None:
+        return
+    if source_length > limit:
+        raise EncdecError(f"A source of {source_length} tokens exceeds the {limit} positions exported to {export} "
+                          "(`max_position_embeddings`); shorten it, or translate with truncation.")
+    if max_new_tokens + 1 > limit:  # the decoder start token takes position 0
+        raise EncdecError(f"`max_new_tokens`={max_new_tokens} needs {max_new_tokens + 1} decoder positions; the "
+                          f"{export} export has {limit} (`max_position_embeddings`): use at most {limit - 1}.")
+
+
+__all__ = ["Engine", "check_positions", "check_precision", "engine_spec"]

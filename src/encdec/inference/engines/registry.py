@@ -52,6 +52,9 @@ register(EngineSpec("torch", "encdec.inference.engines.torch_engine", "TorchEngi
 register(EngineSpec("ctranslate2", "encdec.inference.engines.ctranslate2_engine", "CTranslate2Engine", "CTranslate2",
                     alignments=False, ensembles=False, quantize=("int8",), dtypes=("float32", "bfloat16"),
                     families=("transformer_seq2seq",), install="pip install 'encdec[ct2]'"))
+register(EngineSpec("onnxruntime", "encdec.inference.engines.onnxruntime_engine", "OnnxRuntimeEngine",
+                    "ONNX Runtime over a folder from `encdec export --format onnx`", alignments=False, ensembles=False,
+                    quantize=("int8",), install="pip install 'encdec[onnx]'"))
 
 
 def union(lists: list[tuple[str, ...]]) -> tuple[str, ...]:

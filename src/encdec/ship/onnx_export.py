@@ -1,0 +1,259 @@
+"""Export a model folder, either family, to ONNX (``encdec export --format onnx``): an encoder graph and one decoder
+graph for every step, in the layout of ``encdec.inference.engines.onnx_layout`` (optimum's file names, with a merged
+decoder), for ONNX Runtime (``--engine onnxruntime``) and ONNX Runtime Web in a browser.
+
+The graphs are traced by ``torch.onnx.export``'s TorchScript exporter (``dynamo=False``; the dynamo exporter trips on
+the RNN encoder's padding check and packed sequences) from the wrappers of ``encdec.ship.onnx_graphs``, which run the
+model's own code, at opset 17, with the batch, source, target and past lengths dynamic. The Transformer is traced
+with its eager attention (the same math as SDPA, written out), so that no backend-specific shortcut is baked in.
+
+The export checks itself before anything is published: it runs the graphs with ONNX Runtime over a padded batch the
+tracing never saw (the first step from the empty or initial state, a later step with a past, a teacher-forced call
+of several tokens where the decoder takes them) and refuses, naming the graph, when the encoder's outputs or the
+logits differ from torch's by more than ``TOLERANCE`` (float32). With ``quantize="int8"`` the checked float32 graphs
+are then quantized by ONNX Runtime's dynamic quantization (weights of every MatMul, and of the LSTM, stored in int8;
+activations quantized on the fly; Jacob et al. 2018), and the int8 copy is checked against torch more loosely: the
+largest logit difference within ``INT8_TOLERANCE`` of the reference logits' range.
+
+The folder is written under a temporary name beside the output and swapped in once complete and checked; a failed
+export leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import shutil
+import uuid
+import warnings
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from transformers import PreTrainedModel
+
+from ..errors import EncdecError
+from ..folders import model_identity, require_model_folder
+from ..inference import load_model_and_tokenizer
+from ..inference.engines.onnx_layout import (
+    DECODER_FILE,
+    EMPTY,
+    ENCODER_FILE,
+    EXPORT_ID_KEY,
+    OPSET,
+    Graph,
+    OnnxLayout,
+    StateEntry,
+)
+from ..inference.engines.onnxruntime_engine import ORT_INSTALL, OnnxRuntimeMissing, ort_session, require_onnxruntime
+from ..io_utils import refuse_existing, refuse_overlap, replace_folder
+from ..tokenization import TOKENIZER_FILES
+from .onnx_graphs import SOURCE_INPUTS, GraphNames, graph_modules, graph_names
+
+QUANTIZE_CHOICES = ("float32", "int8")
+TOLERANCE = 1e-4  # float32: the largest |logit| (and encoder output) difference to torch accepted
+INT8_TOLERANCE = 0.1  # int8: the largest |logit| difference accepted, as a share of the reference logits' range
+COPIED_FILES = ("config.json", "generation_config.json", "special_tokens_map.json", "added_tokens.json",
+                *TOKENIZER_FILES)
+TRACE_SOURCE_LENGTHS = (5, 3)  # the padded batch the graphs are traced with
+CHECK_SOURCE_LENGTHS = (7, 4, 1)  # and the one they are checked with: other sizes, so a baked-in size shows
+CHECK_PREFIX = 4  # decoder positions checked: the start token and three more
+
+
+class ExportCheckFailed(EncdecError):
+    """The exported graphs do not compute what the model computes."""
+
+
+def require_onnx() -> Any:
+    """The ``onnx`` package (needed to write graphs), or a one-line error that says how to install it."""
+    try:
+        return importlib.import_module("onnx")
+    except ImportError as error:
+        raise OnnxRuntimeMissing(f"The ONNX export needs the onnx package; install the extra with `{ORT_INSTALL}`.") \
+            from error
+
+
+def export_onnx(model_dir: str | os.PathLike, output_dir: str | os.PathLike, quantize: str | None = None,
+                overwrite: bool = False) -> Path:
+    """Export the model in ``model_dir`` (either family) to the ONNX folder ``output_dir``: the two graphs, the
+    manifest, and the model's config, generation config and tokenizer beside them; checked against torch, then
+    swapped into place. ``quantize="int8"``: the graphs' weights in int8 (ONNX Runtime's dynamic quantization)."""
+    quantize = quantize or "float32"
+    if quantize not in QUANTIZE_CHOICES:
+        raise EncdecError(f"`quantize` must be one of {list(QUANTIZE_CHOICES)} for the ONNX export, got {quantize!r}.")
+    require_onnx()
+    require_onnxruntime()
+    model_dir = require_model_folder(model_dir)
+    refuse_overlap(output_dir, [model_dir])  # before anything is loaded or replaced, --overwrite or not
+    model, _ = load_model_and_tokenizer(model_dir)
+    output_dir = refuse_existing(output_dir, overwrite, "export folder", folder=True)
+    if model.config.model_type == "transformer_seq2seq":
+        model.set_attn_implementation("eager")
+
+    def write(staging: Path) -> None:
+        layout = write_graphs(model, staging)
+        layout = check_export(model, staging, layout, TOLERANCE)
+        if quantize == "int8":
+            quantize_graphs(staging, layout)
+            layout = check_export(model, staging, replace(layout, weights="int8"), INT8_TOLERANCE)
+        layout = replace(layout, source_model=model_identity(model_dir))
+        layout.write(staging)
+        for name in COPIED_FILES:
+            if (model_dir / name).is_file():
+                shutil.copy2(model_dir / name, staging / name)
+
+    replace_folder(write, output_dir)
+    return output_dir
+
+
+def trace_batch(config: Any, lengths: tuple[int, ...], seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A right-padded batch of random ids (never the padding id) of ``lengths``, and its attention mask."""
+    generator = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, config.vocab_size, (len(lengths), max(lengths)), generator=generator)
+    ids[ids == config.pad_token_id] = (config.pad_token_id + 1) % config.vocab_size
+    mask = (torch.arange(max(lengths))[None, :] < torch.tensor(lengths)[:, None]).long()  # (B, S)
+    return ids.masked_fill(mask == 0, config.pad_token_id), mask
+
+
+def first_state(state: list[StateEntry], encoded: dict[str, Any], batch: int, past_len: int,
+                zeros: Any) -> dict[str, Any]:
+    """``past.NAME`` -> the state before a decoder call: ``past_len`` long for an ``empty`` one (0 at the first step;
+    tracing uses more, so that the length stays symbolic), else the encoder output it starts from."""
+    sizes = {"batch": batch, "past_len": past_len}
+    return {entry.past: zeros([sizes.get(dim, dim) for dim in entry.shape]) if entry.init == EMPTY
+            else encoded[entry.init] for entry in state}
+
+
+def dynamic_axes(names: GraphNames) -> tuple[dict[str, dict[int, str]], dict[str, dict[int, str]]]:
+    """The dynamic axes of the encoder and decoder graphs, every input and output batch first."""
+    source = {0: "batch", 1: "src_len"}
+    encoded = {name: {0: "batch", **({names.source_axes[name]: "src_len"} if name in names.source_axes else {})}
+               for name in names.encoder_outputs}
+    encoder = {**dict.fromkeys(SOURCE_INPUTS, source), **encoded}
+    decoder = {"input_ids": {0: "batch", 1: "tgt_len"}, "encoder_attention_mask": source, "logits": {0: "batch",
+               1: "tgt_len"}, **{name: encoded[name] for name in names.decoder_encoder_inputs}}
+    for entry in names.state:
+        grows = entry.grow_axis is not None
+        decoder[entry.past] = {0: "batch", **({entry.grow_axis: "past_len"} if grows else {})}
+        decoder[entry.present] = {0: "batch", **({entry.grow_axis: "present_len"} if grows else {})}
+    return encoder, decoder
+
+
+def write_graphs(model: PreTrainedModel, folder: Path) -> OnnxLayout:
+    """Trace both graphs into ``folder``; the layout of what was written (the inputs each graph kept: the exporter
+    drops one that a graph never reads, such as the source mask of an RNN without attention)."""
+    names = graph_names(model)
+    encoder, decoder = graph_modules(model)
+    encoder_axes, decoder_axes = dynamic_axes(names)
+    ids, mask = trace_batch(model.config, TRACE_SOURCE_LENGTHS, seed=0)
+    with torch.no_grad():
+        encoded = dict(zip(names.encoder_outputs, encoder(ids, mask), strict=True))
+    new_tokens = torch.full((len(TRACE_SOURCE_LENGTHS), 2 if names.multi_token else 1), model.config.eos_token_id)
+    past = first_state(names.state, encoded, len(TRACE_SOURCE_LENGTHS), past_len=3, zeros=torch.zeros)
+    decoder_args = (new_tokens, mask, *(encoded[name] for name in names.decoder_encoder_inputs), *past.values())
+    export_id = uuid.uuid4().hex
+    export_graph(encoder, (ids, mask), SOURCE_INPUTS, names.encoder_outputs, encoder_axes, folder / ENCODER_FILE,
+                 export_id)
+    export_graph(decoder, decoder_args, names.decoder_inputs, names.decoder_outputs, decoder_axes,
+                 folder / DECODER_FILE, export_id)
+    kept = graph_inputs(folder / DECODER_FILE)
+    config = model.config
+    return OnnxLayout(
+        family=config.model_type, weights="float32",
+        encoder=Graph(ENCODER_FILE, graph_inputs(folder / ENCODER_FILE), names.encoder_outputs),
+        decoder=Graph(DECODER_FILE, kept, names.decoder_outputs,
+                      [name for name in names.decoder_encoder_inputs if name in kept]),
+        state=names.state, decoder_start_token_id=config.decoder_start_token_id, eos_token_id=config.eos_token_id,
+        pad_token_id=config.pad_token_id, vocab_size=config.vocab_size, export_id=export_id,
+        multi_token=names.multi_token, max_positions=getattr(config, "max_position_embeddings", None))
+
+
+def export_graph(module: torch.nn.Module, args: tuple, input_names: list[str], output_names: list[str],
+                 axes: dict[str, dict[int, str]], path: Path, export_id: str) -> None:
+    """One graph, traced, with ``export_id`` in its metadata (the manifest names the same one)."""
+    onnx = require_onnx()
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")  # tracer warnings about the Python branches the wrappers take, as intended
+        torch.onnx.export(module, args, str(path), input_names=input_names, output_names=output_names,
+                          dynamic_axes={name: axes[name] for name in (*input_names, *output_names)},
+                          opset_version=OPSET, do_constant_folding=True, dynamo=False)
+    graph = onnx.load(str(path))
+    graph.metadata_props.add(key=EXPORT_ID_KEY, value=export_id)
+    onnx.save(graph, str(path))
+
+
+def graph_inputs(path: Path) -> list[str]:
+    """The names of a graph file's inputs, in its order."""
+    return [node.name for node in require_onnx().load(str(path), load_external_data=False).graph.input]
+
+
+def quantize_graphs(folder: Path, layout: OnnxLayout) -> None:
+    """Both graphs with their weights in int8, in place: ONNX Runtime's dynamic quantization of every MatMul and
+    LSTM (GRU has no integer kernel in ONNX Runtime and stays float32). Weights signed int8 (``QInt8``), activations
+    quantized to uint8 at run time: the U8S8 pairing that ONNX Runtime's x86 kernels are fastest with (its
+    quantization guide); per tensor, as the weights of these layers are small."""
+    require_onnxruntime()
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    for graph in (layout.encoder, layout.decoder):
+        path = folder / graph.file
+        quantized = path.with_suffix(".int8.onnx")
+        logging.disable(logging.WARNING)  # its advice to pre-process (shape inference) is for convolutional models
+        try:
+            quantize_dynamic(path, quantized, weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul", "LSTM"])
+        finally:
+            logging.disable(logging.NOTSET)
+        os.replace(quantized, path)
+
+
+def check_export(model: PreTrainedModel, folder: Path, layout: OnnxLayout, tolerance: float) -> OnnxLayout:
+    """Run the graphs of ``folder`` with ONNX Runtime and compare with torch (see the module docstring); the layout
+    with what was found (``check``), or an ``ExportCheckFailed`` naming the graph. float32: the encoder outputs and
+    the logits within ``tolerance``; int8: the logits within ``tolerance`` x the range of torch's."""
+    encoder, decoder = graph_modules(model)
+    ids, mask = trace_batch(model.config, CHECK_SOURCE_LENGTHS, seed=1)
+    prefix = torch.cat([torch.full((len(ids), 1), model.config.decoder_start_token_id),
+                        trace_batch(model.config, (CHECK_PREFIX - 1,) * len(ids), seed=2)[0]], dim=1)  # (B, 4)
+    with torch.no_grad():
+        reference = model(input_ids=ids, attention_mask=mask, decoder_input_ids=prefix).logits.numpy()  # (B, 4, V)
+        expected = [tensor.numpy() for tensor in encoder(ids, mask)]
+    sessions = {graph.file: ort_session(folder / graph.file, threads=1) for graph in (layout.encoder, layout.decoder)}
+    encoded = dict(zip(layout.encoder.outputs, sessions[ENCODER_FILE].run(None, {"input_ids": ids.numpy(),
+                                                                                   "attention_mask": mask.numpy()}),
+                       strict=True))
+    def bound(values: list[np.ndarray]) -> float:  # float32: the tolerance; int8: a share of the values' range
+        return tolerance if layout.weights == "float32" else tolerance * max(float(np.ptp(v)) for v in values)
+
+    encoder_diff = max(float(np.abs(encoded[name] - value).max()) for name, value in
+                       zip(layout.encoder.outputs, expected, strict=True))
+    if encoder_diff > bound(expected):
+        raise ExportCheckFailed(mismatch(ENCODER_FILE, "outputs", encoder_diff, bound(expected), layout.weights))
+    calls = [[0], [1], list(range(2, CHECK_PREFIX))] if layout.multi_token else [[i] for i in range(CHECK_PREFIX)]
+    state = first_state(layout.state, encoded, len(ids), past_len=0, zeros=lambda shape: np.zeros(shape, np.float32))
+    logits_diff = 0.0
+    for positions in calls:
+        feeds = {"input_ids": prefix[:, positions].numpy(), "encoder_attention_mask": mask.numpy(),
+                 **{name: encoded[name] for name in layout.decoder.encoder_inputs}, **state}
+        outputs = dict(zip(layout.decoder.outputs, sessions[DECODER_FILE].run(None, {
+            name: value for name, value in feeds.items() if name in layout.decoder.inputs}), strict=True))
+        logits_diff = max(logits_diff, float(np.abs(outputs["logits"] - reference[:, positions]).max()))
+        state = {entry.past: outputs[entry.present] for entry in layout.state}
+    if logits_diff > bound([reference]):
+        raise ExportCheckFailed(mismatch(DECODER_FILE, "logits", logits_diff, bound([reference]), layout.weights))
+    check = {"max_abs_logit_diff": logits_diff, "max_abs_encoder_diff": encoder_diff, "tolerance": bound([reference]),
+             "rule": ("max |output - torch's| <= tolerance" if layout.weights == "float32" else
+                      f"max |output - torch's| <= {tolerance} x the range of torch's")}
+    return replace(layout, check=check)
+
+
+def mismatch(file: str, what: str, found: float, tolerance: float, weights: str) -> str:
+    return (f"The ONNX export does not compute what the model computes: {file} ({weights}) gives {what} up to "
+            f"{found:.3g} away from torch's (tolerance {tolerance:.3g}); nothing was written. Please report it with "
+            "the model's config.json.")
+
+
+__all__ = ["INT8_TOLERANCE", "QUANTIZE_CHOICES", "TOLERANCE", "ExportCheckFailed", "check_export", "export_onnx",
+           "quantize_graphs", "require_onnx", "write_graphs"]
