@@ -8,8 +8,8 @@ does at every step. The names follow the layout of ``encdec.inference.engines.on
   ``cross.{i}.key``/``cross.{i}.value`` (B, H, S, Dh), computed once per source; the state is each layer's
   self-attention keys and values ``self.{i}.key``/``self.{i}.value`` (B, H, past_len, Dh), empty at the first step.
   The decoder takes any number of new tokens (a whole prefix at once, for teacher forcing).
-- RNN (Bahdanau et al. 2015; Luong et al. 2015): the encoder graph returns h_j ``encoder_hidden_states`` (B, S, De)
-  and the attention's keys ``encoder_keys`` (B, S, A) (with attention), the encoder's final states
+- RNN (Bahdanau et al. 2015; Luong et al. 2015): the encoder graph returns h_j ``encoder_hidden_states`` (B, S, De),
+  the attention's keys ``encoder_keys`` (B, S, A) (with attention), the encoder's final states
   ``encoder_final_hidden`` (with Cho et al.'s context feeding), and the decoder's initial state from the bridge:
   ``init.hidden`` (B, Ld, H), ``init.cell`` (LSTM), ``init.feed`` (B, 1, H) (Luong's input feeding). The state is
   ``hidden``, ``cell`` and ``feed``, the same shapes. A decoder step that feeds back into itself (Bahdanau, Luong with
@@ -72,9 +72,11 @@ def graph_names(model: PreTrainedModel) -> GraphNames:
     parts = ["hidden", *(["cell"] if config.cell_type == "lstm" else []), *(["feed"] if config.input_feeding else [])]
     state = [StateEntry(part, ["batch", 1 if part == "feed" else config.decoder_layers, config.hidden_size],
                         f"init.{part}") for part in parts]
-    inits = [f"init.{part}" for part in parts]
-    return GraphNames([*memory, *inits], memory, state, multi_token=model.model.decoder.step.fused,
-                      source_axes={name: 1 for name in memory if name != "encoder_final_hidden"})
+    # h_j is an output even where the decoder does not read it (no attention): the exporter fails on an RNN whose
+    # output sequence is left unused, and a runner may want it
+    outputs = list(dict.fromkeys(["encoder_hidden_states", *memory, *(f"init.{part}" for part in parts)]))
+    return GraphNames(outputs, memory, state, multi_token=model.model.decoder.step.fused,
+                      source_axes={"encoder_hidden_states": 1, "encoder_keys": 1})
 
 
 class TransformerEncoderGraph(nn.Module):
