@@ -41,7 +41,7 @@ os.environ.setdefault("ENCDEC_THREADS", "1")
 INTEGRATION_FILES = frozenset({
     "test_corpus.py", "test_demo.py", "test_distill.py", "test_distributed.py", "test_first_hour.py",
     "test_libretranslate.py", "test_multi30k.py", "test_readme_tour.py", "test_serve.py", "test_serve_fuzz.py",
-    "test_serve_models.py",
+    "test_serve_models.py", "test_web_site.py",
 })
 
 

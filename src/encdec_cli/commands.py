@@ -238,6 +238,13 @@ def cmd_export(args: argparse.Namespace) -> None:
     if len(args.model) > 1:
         raise EncdecError(f"`encdec export` exports one model folder, got {len(args.model)} --model: an ensemble has "
                           "no single graph; export each member and translate with --engine torch for the ensemble.")
+    if args.format == "web":
+        from encdec.ship.web_export import export_web, site_bytes
+
+        out = export_web(args.model[0], args.output, quantize=args.quantization or "int8", overwrite=args.overwrite)
+        print(f"a site that translates in the browser written to {out} ({site_bytes(out)['total'] / 1e6:.1f} MB); "
+              f"serve it with `python -m http.server -d {out}` or `encdec serve ... --offline-site {out}`")
+        return
     quantization = args.quantization or "float32"
     if args.format == "onnx":
         from encdec.ship.onnx_export import export_onnx
@@ -265,7 +272,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
                          max_source_tokens=args.max_source_tokens, max_new_tokens=args.max_new_tokens,
                          max_beams=args.max_beams, max_body_bytes=args.max_body_bytes)
     serve(args.model, engine=args.engine, quantize=args.quantize, dtype=args.dtype, host=args.host, port=args.port,
-          api_key=args.api_key, limits=limits, log_level=args.log_level)
+          api_key=args.api_key, limits=limits, log_level=args.log_level, offline_site=args.offline_site)
 
 
 def cmd_demo(args: argparse.Namespace) -> None:

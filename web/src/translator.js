@@ -11,7 +11,10 @@ import { Seq2SeqRunner } from "./runner.js";
 import { beam, greedy, untilEos } from "./search.js";
 
 export const MAX_BEAMS = 16;
-const GREEDY_BATCH = 16;  // sources per greedy batch: padding never changes a source's output
+// sources per greedy batch: padding never changes a source's output in float32; int8 graphs quantize their
+// activations with one scale per tensor (ONNX Runtime's dynamic quantization), so a source's batch-mates would change
+// its output: int8 decodes one source at a time, as `encdec translate --batch-size 1`
+const GREEDY_BATCH = { float32: 16, int8: 1 };
 
 async function fetchJson(url) {
   const response = await fetch(url);
@@ -92,8 +95,9 @@ export class Translator {
     const todo = sources.map((ids, i) => i).filter((i) => sources[i].length > 0);
     const budgets = sources.map((ids) => this.budget(ids.length, maxNewTokens));
     if (numBeams === 1) {
-      for (let at = 0; at < todo.length; at += GREEDY_BATCH) {
-        const batch = todo.slice(at, at + GREEDY_BATCH);
+      const size = GREEDY_BATCH[this.runner.manifest.weights] ?? 1;
+      for (let at = 0; at < todo.length; at += size) {
+        const batch = todo.slice(at, at + size);
         const found = await greedy(this.runner, batch.map((i) => sources[i]), batch.map((i) => budgets[i]),
                                    this.tokens);
         batch.forEach((i, k) => { outputs[i] = found[k]; });

@@ -13,6 +13,9 @@ page at ``/docs`` shows) and its errors in words; this module holds HTTP: the er
 body limit, request ids, and a graceful stop (uvicorn: on SIGTERM no new connections, requests in flight finish, then
 the batcher drains).
 
+With ``--offline-site SITE`` it also serves, at ``/offline/``, the static site that ``encdec export --format web``
+wrote: a page that translates in the browser, with no request to this server once loaded.
+
 ``encdec serve`` says where it listens once it does, with the port the system gave for ``--port 0``, and says when
 a SIGTERM has closed the listening socket (``EncdecServer``).
 
@@ -34,6 +37,7 @@ import dataclasses
 import hmac
 import ipaddress
 import logging
+import mimetypes
 import os
 import sys
 import threading
@@ -56,7 +60,8 @@ try:
     import uvicorn
     from fastapi import FastAPI, Request
     from fastapi.exceptions import RequestValidationError
-    from fastapi.responses import HTMLResponse, JSONResponse, Response
+    from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+    from fastapi.staticfiles import StaticFiles
     from fastapi_offline import FastAPIOffline
     from pydantic import BaseModel
     from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -202,10 +207,11 @@ class BodyTooLarge(StarletteHTTPException):
         super().__init__(413)
 
 
-def create_app(served: TranslationService | ServedModels, api_key: str | None = None) -> Any:
+def create_app(served: TranslationService | ServedModels, api_key: str | None = None,
+               offline_site: str | os.PathLike | None = None) -> Any:
     """The ASGI app over one service or several (``ServedModels``): each model's batcher starts with the app and
     drains when it stops. ``/docs`` (Swagger UI) serves its script from the package ``fastapi-offline``: no CDN, so
-    it works offline."""
+    it works offline. ``offline_site``: a site of ``encdec export --format web``, served at ``/offline/``."""
     models = served if isinstance(served, ServedModels) else ServedModels([served_as(served)])
     first = next(iter(models.models.values())).service
     limits = first.limits
@@ -238,7 +244,20 @@ def create_app(served: TranslationService | ServedModels, api_key: str | None = 
     add_translate(app, schema, error_responses(400, *guarded, 413, 415, 422, 500))
     add_pages(app, models, guarded)
     LibreTranslateAPI(models, batchers, api_key, presented_key).mount(app)
+    if offline_site is not None:
+        add_offline_site(app, offline_site)
     return Guard(app, api_key, limits.max_body_bytes)
+
+
+def add_offline_site(app: Any, site: str | os.PathLike) -> None:
+    """The static site at ``/offline/`` (its page finds its files beside it, so ``/offline`` redirects there)."""
+    if not os.path.isfile(os.path.join(site, "encdec.js")):
+        raise EncdecError(f"--offline-site {site}: not a site written by `encdec export --format web` (no encdec.js); "
+                          "export one with `encdec export --format web --model MODEL --output SITE`.")
+    mimetypes.add_type("application/wasm", ".wasm")  # what WebAssembly and ONNX files are, on any system
+    mimetypes.add_type("application/octet-stream", ".onnx")
+    app.get("/offline", include_in_schema=False)(lambda: RedirectResponse("/offline/"))
+    app.mount("/offline", StaticFiles(directory=site, html=True), name="offline")
 
 
 def add_translate(app: Any, schema: type[BaseModel], errors: dict[int | str, dict[str, Any]]) -> None:
@@ -381,7 +400,7 @@ def release_on_stdin(batchers: dict[str, DynamicBatcher]) -> None:
 
 def serve(models: str | list[str], engine: str = "torch", quantize: str | None = None, dtype: str | None = None,
           host: str = "127.0.0.1", port: int = 8000, api_key: str | None = None, limits: ServeLimits | None = None,
-          log_level: str = "info") -> None:
+          log_level: str = "info", offline_site: str | None = None) -> None:
     """Load the models and serve them until SIGINT or SIGTERM (``encdec serve``); ``port`` 0 takes a free port,
     which the start-up line names."""
     api_key = api_key or os.environ.get(API_KEY_ENV) or None
@@ -398,7 +417,7 @@ def serve(models: str | list[str], engine: str = "torch", quantize: str | None =
         print(f"encdec serve: {len(served.models)} model(s) loaded, {resident:,.0f} MiB resident; on "
               f"{' and '.join(urls)} - page at /, API docs at /docs", flush=True)
 
-    app = create_app(served, api_key)
+    app = create_app(served, api_key, offline_site)
     if os.environ.get(HOLD_ENV, "") not in ("", "0"):
         release_on_stdin(app.app.state.batchers)
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level,
