@@ -1,6 +1,7 @@
 # encdec: the two commands of the README.
 #   make test   set up .venv (torch 2.13.0 CPU first, then the project) and run the test suite offline
 #   make demo   set up .venv and train + translate with small models on the built-in task
+#   make web    build the browser runtime of `encdec export --format web` (Node.js and npm; `make test` builds it)
 # A .venv where the project is already installed (by hand, as the README's Install section says) is used as it is.
 PYTHON ?= python3
 VENV   ?= .venv
@@ -15,7 +16,11 @@ export HF_HUB_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
 
-.PHONY: venv test demo lint benchmark clean
+# The browser runtime (src/encdec/ship/web_export.py): npm ci installs web/package-lock.json's packages (pinned by
+# version and integrity hash; no install scripts run), esbuild bundles them into package data. Built, never committed.
+WEB_RUNTIME := src/encdec/ship/web_runtime/web-runtime.json
+
+.PHONY: venv test demo lint benchmark clean web
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -82,7 +87,12 @@ $(STAMP): $(PY) pyproject.toml
 
 venv: $(STAMP)
 
-test: $(STAMP)
+$(WEB_RUNTIME): web/package.json web/package-lock.json web/build.mjs web/index.html $(wildcard web/src/*.js)
+	cd web && npm ci --ignore-scripts --no-audit --no-fund && npm run build
+
+web: $(WEB_RUNTIME)
+
+test: $(STAMP) $(WEB_RUNTIME)
 	$(PY) -m pytest -q
 
 lint: $(STAMP)
@@ -95,4 +105,4 @@ benchmark: $(STAMP)
 	$(PY) scripts/benchmark.py
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) runs .pytest_cache web/node_modules src/encdec/ship/web_runtime

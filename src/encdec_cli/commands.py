@@ -251,6 +251,13 @@ def cmd_export(args: argparse.Namespace) -> None:
     if len(args.model) > 1:
         raise EncdecError(f"`encdec export` exports one model folder, got {len(args.model)} --model: an ensemble has "
                           "no single graph; export each member and translate with --engine torch for the ensemble.")
+    if args.format == "web":
+        from encdec.ship.web_export import export_web, site_bytes
+
+        out = export_web(args.model[0], args.output, quantize=args.quantization or "int8", overwrite=args.overwrite)
+        print(f"a site that translates in the browser written to {out} ({site_bytes(out)['total'] / 1e6:.1f} MB); "
+              f"serve it with `python -m http.server -d {out}` or `encdec serve ... --offline-site {out}`")
+        return
     quantization = args.quantization or "float32"
     if args.format == "onnx":
         from encdec.ship.onnx_export import export_onnx
@@ -282,7 +289,8 @@ def cmd_serve(args: argparse.Namespace) -> None:
     serve(args.model, engine=args.engine, quantize=args.quantize, dtype=args.dtype, host=args.host, port=args.port,
           api_key=args.api_key, limits=limits, log_level=args.log_level,
           files=FileSettings(max_file_bytes=args.max_file_bytes, file_expiry_minutes=args.file_expiry_minutes),
-          api_keys_db=args.api_keys_db, suggestions=args.suggestions, metrics=args.metrics)
+          api_keys_db=args.api_keys_db, suggestions=args.suggestions, metrics=args.metrics,
+          offline_site=args.offline_site)
 
 
 def cmd_keys(args: argparse.Namespace) -> None:

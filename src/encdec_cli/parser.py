@@ -102,6 +102,9 @@ def add_serve_command(commands: argparse._SubParsersAction) -> None:
                    help="how long a translated file can be downloaded before it is deleted (default 30)")
     add_limit_options(p)
     p.add_argument("--log-level", choices=["critical", "error", "warning", "info", "debug"], default="info")
+    p.add_argument("--offline-site", metavar="SITE", default=None,
+                   help="also serve at /offline/ the site that `encdec export --format web` wrote (it translates in "
+                        "the browser)")
     add_threads_option(p)
     p.set_defaults(func=cmd_serve)
 
@@ -294,12 +297,15 @@ def add_export_commands(commands: argparse._SubParsersAction) -> None:
                                            "families), for --engine ctranslate2 / --engine onnxruntime")
     p.add_argument("--model", required=True, action="append", help="encdec model folder (one: an ensemble has no "
                                                                     "single graph)")
-    p.add_argument("--format", choices=["ctranslate2", "onnx"], required=True)
+    p.add_argument("--format", choices=["ctranslate2", "onnx", "web"], required=True,
+                   help="web: a static site that translates in the browser (the ONNX export, int8 by default, run by "
+                        "ONNX Runtime Web); serve it with any static file server")
     p.add_argument("--output", required=True, help="the new folder (engine files, tokenizer, generation defaults)")
     p.add_argument("--quantization", "--quantize", dest="quantization",
                    choices=["float32", "int8", "int8_float32", "bfloat16", "float16"], default=None,
                    help="how the weights are stored (default float32): ctranslate2 takes every choice (it converts "
-                        "them at load time); onnx takes float32 or int8 (ONNX Runtime's dynamic quantization)")
+                        "them at load time); onnx takes float32 or int8 (ONNX Runtime's dynamic quantization); web "
+                        "takes float32 or int8 (its default)")
     p.add_argument("--overwrite", action="store_true")
     p.set_defaults(func=cmd_export)
     p = commands.add_parser("plot-attention", help="heatmap of source tokens against generated tokens")

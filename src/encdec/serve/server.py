@@ -14,6 +14,9 @@ page at ``/docs`` shows) and its errors in words; ``limits.py`` who may ask and 
 body limit, request ids, and a graceful stop (uvicorn: on SIGTERM no new connections, requests in flight finish, then
 the batcher drains).
 
+With ``--offline-site SITE`` it also serves, at ``/offline/``, the static site that ``encdec export --format web``
+wrote: a page that translates in the browser, with no request to this server once loaded.
+
 ``encdec serve`` says where it listens once it does, with the port the system gave for ``--port 0``, and says when
 a SIGTERM has closed the listening socket (``EncdecServer``).
 
@@ -34,6 +37,7 @@ import contextlib
 import dataclasses
 import ipaddress
 import logging
+import mimetypes
 import os
 import sys
 import threading
@@ -59,7 +63,8 @@ try:
     import uvicorn
     from fastapi import FastAPI, Request
     from fastapi.exceptions import RequestValidationError
-    from fastapi.responses import HTMLResponse, JSONResponse, Response
+    from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+    from fastapi.staticfiles import StaticFiles
     from fastapi_offline import FastAPIOffline
     from pydantic import BaseModel
     from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -228,11 +233,12 @@ class BodyTooLarge(StarletteHTTPException):
 
 def create_app(served: TranslationService | ServedModels, api_key: str | None = None,
                files: FileSettings | None = None, keys: KeyDatabase | None = None, suggestions: bool = False,
-               metrics: bool = False) -> Any:
+               metrics: bool = False, offline_site: str | os.PathLike | None = None) -> Any:
     """The ASGI app over one service or several (``ServedModels``): each model's batcher starts with the app and
     drains when it stops; so do the translated files (``files``: their limits, ``encdec.serve.files``). ``/docs``
     (Swagger UI) serves its script from the package ``fastapi-offline``: no CDN, so it works offline. ``keys``: a key
-    database (``encdec.serve.limits.Access`` has the rules); ``metrics``: ``GET /metrics``."""
+    database (``encdec.serve.limits.Access`` has the rules); ``metrics``: ``GET /metrics``; ``offline_site``: a site
+    of ``encdec export --format web``, served at ``/offline/``."""
     models = served if isinstance(served, ServedModels) else ServedModels([served_as(served)])
     first = next(iter(models.models.values())).service
     limits = first.limits
@@ -272,6 +278,8 @@ def create_app(served: TranslationService | ServedModels, api_key: str | None = 
     file_api.mount(app)
     if observer is not None:
         add_metrics(app, observer, guarded)
+    if offline_site is not None:
+        add_offline_site(app, offline_site)
     return Guard(app, access, limits.max_body_bytes, observer, file_api.body_limits)
 
 
@@ -310,6 +318,17 @@ def admit(access: Access, request: Request, text: str | list[str]) -> None:
         i, length, limit = over
         raise RequestError("text" if isinstance(text, str) else f"text[{i}]",
                            f"{length} characters exceed the limit of {limit} per text (--char-limit); split the text.")
+
+
+def add_offline_site(app: Any, site: str | os.PathLike) -> None:
+    """The static site at ``/offline/`` (its page finds its files beside it, so ``/offline`` redirects there)."""
+    if not os.path.isfile(os.path.join(site, "encdec.js")):
+        raise EncdecError(f"--offline-site {site}: not a site written by `encdec export --format web` (no encdec.js); "
+                          "export one with `encdec export --format web --model MODEL --output SITE`.")
+    mimetypes.add_type("application/wasm", ".wasm")  # what WebAssembly and ONNX files are, on any system
+    mimetypes.add_type("application/octet-stream", ".onnx")
+    app.get("/offline", include_in_schema=False)(lambda: RedirectResponse("/offline/"))
+    app.mount("/offline", StaticFiles(directory=site, html=True), name="offline")
 
 
 def add_translate(app: Any, schema: type[BaseModel], errors: dict[int | str, dict[str, Any]]) -> None:
@@ -463,7 +482,7 @@ def release_on_stdin(batchers: dict[str, DynamicBatcher]) -> None:
 def serve(models: str | list[str], engine: str = "torch", quantize: str | None = None, dtype: str | None = None,
           host: str = "127.0.0.1", port: int = 8000, api_key: str | None = None, limits: ServeLimits | None = None,
           log_level: str = "info", files: FileSettings | None = None, api_keys_db: str | None = None,
-          suggestions: bool = False, metrics: bool = False) -> None:
+          suggestions: bool = False, metrics: bool = False, offline_site: str | None = None) -> None:
     """Load the models and serve them until SIGINT or SIGTERM (``encdec serve``); ``port`` 0 takes a free port,
     which the start-up line names. A key database that cannot be used is refused before the models load."""
     api_key = api_key or os.environ.get(API_KEY_ENV) or None
@@ -482,7 +501,8 @@ def serve(models: str | list[str], engine: str = "torch", quantize: str | None =
         print(f"encdec serve: {len(served.models)} model(s) loaded, {resident:,.0f} MiB resident; on "
               f"{' and '.join(urls)} - page at /, API docs at /docs", flush=True)
 
-    app = create_app(served, api_key, files=files, keys=keys, suggestions=suggestions, metrics=metrics)
+    app = create_app(served, api_key, files=files, keys=keys, suggestions=suggestions, metrics=metrics,
+                     offline_site=offline_site)
     if os.environ.get(HOLD_ENV, "") not in ("", "0"):
         release_on_stdin(app.app.state.batchers)
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level,

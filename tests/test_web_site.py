@@ -1,0 +1,293 @@
+"""``encdec export --format web``: the static site translates in headless Chromium, served by a plain static file
+server on 127.0.0.1 with every other host unreachable, as ``encdec translate`` does on the same model folder:
+greedy and beam search, both families, through ``window.encdec.translate``; its tokenizer gives the ids of Rust
+`tokenizers` for every kind of tokenizer encdec trains; its page refuses empty and over-long input with a message;
+the export refuses bad input in one line and overwrites nothing; ``encdec serve --offline-site`` serves it at
+``/offline/``.
+
+The models are trained briefly on the built-in date task (trained models end their outputs at varied steps, and
+their beams compete). The float32 site is compared with the torch model; the int8 site (the default) with the same
+int8 graphs run by ONNX Runtime in Python, which decodes exactly as the browser does.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import json
+import os
+import shutil
+import subprocess
+import threading
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from encdec.cli import main
+from encdec.folders import save_for_pipeline
+from encdec.inference import translate_lines
+from test_serve import Server, assert_local_and_found, chromium_driver, page_requests
+from tiny_model_folders import DATE_RNN, DATE_TRANSFORMER, date_data, train_on_dates
+
+pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+from encdec.ship.web_export import RUNTIME_FILES, export_web, runtime_folder, site_bytes  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+FAMILIES = {"transformer": (DATE_TRANSFORMER, 3e-3), "rnn": (DATE_RNN, 5e-3)}
+# what the page's library is given to translate: ordinary dates, a blank line, and characters the vocabulary lacks
+EXTRA_LINES = ["", "Friday, 1 Jan 1999!!", "«12/31/1999»"]
+
+
+def require_runtime() -> None:
+    """The built browser runtime (`make web`), or a skip (a failure in CI, whose `make test` builds it)."""
+    try:
+        runtime_folder()
+    except Exception as error:
+        if os.environ.get("CI") == "true":
+            pytest.fail(str(error))
+        pytest.skip(str(error))
+
+
+@pytest.fixture(scope="module")
+def dates():
+    return date_data()
+
+
+@pytest.fixture(scope="module")
+def folders(dates, tmp_path_factory):
+    """family -> model folder, each trained 150 steps on dates."""
+    root = tmp_path_factory.mktemp("web-models")
+    return {family: save_for_pipeline(train_on_dates(config, dates, 150, lr), dates[0], root / family)
+            for family, (config, lr) in FAMILIES.items()}
+
+
+@pytest.fixture(scope="module")
+def sites(folders, tmp_path_factory):
+    """(family, weights) -> site folder, for float32 and int8 weights."""
+    require_runtime()
+    root = tmp_path_factory.mktemp("web-sites")
+    return {(family, weights): export_web(folder, root / f"{family}-{weights}", quantize=weights)
+            for family, folder in folders.items() for weights in ("float32", "int8")}
+
+
+@pytest.fixture(scope="module")
+def lines(dates):
+    return [source for source, _ in dates[2][:10]] + EXTRA_LINES
+
+
+class StaticServer:
+    """``python -m http.server`` on 127.0.0.1, a free port, in a thread of this process; stopped on exit."""
+
+    def __init__(self, folder: Path) -> None:
+        handler = functools.partial(QuietHandler, directory=str(folder))
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self) -> StaticServer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.thread.join(timeout=30)
+
+
+class QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args) -> None:  # no line per request in the test output
+        pass
+
+
+def page_translate(driver, lines: list[str], **options) -> list[str]:
+    """``window.encdec.translate(lines, options)`` in the page, awaited."""
+    return driver.execute_async_script(
+        "const done = arguments[arguments.length - 1];"
+        "encdec.translate(arguments[0], arguments[1]).then(done, (e) => done('error: ' + e.message));",
+        lines, options)
+
+
+def open_site(driver, url: str) -> dict:
+    driver.set_script_timeout(120)
+    driver.get(url)
+    return driver.execute_async_script("const done = arguments[0]; encdec.ready.then(done, (e) => done(String(e)));")
+
+
+def onnx_translate(site: Path, lines: list[str], num_beams: int) -> list[str]:
+    """The site's own graphs run by ONNX Runtime in Python (`encdec translate --engine onnxruntime`)."""
+    return translate_lines(str(site / "model"), lines, engine="onnxruntime", num_beams=num_beams, batch_size=1)
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_the_site_translates_as_encdec_translate_in_chromium(family, folders, sites, lines) -> None:
+    """Greedy search gives `encdec translate`'s text on every line, beam search (3 beams) on four; the int8 site
+    gives what its graphs give in ONNX Runtime; nothing is fetched from anywhere but the site, nothing 404s."""
+    expected = {1: translate_lines(str(folders[family]), lines, num_beams=1),
+                3: translate_lines(str(folders[family]), lines[:4], num_beams=3, batch_size=1)}
+    assert len(set(expected[1][:10])) > 3  # the model answers each date differently: a wrong source would show
+    int8 = onnx_translate(sites[family, "int8"], lines, num_beams=1)
+    driver = chromium_driver()
+    try:
+        with StaticServer(sites[family, "float32"]) as server:
+            info = open_site(driver, f"{server.url}/")
+            assert info["family"] == f"{family}_seq2seq" and info["weights"] == "float32", info
+            assert page_translate(driver, lines, numBeams=1) == expected[1]
+            assert page_translate(driver, lines[:4], numBeams=3) == expected[3]
+            assert_local_and_found(page_requests(driver), server.url)
+        with StaticServer(sites[family, "int8"]) as server:
+            assert open_site(driver, f"{server.url}/")["weights"] == "int8"
+            assert page_translate(driver, lines, numBeams=1) == int8
+            assert_local_and_found(page_requests(driver), server.url)
+    finally:
+        driver.quit()
+
+
+TOKENIZER_CHECK = """
+import { SubwordTokenizer } from "%s";
+import fs from "node:fs";
+const cases = JSON.parse(fs.readFileSync(process.argv[2], "utf8"));
+const found = cases.map(({ folder, texts }) => {
+  const read = (name) => JSON.parse(fs.readFileSync(`${folder}/${name}`, "utf8"));
+  const tokenizer = new SubwordTokenizer(read("tokenizer.json"), read("tokenizer_config.json"));
+  return texts.map((text) => { const ids = tokenizer.encode(text); return [ids, tokenizer.decode(ids)]; });
+});
+console.log(JSON.stringify(found));
+"""
+
+
+@pytest.mark.timeout(300)
+def test_the_browser_tokenizer_gives_the_ids_of_rust_tokenizers(dates, tmp_path) -> None:
+    """Each kind of tokenizer encdec trains (BPE or Unigram, Metaspace with or without punctuation split): the site's
+    tokenizer module (web/src/tokenizer.js, run by Node.js) encodes and decodes as `tokenizers` does, on runs of
+    punctuation, unknown characters, no-break spaces and tabs."""
+    from encdec.tokenization import train_tokenizer
+
+    node, modules = shutil.which("node"), REPO / "web" / "node_modules"
+    if not node or not modules.is_dir():
+        pytest.skip("Node.js and web/node_modules (`make web`) are needed to run the tokenizer module")
+    texts = [source for source, _ in dates[1][:20]] + ["Ein Mann\u00a0mit  einem\tHut!!  ", "a.b,c;d:e?f", "   ",
+                                                       "\ufb01 café ① ½ — «quoted» 日本語 😀", "It's 12:30."]
+    cases, expected = [], []
+    for algorithm in ("bpe", "unigram"):
+        for pre_tokenizer in ("metaspace", "whitespace_punct"):
+            tokenizer = train_tokenizer([text for pair in dates[1][:300] for text in pair] + ["café"] * 3,
+                                        vocab_size=150, algorithm=algorithm, pre_tokenizer=pre_tokenizer,
+                                        min_frequency=1)
+            folder = tmp_path / f"{algorithm}-{pre_tokenizer}"
+            tokenizer.save_pretrained(folder)
+            cases.append({"folder": str(folder), "texts": texts})
+            ids = tokenizer(texts)["input_ids"]
+            expected.append([[row, tokenizer.decode(row, skip_special_tokens=True).strip()] for row in ids])
+    (tmp_path / "cases.json").write_text(json.dumps(cases))
+    script = tmp_path / "check.mjs"
+    script.write_text(TOKENIZER_CHECK % (REPO / "web" / "src" / "tokenizer.js").as_uri())
+    done = subprocess.run([node, str(script), str(tmp_path / "cases.json")], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "NODE_PATH": str(modules)}, cwd=REPO / "web")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == expected
+
+
+@pytest.mark.timeout(300)
+def test_the_page_refuses_empty_and_over_long_input(sites, lines) -> None:
+    """The page says why it does not translate (nothing typed; a line over the model's source length), stays
+    usable, then translates a good line as the library does."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    driver = chromium_driver()
+    try:
+        with StaticServer(sites["transformer", "int8"]) as server:
+            info = open_site(driver, f"{server.url}/")
+            wait = WebDriverWait(driver, 60)
+            button, source = driver.find_element(By.ID, "translate"), driver.find_element(By.ID, "source")
+            wait.until(lambda d: button.is_enabled())
+            source.send_keys("  \n ")
+            button.click()
+            assert driver.find_element(By.ID, "error").text == "Nothing to translate: type or paste a sentence."
+            source.clear()
+            source.send_keys(lines[0] + "\n" + " ".join([lines[1]] * 20))
+            button.click()
+            wait.until(lambda d: d.find_element(By.ID, "error").text)
+            error = driver.find_element(By.ID, "error").text
+            assert error.startswith("line 2 has ") and f"at most {info['maxSourceTokens']}" in error, error
+            assert driver.find_element(By.ID, "translation").get_attribute("value") == ""
+            source.clear()
+            source.send_keys(lines[0])
+            wait.until(lambda d: button.is_enabled())
+            button.click()
+            expected = page_translate(driver, [lines[0]], numBeams=info["numBeams"])
+            wait.until(lambda d: d.find_element(By.ID, "translation").get_attribute("value") == expected[0])
+            assert driver.find_element(By.ID, "error").text == ""
+    finally:
+        driver.quit()
+
+
+def error_of(argv: list[str], capsys) -> str:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err  # one line
+    return err
+
+
+def test_the_export_refuses_bad_input_in_one_line_and_overwrites_nothing(folders, sites, tmp_path, capsys,
+                                                                        monkeypatch) -> None:
+    """An existing site, a folder that is no model, a missing runtime: one line each, nothing written or changed."""
+    site = sites["rnn", "int8"]
+    before = {path: path.stat().st_mtime_ns for path in site.rglob("*")}
+    err = error_of(["export", "--format", "web", "--model", str(folders["rnn"]), "--output", str(site)], capsys)
+    assert "already exists and is not empty" in err and "--overwrite" in err, err
+    assert {path: path.stat().st_mtime_ns for path in site.rglob("*")} == before
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "a.txt").write_text("not a model")
+    err = error_of(["export", "--format", "web", "--model", str(tmp_path / "notes"), "--output",
+                    str(tmp_path / "site")], capsys)
+    assert "is not a model folder" in err, err
+    monkeypatch.setattr("encdec.ship.web_export.RUNTIME", "no_such_runtime")
+    err = error_of(["export", "--format", "web", "--model", str(folders["rnn"]), "--output",
+                    str(tmp_path / "site")], capsys)
+    assert "run `make web` (Node.js and npm)" in err, err
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["notes"]  # no site, no staging folder left
+
+
+def test_the_site_holds_the_runtime_and_the_model(sites) -> None:
+    """The files the page needs, the ONNX export under model/, the pinned packages recorded, and its weight."""
+    site = sites["transformer", "int8"]
+    assert all((site / name).is_file() for name in RUNTIME_FILES)
+    manifest = json.loads((site / "model" / "encdec_onnx.json").read_text())
+    assert manifest["weights"] == "int8" and manifest["family"] == "transformer_seq2seq"
+    pinned = json.loads((site / "web-runtime.json").read_text())["packages"]
+    lock = json.loads((REPO / "web" / "package-lock.json").read_text())["packages"]
+    assert {name: entry["integrity"] for name, entry in pinned.items()} == {
+        name: lock[f"node_modules/{name}"]["integrity"] for name in pinned}
+    weight = site_bytes(site)
+    assert weight["total"] == weight["runtime"] + weight["model"] and weight["runtime"] < 5_000_000, weight
+
+
+def content_type(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=30) as response:
+        assert response.status == 200, url
+        return response.headers["Content-Type"]
+
+
+@pytest.mark.timeout(300)
+def test_encdec_serve_serves_the_site_at_offline(folders, sites, lines) -> None:
+    """`encdec serve --offline-site SITE`: /offline redirects to /offline/, whose page translates in the browser
+    as the site does anywhere, with the right types for the worker script and the graphs."""
+    from encdec.serve.server import build_service, create_app
+
+    site = sites["transformer", "int8"]
+    expected = onnx_translate(site, lines[:3], num_beams=1)
+    driver = chromium_driver()
+    try:
+        with Server(create_app(build_service(str(folders["transformer"])), offline_site=site)) as server:
+            assert "javascript" in content_type(f"{server.url}/offline/encdec-worker.js")
+            assert content_type(f"{server.url}/offline/model/encoder_model.onnx") == "application/octet-stream"
+            open_site(driver, f"{server.url}/offline")
+            assert driver.current_url == f"{server.url}/offline/"
+            assert page_translate(driver, lines[:3], numBeams=1) == expected
+            assert_local_and_found(page_requests(driver), server.url)
+    finally:
+        driver.quit()

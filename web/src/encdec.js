@@ -1,0 +1,59 @@
+// window.encdec: translation in the browser, the library that the site's page uses and any other page can call.
+//
+//   <script src="encdec.js"></script>
+//   await encdec.ready;                         // {family, weights, numBeams, maxBeams, maxSourceTokens, ...}
+//   await encdec.translate(["Ein Mann."], {numBeams: 5, maxNewTokens: 64});   // ["A man."]
+//
+// translate(lines, options) returns a Promise of one translation per line (a blank line gives ""); options:
+// numBeams (default: the model's generation_config.json; 1 is greedy search) and maxNewTokens (default: the model's,
+// else 2 x source + 10). It rejects an over-long line or a bad option with an Error that says which. The model
+// runs in a Web Worker (encdec-worker.js) with ONNX Runtime Web, so the page stays responsive; requests run one
+// after the other. The site's files are found beside this script: model/, encdec-worker.js, ort-wasm.wasm.gz.
+(() => {
+  const base = new URL(".", document.currentScript.src).href;
+  const worker = new Worker(new URL("encdec-worker.js", base), { type: "module" });
+  const waiting = new Map();
+  let next = 0;
+
+  worker.onmessage = ({ data }) => {
+    const { resolve, reject } = waiting.get(data.id);
+    waiting.delete(data.id);
+    if ("error" in data) reject(new Error(data.error));
+    else resolve(data.result);
+  };
+  worker.onerror = (event) => {
+    for (const { reject } of waiting.values()) reject(new Error(event.message || "the worker failed to start"));
+    waiting.clear();
+  };
+
+  function call(type, message = {}) {
+    return new Promise((resolve, reject) => {
+      const id = next++;
+      waiting.set(id, { resolve, reject });
+      worker.postMessage({ ...message, id, type });
+    });
+  }
+
+  function checkLines(lines) {
+    if (!Array.isArray(lines) || !lines.every((line) => typeof line === "string")) {
+      throw new TypeError("lines must be an array of strings");
+    }
+  }
+
+  const ready = call("load", { base });
+  window.encdec = {
+    ready,
+    /** A Promise of the translations of `lines` (an array of strings), in order. */
+    async translate(lines, options = {}) {
+      checkLines(lines);
+      await ready;
+      return call("translate", { lines, options: { numBeams: options.numBeams, maxNewTokens: options.maxNewTokens } });
+    },
+    /** A Promise of each line's source ids (</s> included), as the model reads them; an over-long line rejects. */
+    async encode(lines) {
+      checkLines(lines);
+      await ready;
+      return call("encode", { lines });
+    },
+  };
+})();

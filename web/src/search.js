@@ -1,0 +1,137 @@
+// Greedy and beam search over a Seq2SeqRunner, equal to transformers' `generate()` for these models (what
+// `encdec translate` runs): greedy takes the argmax of each step's logits (the first on a tie, as torch.argmax);
+// beam search is transformers' vectorised beam search (GenerationMixin._beam_search, transformers 5), for one
+// source at a time: at each step the 2K best continuations of the K beams by summed log-probability, the best K
+// not ending in </s> run on, those of the top K that end in </s> (or reach the budget) join the finished
+// hypotheses, scored log p / (new tokens) ** length_penalty, and the search ends as its early-stopping rule says.
+// No logits processor runs: `encdec export --format web` refuses a generation config that would need one.
+
+const NEG = -1.0e9;  // transformers' "never chosen" score
+const f32 = Math.fround;  // scores are accumulated in float32, as torch does
+
+/** log_softmax of row `b` of (B, V) logits, in float32. */
+function logSoftmax(logits, b, vocab) {
+  const row = logits.subarray(b * vocab, (b + 1) * vocab);
+  let max = -Infinity;
+  for (const x of row) if (x > max) max = x;
+  let sum = 0;
+  for (const x of row) sum += Math.exp(x - max);
+  const shift = max + Math.log(sum);
+  return Float32Array.from(row, (x) => x - shift);
+}
+
+/** Indices of the `k` largest `scores`, best first; a tie keeps the lower index first. */
+function topK(scores, k) {
+  const best = [];  // a sorted list of indices: k is small (2 x beams)
+  for (let i = 0; i < scores.length; i++) {
+    if (best.length === k && scores[i] <= scores[best[k - 1]]) continue;
+    let at = best.length;
+    while (at > 0 && scores[i] > scores[best[at - 1]]) at--;
+    best.splice(at, 0, i);
+    if (best.length > k) best.pop();
+  }
+  return best;
+}
+
+/**
+ * Greedy search over a batch: each row runs until </s> or its own budget.
+ * @param runner a Seq2SeqRunner  @param sources each source's ids  @param budgets each source's max new tokens
+ * @returns each source's output ids, </s> kept when reached
+ */
+export async function greedy(runner, sources, budgets, { start, eos }) {
+  let { memory, state } = await runner.encode(sources);
+  let live = sources.map((_, i) => i);  // the sources still decoding, in the order of the rows
+  const outputs = sources.map(() => []);
+  let tokens = live.map(() => start);
+  while (live.length > 0) {
+    const step = await runner.step(memory, state, tokens);
+    const keep = [];
+    tokens = [];
+    live.forEach((source, row) => {
+      const logits = step.logits.subarray(row * step.vocab, (row + 1) * step.vocab);
+      let next = 0;
+      for (let v = 1; v < step.vocab; v++) if (logits[v] > logits[next]) next = v;
+      outputs[source].push(next);
+      if (next !== eos && outputs[source].length < budgets[source]) {
+        keep.push(row);
+        tokens.push(next);
+      }
+    });
+    if (keep.length === 0) break;
+    state = step.state;
+    if (keep.length < live.length) {  // drop the finished rows
+      memory = runner.gather(memory, keep);
+      state = runner.gather(state, keep);
+    }
+    live = keep.map((row) => live[row]);
+  }
+  return outputs;
+}
+
+/**
+ * Beam search for one source, as GenerationMixin._beam_search with batch size 1 and one </s> id.
+ * @param budget max new tokens  @param lengthPenalty @param earlyStopping the generation config's (false, true or
+ *   "never")
+ * @returns the best hypothesis' ids, </s> kept when reached
+ */
+export async function beam(runner, source, budget, numBeams, { start, eos, lengthPenalty, earlyStopping }) {
+  const K = numBeams, keepK = 2 * K, maxLength = 1 + budget, prompt = 1;
+  const encoded = await runner.encode([source]);
+  const memory = runner.gather(encoded.memory, new Array(K).fill(0));
+  let state = runner.gather(encoded.state, new Array(K).fill(0));
+  let running = Array.from({ length: K }, () => [start]);
+  let runningScores = Array.from({ length: K }, (_, k) => (k === 0 ? 0 : NEG));
+  let finished = Array.from({ length: K }, () => [start]);
+  let finishedScores = new Array(K).fill(NEG);
+  let isFinished = new Array(K).fill(false);
+  let improvable = true;  // transformers' is_early_stop_heuristic_unsatisfied
+  for (let length = prompt; ; length++) {
+    const step = await runner.step(memory, state, running.map((seq) => seq.at(-1)));
+    const V = step.vocab;
+    const total = new Float32Array(K * V);  // (K x V) summed log-probabilities
+    for (let k = 0; k < K; k++) {
+      const logp = logSoftmax(step.logits, k, V);
+      for (let v = 0; v < V; v++) total[k * V + v] = f32(logp[v] + runningScores[k]);
+    }
+    const candidates = topK(total, keepK).map((i) => {
+      const parent = Math.floor(i / V), token = i % V;
+      return { parent, seq: [...running[parent], token], score: total[i],
+               done: token === eos || length + 1 >= maxLength };
+    });
+    // the K best candidates not finished run on
+    const next = topK(candidates.map((c) => f32(c.score + (c.done ? NEG : 0))), K).map((i) => candidates[i]);
+    // the top K that finished join the finished hypotheses, if they can still improve them
+    const full = isFinished.every(Boolean) && earlyStopping === true;
+    const newScores = candidates.map((c, i) => {
+      let score = f32(c.score / (length + 1 - prompt) ** lengthPenalty);
+      if (full) score = f32(score + NEG);
+      if (!improvable) score = f32(score + NEG);
+      if (!(c.done && i < K)) score = f32(score + NEG);
+      return score;
+    });
+    const mergedSeqs = [...finished, ...candidates.map((c) => c.seq)];
+    const mergedScores = [...finishedScores, ...newScores];
+    const mergedFinished = [...isFinished, ...candidates.map((c, i) => c.done && i < K)];
+    const best = topK(mergedScores, K);
+    finished = best.map((i) => mergedSeqs[i]);
+    finishedScores = best.map((i) => mergedScores[i]);
+    isFinished = best.map((i) => mergedFinished[i]);
+    running = next.map((c) => c.seq);
+    runningScores = next.map((c) => f32(c.score + (c.done ? NEG : 0)));
+    // the early-stopping heuristic, after the step (cur_len + 1)
+    const hypothetical = earlyStopping === "never" && lengthPenalty > 0 ? maxLength - prompt : length + 1 - prompt;
+    const bestPossible = f32(runningScores[0] / hypothetical ** lengthPenalty);
+    const worst = Math.min(...finishedScores);
+    improvable = improvable && isFinished.some((done) => bestPossible > (done ? worst : NEG));
+    const openBeam = !(isFinished.every(Boolean) && earlyStopping === true);
+    if (!improvable || !openBeam || candidates.every((c) => c.done)) break;
+    state = runner.gather(step.state, next.map((c) => c.parent));
+  }
+  return finished[0].slice(1);
+}
+
+/** An output's ids up to and including the first </s>. */
+export function untilEos(ids, eos) {
+  const at = ids.indexOf(eos);
+  return at < 0 ? ids : ids.slice(0, at + 1);
+}

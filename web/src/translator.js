@@ -1,0 +1,112 @@
+// A site's model, as `encdec translate` runs a model folder: the tokenizer, the ONNX runner and the generation
+// defaults of generation_config.json, with encdec's budget and length rules (inference/decoding.py):
+// - a blank line translates to "" without running the model;
+// - a source longer than the model takes (min(tokenizer model_max_length, max_position_embeddings) tokens, </s>
+//   included) is refused, naming its line;
+// - the budget of new tokens: maxNewTokens if asked, else generation_config's max_new_tokens, else 2 x source + 10
+//   within max_position_embeddings - 1 (each source its own, as `encdec translate --batch-size 1` has it);
+// - numBeams: as asked, else generation_config's num_beams; 1 is greedy search, more is beam search.
+import { SubwordTokenizer } from "./tokenizer.js";
+import { Seq2SeqRunner } from "./runner.js";
+import { beam, greedy, untilEos } from "./search.js";
+
+export const MAX_BEAMS = 16;
+// sources per greedy batch: padding never changes a source's output in float32; int8 graphs quantize their
+// activations with one scale per tensor (ONNX Runtime's dynamic quantization), so a source's batch-mates would change
+// its output: int8 decodes one source at a time, as `encdec translate --batch-size 1`
+const GREEDY_BATCH = { float32: 16, int8: 1 };
+
+async function fetchJson(url) {
+  const response = await fetch(url);
+  if (!response.ok) throw new Error(`${url}: HTTP ${response.status}`);
+  return response.json();
+}
+
+export async function fetchBytes(url) {
+  const response = await fetch(url);
+  if (!response.ok) throw new Error(`${url}: HTTP ${response.status}`);
+  return new Uint8Array(await response.arrayBuffer());
+}
+
+export class Translator {
+  /** The model of the export folder at `base` (a URL ending in "/"). */
+  static async load(ort, base) {
+    const read = (name) => fetchJson(new URL(name, base));
+    const [manifest, config, generation, tokenizerJson, tokenizerConfig] = await Promise.all(
+      ["encdec_onnx.json", "config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"]
+        .map(read));
+    const runner = await Seq2SeqRunner.load(ort, base, manifest, fetchBytes);
+    return new Translator(runner, new SubwordTokenizer(tokenizerJson, tokenizerConfig), config, generation);
+  }
+
+  constructor(runner, tokenizer, config, generation) {
+    Object.assign(this, { runner, tokenizer, config, generation });
+    const manifest = runner.manifest;
+    this.positions = config.max_position_embeddings ?? Infinity;
+    this.maxSourceTokens = manifest.max_source_tokens
+      ?? Math.min(tokenizer.tokenizer.config.model_max_length ?? Infinity, this.positions);
+    this.tokens = { start: manifest.decoder_start_token_id, eos: manifest.eos_token_id };
+  }
+
+  /** What the page shows and checks against. */
+  info() {
+    const manifest = this.runner.manifest;
+    return { family: manifest.family, weights: manifest.weights, numBeams: this.generation.num_beams ?? 1,
+             maxBeams: MAX_BEAMS, maxSourceTokens: this.maxSourceTokens,
+             maxNewTokens: Number.isFinite(this.positions) ? this.positions - 1 : null };
+  }
+
+  /** Each line's source ids, </s> included ([] for a blank line); an over-long line is refused. */
+  encode(lines) {
+    return lines.map((line, i) => {
+      if (!line.trim()) return [];
+      const ids = this.tokenizer.encode(line);
+      if (ids.length > this.maxSourceTokens) {
+        throw new RangeError(`line ${i + 1} has ${ids.length} tokens; the model takes at most `
+                             + `${this.maxSourceTokens} (</s> included): shorten it or split it.`);
+      }
+      return ids;
+    });
+  }
+
+  /** The options asked, checked, with the model's defaults filled in. */
+  options({ numBeams, maxNewTokens } = {}) {
+    const beams = numBeams ?? this.generation.num_beams ?? 1;
+    if (!Number.isInteger(beams) || beams < 1 || beams > MAX_BEAMS) {
+      throw new RangeError(`numBeams must be a whole number from 1 to ${MAX_BEAMS}, got ${numBeams}.`);
+    }
+    const limit = this.info().maxNewTokens;
+    const budget = maxNewTokens ?? this.generation.max_new_tokens ?? null;
+    if (budget !== null && (!Number.isInteger(budget) || budget < 1 || (limit !== null && budget > limit))) {
+      throw new RangeError(`maxNewTokens must be a whole number from 1 to ${limit ?? "any"}, got ${maxNewTokens}.`);
+    }
+    return { numBeams: beams, maxNewTokens: budget };
+  }
+
+  budget(sourceLength, maxNewTokens) {
+    return maxNewTokens ?? Math.min(2 * sourceLength + 10, this.positions - 1);
+  }
+
+  /** The translations of `lines`, in order (see the module comment). */
+  async translate(lines, asked) {
+    const { numBeams, maxNewTokens } = this.options(asked);
+    const sources = this.encode(lines);
+    const outputs = sources.map(() => []);
+    const todo = sources.map((ids, i) => i).filter((i) => sources[i].length > 0);
+    const budgets = sources.map((ids) => this.budget(ids.length, maxNewTokens));
+    if (numBeams === 1) {
+      const size = GREEDY_BATCH[this.runner.manifest.weights] ?? 1;
+      for (let at = 0; at < todo.length; at += size) {
+        const batch = todo.slice(at, at + size);
+        const found = await greedy(this.runner, batch.map((i) => sources[i]), batch.map((i) => budgets[i]),
+                                   this.tokens);
+        batch.forEach((i, k) => { outputs[i] = found[k]; });
+      }
+    } else {
+      const settings = { ...this.tokens, lengthPenalty: this.generation.length_penalty ?? 1.0,
+                         earlyStopping: this.generation.early_stopping ?? false };
+      for (const i of todo) outputs[i] = await beam(this.runner, sources[i], budgets[i], numBeams, settings);
+    }
+    return outputs.map((ids) => (ids.length ? this.tokenizer.decode(untilEos(ids, this.tokens.eos)) : ""));
+  }
+}
