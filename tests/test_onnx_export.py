@@ -154,3 +154,15 @@ def test_the_cli_exports_int8_beside_float32(folders, tmp_path, capsys) -> None:
                  "--quantization", "float32"]) == 0
     assert "`encdec translate --engine onnxruntime --model" in capsys.readouterr().out
     assert (read_layout(tmp_path / "q").weights, read_layout(tmp_path / "f").weights) == ("int8", "float32")
+
+
+@pytest.mark.parametrize("config", [{**TEST_TRANSFORMER, "dropout": 0.3}, {**VARIANT_RNN, "dropout": 0.3}],
+                         ids=["transformer", "rnn"])
+def test_a_model_trained_with_dropout_exports_as_it_evaluates(config, tmp_path) -> None:
+    """Every trained model has dropout: the export traces and checks it in eval mode, whatever the exporter does to
+    the modules' training flags between the two graphs (it once put the model back into training mode)."""
+    tokenizer = digit_tokenizer()
+    folder = save_for_pipeline(tiny_model(config, **{**TOY_IDS, "vocab_size": len(tokenizer)}), tokenizer,
+                               tmp_path / "model")
+    layout = read_layout(export_onnx(folder, tmp_path / "onnx"))
+    assert layout.check["max_abs_logit_diff"] <= 1e-4

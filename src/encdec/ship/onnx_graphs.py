@@ -177,10 +177,13 @@ class RNNDecoderGraph(nn.Module):
 
 
 def graph_modules(model: PreTrainedModel) -> tuple[nn.Module, nn.Module]:
-    """The encoder and decoder wrappers of ``model``'s family."""
+    """The encoder and decoder wrappers of ``model``'s family, in eval mode: ``torch.onnx.export`` puts a module back
+    in the mode it found it in, and a wrapper left in training mode (an ``nn.Module``'s default) would put the model
+    back into training mode, its dropout on, after the first export."""
+    model.eval()
     if model.config.model_type == "transformer_seq2seq":
-        return TransformerEncoderGraph(model), TransformerDecoderGraph(model)
-    return RNNEncoderGraph(model), RNNDecoderGraph(model)
+        return TransformerEncoderGraph(model).eval(), TransformerDecoderGraph(model).eval()
+    return RNNEncoderGraph(model).eval(), RNNDecoderGraph(model).eval()
 
 
 __all__ = ["DECODER_INPUTS", "SOURCE_INPUTS", "GraphNames", "RNNDecoderGraph", "RNNEncoderGraph",
