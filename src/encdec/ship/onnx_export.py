@@ -193,9 +193,9 @@ def graph_inputs(path: Path) -> list[str]:
 def quantize_graphs(folder: Path, layout: OnnxLayout) -> None:
     """Both graphs with their weights in int8, in place: ONNX Runtime's dynamic quantization of every MatMul and
     LSTM (GRU has no integer kernel in ONNX Runtime and stays float32), and of the embedding tables (``Gather``:
-    stored in int8, dequantized row by row as they are read), which are most of a small model's bytes. Weights signed int8 (``QInt8``), activations
-    quantized to uint8 at run time: the U8S8 pairing that ONNX Runtime's x86 kernels are fastest with (its
-    quantization guide); per tensor, as the weights of these layers are small."""
+    stored in int8, dequantized row by row as they are read), which are most of a small model's bytes. Weights
+    signed int8 (``QInt8``), activations quantized to uint8 at run time: the U8S8 pairing that ONNX Runtime's x86
+    kernels are fastest with (its quantization guide); per tensor, as the weights of these layers are small."""
     require_onnxruntime()
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
@@ -204,7 +204,8 @@ def quantize_graphs(folder: Path, layout: OnnxLayout) -> None:
         quantized = path.with_suffix(".int8.onnx")
         logging.disable(logging.WARNING)  # its advice to pre-process (shape inference) is for convolutional models
         try:
-            quantize_dynamic(path, quantized, weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul", "LSTM", "Gather"])
+            quantize_dynamic(path, quantized, weight_type=QuantType.QInt8,
+                             op_types_to_quantize=["MatMul", "LSTM", "Gather"])
         finally:
             logging.disable(logging.NOTSET)
         os.replace(quantized, path)
