@@ -61,6 +61,8 @@ def test_every_variant_exports_in_the_layout_and_matches_torch(name, folders, ex
         assert [node.name for node in model.graph.output] == graph.outputs
         for value in (*model.graph.input, *model.graph.output):  # batch first everywhere, and dynamic
             assert value.type.tensor_type.shape.dim[0].dim_param == "batch", (graph.file, value.name)
+        # no copy of a tensor at every step: a Concat of one input (the tracer's, onto an empty cache) is removed
+        assert not [node.name for node in model.graph.node if node.op_type == "Concat" and len(node.input) == 1]
     for entry in layout.state:  # each state is a decoder input and output, starting empty or from the encoder
         assert entry.past in layout.decoder.inputs and entry.present in layout.decoder.outputs
     family = CONFIGS[name]["model_type"]

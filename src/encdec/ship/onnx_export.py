@@ -181,8 +181,31 @@ def export_graph(module: torch.nn.Module, args: tuple, input_names: list[str], o
                           dynamic_axes={name: axes[name] for name in (*input_names, *output_names)},
                           opset_version=OPSET, do_constant_folding=True, dynamo=False)
     graph = onnx.load(str(path))
+    drop_copies(graph.graph)
     graph.metadata_props.add(key=EXPORT_ID_KEY, value=export_id)
     onnx.save(graph, str(path))
+
+
+def drop_copies(graph: Any) -> None:
+    """Remove from ``graph`` (an ``onnx.GraphProto``), in place, every ``Concat`` of a single input: a copy of it.
+    The tracer writes one where the model's cache concatenates onto an empty one (the cross-attention keys and values
+    and the first past key, stored into fresh ``DynamicCache`` layers), and ONNX Runtime runs it as a copy of the whole
+    tensor at every step. Its readers read its input instead; one that is a graph output becomes an ``Identity``."""
+    outputs = {value.name for value in graph.output}
+    renamed: dict[str, str] = {}
+    kept = []
+    for node in graph.node:
+        for index, name in enumerate(node.input):
+            node.input[index] = renamed.get(name, name)
+        if node.op_type == "Concat" and len(node.input) == 1:
+            if node.output[0] not in outputs:
+                renamed[node.output[0]] = node.input[0]
+                continue
+            node.op_type = "Identity"
+            del node.attribute[:]
+        kept.append(node)
+    del graph.node[:]
+    graph.node.extend(kept)
 
 
 def graph_inputs(path: Path) -> list[str]:
