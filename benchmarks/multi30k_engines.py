@@ -30,7 +30,7 @@ from .common import BenchmarkSettings, Section
 logger = logging.getLogger(__name__)
 
 BATCH_SIZE = 32
-REPEATS = 1  # end-to-end runs per engine and beam size (more alternate between engines; the median is reported)
+REPEATS = 2  # end-to-end runs per engine and beam size (more alternate between engines; the median is reported)
 CT2_DRIVER = Path(__file__).with_name("ct2_corpus.py")
 
 

@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from encdec.cli import main
+from encdec.errors import EncdecError
 from encdec.folders import save_for_pipeline
 from encdec.inference import translate_lines
 from test_serve import Server, assert_local_and_found, chromium_driver, page_requests
@@ -250,6 +251,27 @@ def test_the_export_refuses_bad_input_in_one_line_and_overwrites_nothing(folders
                     str(tmp_path / "site")], capsys)
     assert "run `make web` (Node.js and npm)" in err, err
     assert sorted(path.name for path in tmp_path.iterdir()) == ["notes"]  # no site, no staging folder left
+
+
+def test_a_generation_config_is_refused_only_for_what_the_browser_cannot_decode(folders, tmp_path) -> None:
+    """A trained model's generation_config.json spells out the neutral values (``do_sample: false``,
+    ``repetition_penalty: 1.0``, ...): that is greedy or beam search, which the site runs; a logits processor the
+    runtime does not implement is refused, naming it."""
+    from transformers import GenerationConfig
+
+    from encdec.ship.web_export import check_generation_config
+
+    model = tmp_path / "model"
+    shutil.copytree(folders["transformer"], model)
+    saved = json.loads((model / "generation_config.json").read_text())
+    neutral = {"do_sample": False, "num_beam_groups": 1, "diversity_penalty": 0.0, "repetition_penalty": 1.0,
+               "encoder_repetition_penalty": 1.0, "no_repeat_ngram_size": 0, "encoder_no_repeat_ngram_size": 0,
+               "min_length": 0, "renormalize_logits": False}
+    (model / "generation_config.json").write_text(json.dumps({**saved, **neutral}))
+    check_generation_config(model)
+    GenerationConfig(**{**saved, **neutral, "no_repeat_ngram_size": 3}).save_pretrained(model)
+    with pytest.raises(EncdecError, match="sets no_repeat_ngram_size, which the browser runtime does not implement"):
+        check_generation_config(model)
 
 
 def test_the_site_holds_the_runtime_and_the_model(sites) -> None:

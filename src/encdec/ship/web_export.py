@@ -41,13 +41,15 @@ RUNTIME = "web_runtime"  # package data: what `make web` builds
 RUNTIME_FILES = ("index.html", "encdec.js", "encdec-worker.js", "ort-wasm.wasm.gz", "web-runtime.json")
 MODEL_FOLDER = "model"
 QUANTIZE = ("float32", "int8")
-# the generation settings beyond greedy and beam search (logits processors, sampling, group beam search): the site
-# decodes only with their neutral values
-UNSUPPORTED_GENERATION = ("do_sample", "num_beam_groups", "diversity_penalty", "repetition_penalty",
-                          "encoder_repetition_penalty", "no_repeat_ngram_size", "encoder_no_repeat_ngram_size",
-                          "bad_words_ids", "min_length", "min_new_tokens", "forced_bos_token_id",
-                          "forced_eos_token_id", "suppress_tokens", "begin_suppress_tokens", "sequence_bias",
-                          "exponential_decay_length_penalty", "renormalize_logits")
+# the generation settings beyond greedy and beam search (logits processors, sampling, group beam search), each with
+# the values that leave decoding as it is: unset (None, as a GenerationConfig built in code has it) or the neutral
+# value that a saved config spells out (transformers writes `do_sample: false`, `repetition_penalty: 1.0`, ...)
+NEUTRAL_GENERATION = {"do_sample": (False,), "num_beam_groups": (1,), "diversity_penalty": (0.0,),
+                      "repetition_penalty": (1.0,), "encoder_repetition_penalty": (1.0,),
+                      "no_repeat_ngram_size": (0,), "encoder_no_repeat_ngram_size": (0,), "bad_words_ids": (),
+                      "min_length": (0,), "min_new_tokens": (0,), "forced_bos_token_id": (),
+                      "forced_eos_token_id": (), "suppress_tokens": (), "begin_suppress_tokens": (),
+                      "sequence_bias": (), "exponential_decay_length_penalty": (), "renormalize_logits": (False,)}
 
 
 def runtime_folder() -> Path:
@@ -62,8 +64,9 @@ def runtime_folder() -> Path:
 
 def check_generation_config(model_dir: Path) -> None:
     """Refuse a generation config that the browser would not decode as ``generate()`` does."""
-    config, default = GenerationConfig.from_pretrained(model_dir), GenerationConfig()
-    changed = [key for key in UNSUPPORTED_GENERATION if getattr(config, key, None) != getattr(default, key, None)]
+    config = GenerationConfig.from_pretrained(model_dir)
+    changed = [key for key, neutral in NEUTRAL_GENERATION.items()
+               if getattr(config, key, None) not in (None, *neutral)]
     if changed:
         raise EncdecError(f"{model_dir / 'generation_config.json'} sets {', '.join(changed)}, which the browser "
                           "runtime does not implement (it runs greedy and beam search only); remove them to export "
