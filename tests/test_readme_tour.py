@@ -110,7 +110,8 @@ def check_output(command: str, words: list[str], done: subprocess.CompletedProce
     elif words[:2] == ["encdec", "average"]:
         assert (root / words[words.index("--output") + 1] / "model.safetensors").is_file()
     elif words[:2] == ["encdec", "export"]:
-        assert (root / words[words.index("--output") + 1] / "model.bin").is_file()
+        exported = {"ctranslate2": "model.bin", "onnx": "encdec_onnx.json"}[words[words.index("--format") + 1]]
+        assert (root / words[words.index("--output") + 1] / exported).is_file()
     elif "train" in words:
         output = root / words[words.index("--training.output_dir") + 1]
         assert (output / "model.safetensors").is_file()
