@@ -143,7 +143,8 @@ def method_text(settings: BenchmarkSettings) -> str:
     data, transformer, rnn = paths()
     return (
         f"Trained Multi30k models (`{transformer.name}`, `{rnn.name}`) on test2016 (1,000 sentences), with "
-        f"OMP_NUM_THREADS={settings.threads} and the same thread count for every engine. Each torch and ONNX Runtime row is a fresh "
+        f"OMP_NUM_THREADS={settings.threads} and the same thread count for every engine. Each torch and ONNX Runtime "
+        "row is a fresh "
         f"`python -m encdec evaluate --batch-size {BATCH_SIZE}` process (ONNX Runtime: `--engine onnxruntime` on an "
         "`encdec export --format onnx` folder, `--quantize float32` or `int8`); each CTranslate2 row a fresh "
         "`benchmarks/ct2_corpus.py` process on an `encdec export --format ctranslate2` folder, which never imports "
