@@ -54,6 +54,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture(scope="session")
+def pairs(tmp_path_factory) -> dict[str, Path]:
+    """Two language pairs to serve: de-en, a Transformer, and en-de, an RNN, each trained on dates for a moment (they
+    answer differently). Read only; shared by the LibreTranslate tests (routes, clients, sentences, files)."""
+    from encdec.folders import save_for_pipeline
+    from tiny_model_folders import DATE_RNN, DATE_TRANSFORMER, date_data, train_on_dates
+
+    dates = date_data()
+    root = tmp_path_factory.mktemp("libretranslate")
+    return {"de-en": save_for_pipeline(train_on_dates(DATE_TRANSFORMER, dates, 150, 3e-3), dates[0], root / "a"),
+            "en-de": save_for_pipeline(train_on_dates(DATE_RNN, dates, 150, 5e-3), dates[0], root / "b")}
+
+
+@pytest.fixture(scope="session")
 def demo_run(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
     """``encdec demo --max-steps 2`` run once for the session (test_demo.py checks it, test_readme_tour.py runs the
     README's tour on its models), as a user runs it: in a folder of its own, ``runs/`` beside the repository's

@@ -13,24 +13,14 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from encdec.folders import save_for_pipeline
 from encdec.inference import default_beams, load_engine, load_model_and_tokenizer, translate, translate_detailed
 from encdec.serve import BatchRecord, ServeLimits
 from encdec.serve.libretranslate import CORS_HEADERS, html_parts
 from encdec.serve.server import HOLD_ENV, create_app, load_models
 from test_serve import ServeProcess, Server, assert_local_and_found, chromium_driver, page_requests, request
-from tiny_model_folders import DATE_RNN, DATE_TRANSFORMER, date_data, train_on_dates
+from tiny_model_folders import date_data
 
 URL = "/libretranslate"
-
-
-@pytest.fixture(scope="module")
-def pairs(tmp_path_factory):
-    """de-en: a Transformer, en-de: an RNN, each trained on dates for a moment (they answer differently)."""
-    dates = date_data()
-    root = tmp_path_factory.mktemp("libretranslate")
-    return {"de-en": save_for_pipeline(train_on_dates(DATE_TRANSFORMER, dates, 150, 3e-3), dates[0], root / "a"),
-            "en-de": save_for_pipeline(train_on_dates(DATE_RNN, dates, 150, 5e-3), dates[0], root / "b")}
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ from encdec.cli import main
 from encdec.serve import ServeLimits
 from encdec.serve.keys import KeyDatabase
 from encdec.serve.server import create_app, load_models
-from test_libretranslate import URL, pairs  # noqa: F401 (pairs: a fixture)
+from test_libretranslate import URL
 from test_libretranslate_routes import ENGLISH, GERMAN
 from test_serve import Server, request
 
@@ -27,7 +27,7 @@ SOURCES = {"de-en": GERMAN[:4], "en-de": ENGLISH[:4]}
 
 
 @pytest.fixture(scope="module")
-def expected(pairs, tmp_path_factory) -> dict[str, dict[str, str]]:  # noqa: F811
+def expected(pairs, tmp_path_factory) -> dict[str, dict[str, str]]:
     """``encdec translate``'s line for each test sentence, by pair (the command itself, greedy as served)."""
     root = tmp_path_factory.mktemp("expected")
     lines = {}
@@ -51,7 +51,7 @@ class Instance:
 
 
 @pytest.fixture(scope="module", params=list(SERVED))
-def instance(request, pairs, tmp_path_factory):  # noqa: F811
+def instance(request, pairs, tmp_path_factory):
     served = SERVED[request.param]
     database = tmp_path_factory.mktemp("keys") / "keys.db"
     keys = KeyDatabase(database)

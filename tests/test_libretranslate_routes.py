@@ -9,7 +9,7 @@ import pytest
 
 from encdec.serve.detection import DetectionError, detect
 from encdec.serve.server import create_app, load_models
-from test_libretranslate import URL, alone, form, pairs, serve  # noqa: F401 (pairs: a fixture)
+from test_libretranslate import URL, alone, form, serve
 from test_serve import Server, request
 
 GERMAN = [
@@ -95,7 +95,7 @@ def test_detection_refuses_what_it_cannot_answer(texts: list[str], among: list[s
     assert str(refused.value) == f"Invalid request: {message}" and refused.value.status == 400
 
 
-def test_a_base_url_that_ends_with_a_slash_routes_as_one(pairs) -> None:  # noqa: F811
+def test_a_base_url_that_ends_with_a_slash_routes_as_one(pairs) -> None:
     """SearXNG and LibreTranslate's JavaScript client ask for `//translate` when their base URL ends with a slash."""
     from libretranslatepy import LibreTranslateAPI
 
@@ -115,7 +115,7 @@ def test_a_base_url_that_ends_with_a_slash_routes_as_one(pairs) -> None:  # noqa
     assert by_client == (single["translatedText"], languages, detected[1])
 
 
-def test_a_path_that_is_no_endpoint_is_a_404_in_libretranslates_shape(pairs) -> None:  # noqa: F811
+def test_a_path_that_is_no_endpoint_is_a_404_in_libretranslates_shape(pairs) -> None:
     """Not a 405 (a catch-all preflight route used to match every path); the native API keeps its own shape."""
     with serve(pairs) as server:
         answers = {method: request(f"{server.url}{URL}/nothing", {} if method == "POST" else None, method=method)
@@ -132,7 +132,7 @@ def test_a_path_that_is_no_endpoint_is_a_404_in_libretranslates_shape(pairs) -> 
     assert native[0] == 404 and set(native[1]) == {"error", "field", "request_id"}
 
 
-def test_preflights_are_answered_without_a_key(pairs) -> None:  # noqa: F811
+def test_preflights_are_answered_without_a_key(pairs) -> None:
     asked = {"Origin": "http://example.org", "Access-Control-Request-Method": "POST",
              "Access-Control-Request-Headers": "Content-Type"}
     with serve(pairs, api_key="sesame") as server:
@@ -143,7 +143,7 @@ def test_preflights_are_answered_without_a_key(pairs) -> None:  # noqa: F811
         assert lower(headers)["access-control-allow-methods"] == "GET, POST"
 
 
-def test_languages_lists_every_served_language_with_its_targets(pairs) -> None:  # noqa: F811
+def test_languages_lists_every_served_language_with_its_targets(pairs) -> None:
     """A language served only as a target is listed too, with no targets of its own."""
     with serve({"de-en": pairs["de-en"]}) as server:
         _, one, _ = request(f"{server.url}{URL}/languages")
@@ -156,7 +156,7 @@ def test_languages_lists_every_served_language_with_its_targets(pairs) -> None: 
                    {"code": "fr", "name": "French", "targets": ["en"]}]
 
 
-def test_detect_answers_a_string_and_a_list(pairs) -> None:  # noqa: F811
+def test_detect_answers_a_string_and_a_list(pairs) -> None:
     """JSON and form bodies, and libretranslatepy's `detect()` with its key; a list is one answer for all its texts,
     as LibreTranslate gives."""
     from libretranslatepy import LibreTranslateAPI
@@ -176,7 +176,7 @@ def test_detect_answers_a_string_and_a_list(pairs) -> None:  # noqa: F811
     assert by_client == detect([ENGLISH[5]], ["de", "en", "fr"]) and by_client[0]["language"] == "en"
 
 
-def test_source_auto_translates_as_encdec_translate_with_the_detected_pair(pairs) -> None:  # noqa: F811
+def test_source_auto_translates_as_encdec_translate_with_the_detected_pair(pairs) -> None:
     """de-en and fr-en served (other models): a German text is translated by de-en's model, a French one by
     fr-en's, each as `encdec translate` does with that model; a list takes one language for all, as
     LibreTranslate does."""
@@ -197,7 +197,7 @@ def test_source_auto_translates_as_encdec_translate_with_the_detected_pair(pairs
     assert unserved[:2] == (400, {"error": "de is not supported"})
 
 
-def test_requests_detection_cannot_answer_get_libretranslates_400(pairs) -> None:  # noqa: F811
+def test_requests_detection_cannot_answer_get_libretranslates_400(pairs) -> None:
     bad = {"missing": ({}, "Invalid request: missing q parameter"),
            "empty": ({"q": ""}, "Invalid request: missing q parameter"),
            "empty list": ({"q": []}, "Invalid request: missing q parameter"),

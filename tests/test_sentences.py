@@ -12,7 +12,7 @@ import pytest
 
 from encdec.cli import main
 from encdec.inference.sentences import card_source_language, join, sentences, split_text
-from test_libretranslate import URL, alone, pairs, serve  # noqa: F401 (pairs: the fixture)
+from test_libretranslate import URL, alone, serve
 from test_serve import request
 
 # German, with what a naive splitter cuts wrongly: ordinals ("am 3. März"), "Dr.", "z. B."
@@ -48,7 +48,7 @@ OVER_LONG = "x" * 3000  # no sentence ends in it: 3,002 tokens, the de-en model 
 
 
 @pytest.fixture(scope="module")
-def one_by_one(pairs):  # noqa: F811
+def one_by_one(pairs):
     """Each sentence translated alone, as `encdec translate` translates a line."""
     return dict(zip(SENTENCES, alone(pairs, "de-en", SENTENCES), strict=True))
 
@@ -62,7 +62,7 @@ def test_the_splitter_keeps_every_character_and_cuts_where_sentences_end() -> No
         assert join(parts, [piece.strip() for translate, piece in parts if translate]) == text
 
 
-def test_a_2000_character_paragraph_translates_as_its_sentences_one_by_one(pairs, one_by_one) -> None:  # noqa: F811
+def test_a_2000_character_paragraph_translates_as_its_sentences_one_by_one(pairs, one_by_one) -> None:
     """LibreTranslate's API always splits; the native API when asked: both give each sentence's own translation,
     where the paragraph whole is over the model's 64 source tokens (the native API refuses it without splitting)."""
     expected = " ".join(one_by_one[sentence] for sentence in SENTENCES)
@@ -76,7 +76,7 @@ def test_a_2000_character_paragraph_translates_as_its_sentences_one_by_one(pairs
     assert whole == 422 and "exceed the limit of 64" in refused["error"]
 
 
-def test_spacing_line_breaks_and_html_are_kept(pairs, one_by_one) -> None:  # noqa: F811
+def test_spacing_line_breaks_and_html_are_kept(pairs, one_by_one) -> None:
     s, t = SENTENCES, [one_by_one[sentence] for sentence in SENTENCES]
     text = f"  {s[0]}  {s[1]}\n\n\t{s[2]} {s[3]}  \r\n{s[4]}\n"
     page = f'<p class="a">{s[0]} {s[1]}</p>\n<ul><li> {s[2]} <b>{s[3]}</b>  {s[4]}</li></ul><br/>'
@@ -92,7 +92,7 @@ def test_spacing_line_breaks_and_html_are_kept(pairs, one_by_one) -> None:  # no
                                         f'</li></ul><br/>'}
 
 
-def test_an_over_long_sentence_is_cut_with_a_warning_and_the_batch_translates(pairs, caplog) -> None:  # noqa: F811
+def test_an_over_long_sentence_is_cut_with_a_warning_and_the_batch_translates(pairs, caplog) -> None:
     """One text of 20 over --max-source-tokens: it is cut to the limit (what `translate(..., truncate=True)`
     gives), the log says so, and the 19 others translate as alone."""
     texts = [SENTENCES[i] for i in range(19)]
@@ -107,7 +107,7 @@ def test_an_over_long_sentence_is_cut_with_a_warning_and_the_batch_translates(pa
                    f"{OVER_LONG!r:.60}"]
 
 
-def test_the_native_api_refuses_what_a_split_text_cannot_answer(pairs) -> None:  # noqa: F811
+def test_the_native_api_refuses_what_a_split_text_cannot_answer(pairs) -> None:
     with serve(pairs) as server:
         status, answer, _ = request(f"{server.url}/translate", {"text": PARAGRAPH, "model": "de-en",
                                                                 "split_sentences": True, "return_scores": True})
@@ -115,7 +115,7 @@ def test_the_native_api_refuses_what_a_split_text_cannot_answer(pairs) -> None: 
     assert "leave out return_scores or split_sentences" in answer["error"]
 
 
-def test_encdec_translate_split_sentences(pairs, one_by_one, tmp_path, caplog, capsys) -> None:  # noqa: F811
+def test_encdec_translate_split_sentences(pairs, one_by_one, tmp_path, caplog, capsys) -> None:
     """Each line translated sentence by sentence, blank lines kept, an over-long sentence cut with a warning; the
     n-best, score and alignment outputs are refused with it."""
     t = [one_by_one[sentence] for sentence in SENTENCES]

@@ -22,14 +22,14 @@ from encdec.errors import EncdecError
 from encdec.serve import ServeLimits
 from encdec.serve.files import FileSettings, FileStore
 from encdec.serve.server import create_app, load_models
-from test_libretranslate import URL, pairs  # noqa: F401 (pairs: the fixture)
+from test_libretranslate import URL
 from test_sentences import PARAGRAPH, SENTENCES
 from test_serve import Server, request
 
 S = SENTENCES
 
 
-def serve(pairs, api_key: str | None = None, files: FileSettings | None = None, **limits) -> Server:  # noqa: F811
+def serve(pairs, api_key: str | None = None, files: FileSettings | None = None, **limits) -> Server:
     models = load_models([f"{pair}={path}" for pair, path in pairs.items()], limits=ServeLimits(**limits))
     return Server(create_app(models, api_key=api_key, files=files))
 
@@ -69,7 +69,7 @@ def translate_file(server: Server, name: str, data: bytes) -> bytes:
     return content
 
 
-def encdec_translate(pairs, lines: list[str], tmp_path: Path) -> dict[str, str]:  # noqa: F811
+def encdec_translate(pairs, lines: list[str], tmp_path: Path) -> dict[str, str]:
     """Each line -> what `encdec translate --split-sentences de` gives for it."""
     source = tmp_path / "lines.de"
     source.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
@@ -131,7 +131,7 @@ def odt_paragraphs(data: bytes) -> list[tuple[str, str]]:
     return [(element.tag, element.inner_text) for element in document.body.children]
 
 
-def test_each_format_round_trips_paragraph_by_paragraph(pairs, tmp_path) -> None:  # noqa: F811
+def test_each_format_round_trips_paragraph_by_paragraph(pairs, tmp_path) -> None:
     text = f"{S[0]} {S[1]}\n\n  {S[2]}\n{PARAGRAPH}\n"
     page = f"<html><body><h1>{S[0]}</h1>\n<p>{S[1]} <i>{S[2]}</i> {S[3]}</p></body></html>"
     docx_in, odt_in = docx_paragraphs(a_docx()), odt_paragraphs(an_odt())
@@ -156,7 +156,7 @@ def test_each_format_round_trips_paragraph_by_paragraph(pairs, tmp_path) -> None
                                                                                        ".odt"])
 
 
-def test_the_translation_takes_the_place_and_formatting_of_the_first_run(pairs) -> None:  # noqa: F811
+def test_the_translation_takes_the_place_and_formatting_of_the_first_run(pairs) -> None:
     with serve(pairs) as server:
         document = docx.Document(io.BytesIO(translate_file(server, "report.docx", a_docx())))
     runs = document.paragraphs[1].runs
@@ -165,7 +165,7 @@ def test_the_translation_takes_the_place_and_formatting_of_the_first_run(pairs) 
     assert document.tables[0].rows[0].cells[0].text != S[5]
 
 
-def test_translated_files_expire_and_go_with_the_server(pairs) -> None:  # noqa: F811
+def test_translated_files_expire_and_go_with_the_server(pairs) -> None:
     """Kept 1.2 s here, on a clock the test moves: downloadable until then, deleted by the sweeper thread
     afterwards without a request, and all deleted when the server stops."""
     now = [0.0]
@@ -207,7 +207,7 @@ def docx_bytes() -> bytes:
     return a_docx()
 
 
-def test_bad_files_are_refused_in_libretranslates_words_and_the_server_goes_on(pairs, docx_bytes) -> None:  # noqa: F811
+def test_bad_files_are_refused_in_libretranslates_words_and_the_server_goes_on(pairs, docx_bytes) -> None:
     cases = [  # (fields, file, status, error)
         ({"source": "de", "target": "en"}, None, 400, "Invalid request: missing file parameter"),
         ({"target": "en"}, ("a.txt", b"Hallo."), 400, "Invalid request: missing source parameter"),
@@ -241,7 +241,7 @@ def test_bad_files_are_refused_in_libretranslates_words_and_the_server_goes_on(p
     assert after[0] == 200 and text[0] == 200
 
 
-def test_a_base_url_that_ends_with_a_slash_keeps_the_file_limit(pairs) -> None:  # noqa: F811
+def test_a_base_url_that_ends_with_a_slash_keeps_the_file_limit(pairs) -> None:
     """``//translate_file`` (a base URL that ends with a slash) is the file route, with its body limit, not
     --max-body-bytes: the file is read, then refused for its language without decoding."""
     body, content_type = multipart({"source": "fr", "target": "en"}, ("a.txt", b"Salut. " * 3_000))
