@@ -1,6 +1,7 @@
 // The exported model run with ONNX Runtime Web (https://onnxruntime.ai/docs/tutorials/web/), generic over the
-// manifest `encdec_onnx.json` (docs/fast-inference.md, "The ONNX layout"): the same code runs the Transformer and
-// the LSTM/GRU family, since the manifest names every tensor the decoder reads and carries from step to step.
+// manifest `encdec_onnx.json` (docs/fast-inference.md, "ONNX Runtime", what is exported): the same code runs the
+// Transformer and the LSTM/GRU family, since the manifest names every tensor the decoder reads and carries from
+// step to step.
 //
 // Shapes: B rows (sources, or sources x beams), S source length, V vocabulary. Every tensor is batch-first, so
 // expanding a source to its beams and reordering beams are one gather of rows (axis 0) for every tensor.
