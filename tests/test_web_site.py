@@ -26,17 +26,16 @@ import pytest
 
 from encdec.cli import main
 from encdec.errors import EncdecError
-from encdec.folders import save_for_pipeline
 from encdec.inference import translate_lines
 from test_serve import Server, assert_local_and_found, chromium_driver, page_requests
-from tiny_model_folders import DATE_RNN, DATE_TRANSFORMER, date_data, train_on_dates
+from tiny_model_folders import date_data
 
 pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 from encdec.ship.web_export import RUNTIME_FILES, export_web, runtime_folder, site_bytes  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-FAMILIES = {"transformer": (DATE_TRANSFORMER, 3e-3), "rnn": (DATE_RNN, 5e-3)}
+FAMILIES = ("transformer", "rnn")
 # what the page's library is given to translate: ordinary dates, a blank line, and characters the vocabulary lacks
 EXTRA_LINES = ["", "Friday, 1 Jan 1999!!", "«12/31/1999»"]
 
@@ -57,11 +56,9 @@ def dates():
 
 
 @pytest.fixture(scope="module")
-def folders(dates, tmp_path_factory):
-    """family -> model folder, each trained 150 steps on dates."""
-    root = tmp_path_factory.mktemp("web-models")
-    return {family: save_for_pipeline(train_on_dates(config, dates, 150, lr), dates[0], root / family)
-            for family, (config, lr) in FAMILIES.items()}
+def folders(pairs):
+    """family -> model folder: the session's two trained models (conftest's ``pairs``: 150 steps on dates each)."""
+    return {"transformer": pairs["de-en"], "rnn": pairs["en-de"]}
 
 
 @pytest.fixture(scope="module")
@@ -122,7 +119,7 @@ def onnx_translate(site: Path, lines: list[str], num_beams: int) -> list[str]:
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("family", list(FAMILIES))
+@pytest.mark.parametrize("family", FAMILIES)
 def test_the_site_translates_as_encdec_translate_in_chromium(family, folders, sites, lines) -> None:
     """Greedy search gives `encdec translate`'s text on every line, beam search (3 beams) on four; the int8 site
     gives what its graphs give in ONNX Runtime; nothing is fetched from anywhere but the site, nothing 404s."""
