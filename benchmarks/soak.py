@@ -135,6 +135,15 @@ class ServerProcess:
     def alive(self) -> bool:
         return self.process.poll() is None
 
+    def ended(self, within: float = 2.0) -> bool:
+        """Whether the server has ended, waiting up to ``within`` seconds for it (``poll`` alone may answer None
+        while another thread waits on the process)."""
+        try:
+            self.process.wait(timeout=within)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+
     def memory(self) -> dict[str, float]:
         """RSS in MiB of the server's process (``server``) and of the processes it started (``children``, their
         ``count``), and the server's open file descriptors (``files``)."""
@@ -408,7 +417,7 @@ def client_thread(url: str, key: str, schedule: Schedule, tally: Tally, document
             for kind, status, seconds in done:
                 tally.add(kind, status, seconds)
             schedule.answered(job, len(done))
-            if any(status == NO_ANSWER for _, status, _ in done) and not server.alive():
+            if any(status == NO_ANSWER for _, status, _ in done) and server.ended():
                 schedule.stop("the server's death")
     except Exception as error:  # the run stops and fails, saying why, instead of losing a thread's requests
         schedule.stop(f"an error in a client thread: {error!r}")
