@@ -8,5 +8,7 @@ Run by ``scripts/benchmark.py`` (``make benchmark``), which writes docs/benchmar
   ratios, peak memory in a fresh process;
 * ``transformer``: encdec's Transformer against ``MarianMTModel`` (the ``transformer`` section);
 * ``rnn``: the RNN encoder-decoder, every attention type (the ``rnn`` section);
-* ``report``: [`SECTIONS`], the environment and method, merging with an earlier report, [`run_benchmarks`].
+* ``report``: [`SECTIONS`], the environment and method, merging with an earlier report, [`run_benchmarks`];
+* ``soak``: `encdec serve` under thousands of mixed requests, its memory sampled (``scripts/benchmark_soak.py``,
+  which writes its section of docs/serving.md).
 """
