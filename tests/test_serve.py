@@ -480,7 +480,7 @@ BAD_INPUTS = {
     "not UTF-8": ('{"text": "caf\xe9"}'.encode("latin-1"), 400, "body",
                   f"body: is not UTF-8 (byte 0xe9 at offset 13); the body must be UTF-8 JSON: {SEND_JSON}"),
     "nested too deeply": (b"[" * 1_500 + b"]" * 1_500, 400, "body",
-                          f"body: JSON nested too deeply to parse; {SEND_JSON}"),
+                          f"body: JSON nested 1500 deep, over the limit of 32; {SEND_JSON}"),
 }
 
 

@@ -43,7 +43,16 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..errors import EncdecError
 from .documents import DocumentError, available_formats, read_document
-from .libretranslate import ERROR_SCHEMA, PREFIX, LibreTranslateAPI, Refusal, choose, translate_parts
+from .libretranslate import (
+    ERROR_SCHEMA,
+    PREFIX,
+    STRING,
+    LibreTranslateAPI,
+    Refusal,
+    choose,
+    request_body,
+    translate_parts,
+)
 from .libretranslate_routes import add_preflights
 from .limits import client_address
 
@@ -159,8 +168,13 @@ class FileAPI:
         if self.api.access.limited:
             errors[429] = ERROR_SCHEMA | {"description": "Slow down: over a request limit (see `Retry-After`)"}
         router.add_api_route("/translate_file", self.translate_file, methods=["POST"], responses=errors,
-                             summary="LibreTranslate: translate a file (multipart: file, source, target, api_key)")
-        router.add_api_route("/download_file/{file_id}/{name}", self.download_file,
+                             summary="LibreTranslate: translate a file (multipart: file, source, target, api_key)",
+                             openapi_extra=request_body({"file": {"type": "string", "format": "binary"},
+                                                         **dict.fromkeys(("source", "target", "api_key"), STRING)},
+                                                        ["file", "source", "target"], ("multipart/form-data",)))
+        router.add_api_route("/download_file/{file_id}/{name}", self.download_file, openapi_extra={"parameters": [
+                                 {"name": name, "in": "path", "required": True, "schema": STRING}
+                                 for name in ("file_id", "name")]},
                              responses={404: ERROR_SCHEMA | {"description": "No such file, or expired"}},
                              summary="LibreTranslate: download a translated file")
         add_preflights(router, ["/translate_file"])

@@ -39,14 +39,16 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from ..inference.decoding import DecodeOptions
-from ..inference.sentences import join, line_parts, pieces_to_translate, split_parts
+from ..inference.sentences import Parts, join, line_parts, pieces_to_translate, split_parts
 from ..version import __version__
 from .detection import DetectionError, detect_source, served_sources
 from .detection import detect as detect_languages
 from .keys import ApiKey
 from .libretranslate_routes import add_preflights, route_as_libretranslate
 from .limits import Access, client_address
+from .offload import lone_surrogate, off_loop, too_deep
 from .registry import LANGUAGE_NAMES, ServedModel, ServedModels
+from .schema import printable
 from .service import RequestError, TranslationService
 
 PREFIX = "/libretranslate"
@@ -57,6 +59,18 @@ FORMATS = ("text", "html")
 ERROR_SCHEMA = {"content": {"application/json": {"schema": {  # LibreTranslate's error answer, for /docs
     "type": "object", "properties": {"error": {"type": "string"}}, "required": ["error"]}}}}
 NO_TRANSLATION = {"script", "style"}  # HTML elements whose content is not text to translate
+TEXTS = {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}],
+         "description": "A text, or a list of texts"}
+STRING = {"type": "string"}
+
+
+def request_body(fields: dict[str, Any], required: list[str],
+                 media_types: tuple[str, ...] = ("application/json", "application/x-www-form-urlencoded")
+                 ) -> dict[str, Any]:
+    """An operation's body for the OpenAPI description (``/spec``, ``/docs``): an object of ``fields`` (JSON
+    schemas), as JSON or as a form, as LibreTranslate takes either."""
+    schema = {"type": "object", "properties": fields, "required": required}
+    return {"requestBody": {"required": True, "content": {media: {"schema": schema} for media in media_types}}}
 
 
 class Refusal(Exception):
@@ -145,21 +159,42 @@ def plain_texts(texts: list[str], text_format: str) -> list[str]:
 
 
 async def read_body(request: Request) -> dict[str, Any]:
-    """A JSON object, or a form's fields (``q`` repeated: a list), as LibreTranslate reads either."""
+    """A JSON object (``json_object``), or a form's fields (``q`` repeated: a list), as LibreTranslate reads either;
+    refused where a text field is not Unicode (``check_unicode``)."""
     if request.headers.get("content-type", "").split(";")[0].strip() == "application/json":
-        try:
-            body = json.loads(await request.body())
-        except (ValueError, UnicodeDecodeError):
-            raise Refusal("Invalid JSON format") from None
-        if not isinstance(body, dict):
-            raise Refusal("Invalid JSON format")
-        return body
+        return await off_loop(json_object, await request.body())
     form = await request.form()
     body: dict[str, Any] = {**request.query_params, **{key: form.get(key) for key in form}}  # as request.values
     texts = form.getlist("q") or request.query_params.getlist("q")
     if len(texts) > 1:
         body["q"] = texts
+    check_unicode(body)
     return body
+
+
+def json_object(raw: bytes) -> dict[str, Any]:
+    """A JSON body's object, read within the bounds of ``encdec.serve.offload``: nested at most ``MAX_JSON_DEPTH``
+    deep (checked before parsing), every text Unicode (``check_unicode``); refused in LibreTranslate's words."""
+    if (why := too_deep(raw)) is not None:
+        raise Refusal(f"Invalid JSON format: {why}")
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        raise Refusal("Invalid JSON format") from None
+    if not isinstance(body, dict):
+        raise Refusal("Invalid JSON format")
+    check_unicode(body)
+    return body
+
+
+def check_unicode(body: dict[str, Any]) -> None:
+    """Refuse a body whose text field (``q``, ``q[2]``, ``source``, ...) holds a lone surrogate (JSON's ``\\ud800``):
+    no text of the API can hold one, and UTF-8 cannot encode it."""
+    for name, value in body.items():
+        for i, item in enumerate(value) if isinstance(value, list) else [(None, value)]:
+            if isinstance(item, str) and (fault := lone_surrogate(item)) is not None:
+                raise Refusal(f"Invalid request: {name}{'' if i is None else f'[{i}]'} is not valid Unicode: {fault}; "
+                              "send UTF-8 text (a surrogate pair is fine, half of one is not)")
 
 
 def alternatives_of(body: dict[str, Any], limit: int) -> int:
@@ -222,17 +257,25 @@ async def translate_parts(model: ServedModel, batcher: Any, texts: list[str], te
     language) decoded by the model's batcher, the rest of the text kept around the translations; a sentence over the
     source limit is cut to it, with a warning in the log. The k-th alternative of a text takes the k-th hypothesis
     of each sentence (its translation where it has fewer); one equal to the translation or to an earlier one is
-    left out. ``options``: the translation's, instead of the model's default decoding."""
+    left out. ``options``: the translation's, instead of the model's default decoding. The cutting, tokenizing and
+    putting together run off the event loop (``encdec.serve.offload``)."""
+    main, others = decode_options(model.service, alternatives)
+    cut, jobs = await off_loop(sentence_jobs, model, texts, text_format, options or main, others, max_pieces)
+    answers = await asyncio.gather(*(asyncio.wrap_future(f) for f in batcher.submit(jobs)))
+    return await off_loop(put_together, cut, answers, text_format, alternatives, others is not None)
+
+
+def sentence_jobs(model: ServedModel, texts: list[str], text_format: str, main: DecodeOptions,
+                  others: DecodeOptions | None, max_pieces: int | None) -> tuple[list[Parts], list[Any]]:
+    """Each text cut into its parts (HTML, lines, sentences), and the jobs of its sentences: decoded with ``main``,
+    and with ``others`` (their n-best lists) too if given; refused over ``max_pieces`` sentences."""
     cut = [split_parts(html_parts(text) if text_format == "html" else line_parts(text), model.source)
            for text in texts]
     todo = [(i, piece) for i, parts in enumerate(cut) for piece in pieces_to_translate([parts])]
     if max_pieces is not None and len(todo) > max_pieces:
         raise Refusal(f"Invalid request: {len(todo)} sentences exceed the limit of {max_pieces} per request; send "
                       "them in several requests")
-    service = model.service
-    main, others = decode_options(service, alternatives)
-    main = options or main
-    jobs = []
+    service, jobs = model.service, []
     for i, piece in todo:
         try:
             jobs += service.jobs_for(piece, main, cut=True)
@@ -241,14 +284,20 @@ async def translate_parts(model: ServedModel, batcher: Any, texts: list[str], te
         except RequestError as error:
             raise Refusal(f"Invalid request: q{f'[{i}]' if len(texts) > 1 else ''}"
                           f"{str(error).removeprefix('text')}") from None
-    answers = iter(await asyncio.gather(*(asyncio.wrap_future(f) for f in batcher.submit(jobs))))
-    results = []
+    return cut, jobs
+
+
+def put_together(cut: list[Parts], answers: list[dict[str, Any]], text_format: str, alternatives: int,
+                 n_best: bool) -> list[list[str]]:
+    """Each text's translation and alternatives (``translate_parts``) from its parts and its sentences' answers, in
+    the order of ``sentence_jobs``."""
+    found_answers, results = iter(answers), []
     for parts in cut:
         found = []  # per piece: its translation, and its n-best list
         for translate, _ in parts:
             if translate:
-                best = next(answers)["text"]
-                found.append((best, [item["text"] for item in next(answers)["n_best"]] if others else []))
+                best = next(found_answers)["text"]
+                found.append((best, [item["text"] for item in next(found_answers)["n_best"]] if n_best else []))
         text = assemble(parts, [best for best, _ in found], text_format)
         versions = [assemble(parts, [listed[k] if k < len(listed) else best for best, listed in found], text_format)
                     for k in range(alternatives + 1)]
@@ -282,15 +331,23 @@ class LibreTranslateAPI:
         if self.access.limited:
             errors[429] = ERROR_SCHEMA | {"description": "Slow down: over a request limit (see `Retry-After`)"}
         router.add_api_route("/translate", self.translate, methods=["POST"], responses=errors,
-                             summary="LibreTranslate: translate q from source to target (JSON or form body)")
+                             summary="LibreTranslate: translate q from source to target (JSON or form body)",
+                             openapi_extra=request_body({"q": TEXTS, "source": STRING, "target": STRING,
+                                                         "format": {"enum": list(FORMATS)}, "alternatives":
+                                                         {"type": "integer"}, "api_key": STRING},
+                                                        ["q", "source", "target"]))
         router.add_api_route("/detect", self.detect, methods=["POST"], responses=errors,
-                             summary="LibreTranslate: the served source languages q is most likely in")
+                             summary="LibreTranslate: the served source languages q is most likely in",
+                             openapi_extra=request_body({"q": TEXTS, "api_key": STRING}, ["q"]))
         router.add_api_route("/languages", self.languages, summary="LibreTranslate: the served languages")
         router.add_api_route("/frontend/settings", self.settings, summary="LibreTranslate: front-end settings")
         router.add_api_route("/health", self.health, summary="LibreTranslate: liveness")
         router.add_api_route("/spec", self.spec, summary="LibreTranslate: this API's OpenAPI description")
         router.add_api_route("/suggest", self.suggest, methods=["POST"], summary="LibreTranslate: suggest a "
-                             "translation (stored under --suggestions)", responses=errors | {403: ERROR_SCHEMA})
+                             "translation (stored under --suggestions)", responses=errors | {403: ERROR_SCHEMA},
+                             openapi_extra=request_body({name: STRING for name in ("q", "s", "source", "target",
+                                                                                   "api_key")},
+                                                        ["q", "s", "source", "target"]))
         add_preflights(router, ["/translate", "/detect", "/languages", "/frontend/settings", "/health", "/suggest",
                                 "/spec"])
         app.include_router(router)
@@ -305,8 +362,8 @@ class LibreTranslateAPI:
         if (over := self.access.too_long(texts, key)) is not None:  # LibreTranslate's words for the char limit
             raise Refusal(f"Invalid request: request ({over[1]}) exceeds text limit ({over[2]})")
         alternatives = alternatives_of(body, self.limits.max_beams - 1) if text_format == "text" else 0
-        detected = await asyncio.to_thread(detect_source, self.models, plain_texts(texts, text_format),
-                                           body["target"]) if body["source"] == "auto" else None
+        detected = await off_loop(lambda: detect_source(self.models, plain_texts(texts, text_format), body["target"])
+                                  ) if body["source"] == "auto" else None
         model = choose(self.models, detected["language"] if detected else body["source"], body["target"])
         results = await translate_parts(model, self.batchers[model.name], texts, text_format, alternatives)
         answer: dict[str, Any] = {"translatedText": [r[0] for r in results] if batch else results[0][0]}
@@ -320,7 +377,7 @@ class LibreTranslateAPI:
         body = await read_body(request)
         self.admit(body, request)
         texts, _ = texts_of(body, self.limits.max_texts)
-        return JSONResponse(await asyncio.to_thread(detect_languages, texts, served_sources(self.models)))
+        return JSONResponse(await off_loop(detect_languages, texts, served_sources(self.models)))
 
     def admit(self, body: dict[str, Any], request: Request) -> ApiKey | None:
         """The request's key (None without one), checked as LibreTranslate checks it (missing: 400, wrong: 403),
@@ -381,7 +438,7 @@ class LibreTranslateAPI:
         return JSONResponse(document)
 
     async def refused(self, request: Request, error: Exception) -> JSONResponse:
-        return JSONResponse({"error": str(error)}, getattr(error, "status", 400))
+        return JSONResponse({"error": printable(str(error))}, getattr(error, "status", 400))  # UTF-8 can encode it
 
 
-__all__ = ["CORS_HEADERS", "PREFIX", "LibreTranslateAPI", "html_parts"]
+__all__ = ["CORS_HEADERS", "PREFIX", "LibreTranslateAPI", "html_parts", "request_body"]

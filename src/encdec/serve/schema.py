@@ -10,6 +10,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
+from .offload import MAX_JSON_DEPTH
 from .service import LENGTH_PENALTY_RANGE, ServeLimits
 
 MAX_INDEX = 256  # the schema's bound on a layer or head number; each model checks its own range
@@ -20,9 +21,9 @@ UNION_MEMBER = re.compile(r"^(str|int|float|bool|constrained-int|list\[.*\]|lite
 EXAMPLE = 'send a JSON object such as {"text": "..."} with Content-Type: application/json'
 
 ERROR_STATUSES = {
-    400: "The body is not JSON: empty, malformed, not UTF-8, or nested too deeply (`field`: `body`). (A request "
-         "whose HTTP framing is broken, such as a Content-Length that is not a number, never reaches the app: "
-         "uvicorn refuses it with a plain-text 400.)",
+    400: f"The body is not JSON: empty, malformed, not UTF-8, or nested over {MAX_JSON_DEPTH} deep (`field`: `body`). "
+         "(A request whose HTTP framing is broken, such as a Content-Length that is not a number, never reaches the "
+         "app: uvicorn refuses it with a plain-text 400.)",
     401: "No valid API key (the server runs with one): send `Authorization: Bearer KEY` or `X-API-Key: KEY` "
          "(`field`: null).",
     413: "The body is larger than the server's limit (--max-body-bytes) (`field`: `body`).",

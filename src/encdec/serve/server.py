@@ -55,6 +55,7 @@ from .batcher import DynamicBatcher
 from .keys import KeyDatabase
 from .limits import Access, Overloaded, client_address
 from .metrics import ServerMetrics
+from .offload import off_loop, too_deep
 from .registry import ModelSpec, ServedModels, served_as
 from .service import RequestError, ServeLimits, TranslationService
 
@@ -64,6 +65,7 @@ try:
     from fastapi import FastAPI, Request
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+    from fastapi.routing import APIRoute
     from fastapi.staticfiles import StaticFiles
     from fastapi_offline import FastAPIOffline
     from pydantic import BaseModel
@@ -78,6 +80,7 @@ from .libretranslate import PREFIX as LIBRETRANSLATE_PREFIX  # noqa: E402 (needs
 from .libretranslate_routes import SLASHES  # noqa: E402
 from .schema import (  # noqa: E402 (needs pydantic, checked above)
     ERROR_STATUSES,
+    EXAMPLE,
     FIELD_CHARS,
     ErrorResponse,
     TranslateResponse,
@@ -343,12 +346,27 @@ def add_translate(app: Any, schema: type[BaseModel], errors: dict[int | str, dic
         if split:  # sentence by sentence, as the LibreTranslate API translates (encdec.serve.split)
             answers = await translate_split(served, app.state.batchers[served.name], request)
         else:
-            futures = app.state.batchers[served.name].submit(served.service.jobs(**request))
+            futures = app.state.batchers[served.name].submit(await off_loop(served.service.jobs, **request))
             answers = await asyncio.gather(*(asyncio.wrap_future(f) for f in futures))
         return TranslateResponse(translations=[Translation(**answer) for answer in answers])
 
-    app.post("/translate", response_model=TranslateResponse, response_model_exclude_none=True, responses=errors,
-             summary="Translate a text or a list of texts")(translate)
+    app.router.add_api_route("/translate", translate, methods=["POST"], response_model=TranslateResponse,
+                             response_model_exclude_none=True, responses=errors, route_class_override=BoundedJSONRoute,
+                             summary="Translate a text or a list of texts")
+
+
+class BoundedJSONRoute(APIRoute):
+    """A route whose JSON body is refused (400) before it is parsed when it nests deeper than ``MAX_JSON_DEPTH``
+    (``encdec.serve.offload``)."""
+
+    def get_route_handler(self) -> Callable:
+        handler = super().get_route_handler()
+
+        async def bounded(request: Request) -> Response:
+            if (why := too_deep(await request.body())) is not None:  # the body is kept for the handler
+                return error_response(400, f"body: JSON {why}; {EXAMPLE}.", request, "body")
+            return await handler(request)
+        return bounded
 
 
 def models_info(models: ServedModels) -> dict[str, Any]:

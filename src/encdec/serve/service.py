@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -34,6 +35,7 @@ from ..inference.decoding import (
 )
 from ..inference.sentences import fit
 from ..version import __version__
+from .offload import lone_surrogate
 
 logger = logging.getLogger("encdec.serve")
 
@@ -132,6 +134,7 @@ class TranslationService:
         self.default_length_penalty = 1.0 if generation.length_penalty is None else generation.length_penalty
         self.default_budget = generation.max_new_tokens
         self.has_alignments = engine.spec.alignments and getattr(self.config, "attention", "") != "none"
+        self.tokenizing = threading.Lock()  # one thread at a time in the tokenizer (``offload``'s docstring says why)
 
     def jobs(self, text: str | list[str], n_best: int | None = None, return_scores: bool = False,
              return_alignments: bool = False, **decoding: Any) -> list[Job]:
@@ -163,11 +166,13 @@ class TranslationService:
                  cut: bool = False) -> list[Job]:
         """A job for each text of ``text`` (checked, as ``texts`` and the source limit say), decoded with
         ``options``, each with its own budget. ``cut`` (a sentence of a split text): a text over the source limit
-        is cut to it, with a warning in the log (``sentences.fit``), instead of refused."""
+        is cut to it, with a warning in the log (``sentences.fit``), instead of refused. Called from the server's CPU
+        threads (``offload``), one at a time in the tokenizer."""
         fields, texts = self.texts(text)
-        found = self.tokenizer(texts, verbose=False)["input_ids"]
-        if cut:
-            found = fit(self.tokenizer, texts, found, self.limits.max_source_tokens)
+        with self.tokenizing:
+            found = self.tokenizer(texts, verbose=False)["input_ids"]
+            if cut:
+                found = fit(self.tokenizer, texts, found, self.limits.max_source_tokens)
         jobs = []
         for name, ids in zip(fields, found, strict=True):
             if len(ids) > self.limits.max_source_tokens:
@@ -190,12 +195,9 @@ class TranslationService:
         for name, item in zip(fields, texts, strict=True):
             if not item.strip():
                 raise RequestError(name, "the text is empty; send some words to translate.")
-            try:
-                item.encode("utf-8")
-            except UnicodeEncodeError as error:
-                raise RequestError(name, f"a lone surrogate (U+{ord(item[error.start]):04X}) at character "
-                                         f"{error.start} is not text; send valid Unicode (a surrogate pair is fine, "
-                                         "half of one is not).") from None
+            if (fault := lone_surrogate(item)) is not None:
+                raise RequestError(name, f"{fault} is not text; send valid Unicode (a surrogate pair is fine, half of "
+                                         "one is not).")
         return fields, texts
 
     def decode(self, jobs: list[Job]) -> list[dict[str, Any]]:
