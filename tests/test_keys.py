@@ -260,7 +260,7 @@ def test_a_replaced_or_deleted_key_database_is_followed(folder, tmp_path, capsys
         back = lt_status(server.url, "newer")[0], lt_status(server.url, "new")[0]
     assert before == (400, 403) and after == (403, 400) and suggested == (200, {"success": True})
     assert stored == [("a", "b")]
-    message = ("the server's API key database (--api-keys-db) cannot be used (the file is gone (deleted or moved); "
+    message = ("the server's API key database (--api-keys-db) cannot be used (the file is gone: deleted or moved; "
                "the server log says more); retry after 30 s.")
     assert gone[0][:2] == (503, {"error": message, "field": None, "request_id": gone[0][1]["request_id"]})
     assert gone[1] == (503, {"error": message}, "30")

@@ -167,7 +167,7 @@ class KeyDatabase:
         try:
             found = os.stat(self.path)
         except FileNotFoundError:
-            raise KeyDatabaseError(self.path, "the file is gone (deleted or moved)") from None
+            raise KeyDatabaseError(self.path, "the file is gone: deleted or moved") from None
         if (found.st_dev, found.st_ino) != self.identity:
             connection, self.identity = self.open()
             self.connection.close()

@@ -224,6 +224,12 @@ class Access:
     async def suggest(self, q: str, s: str, source: str, target: str) -> None:
         await self.database_call(self.database.add_suggestion, q, s, source, target)
 
+    def close(self) -> None:
+        """The key database's thread let go (the server's stop); a later use starts another."""
+        if self.executor is not None:
+            self.executor.shutdown(wait=False)
+            self.executor = None
+
 
 def client_address(scope: dict) -> str:
     """The address an ASGI request came from: the peer's, or behind a proxy of ``--trusted-proxies`` the address
