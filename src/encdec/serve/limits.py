@@ -143,7 +143,8 @@ class Access:
         self.api_key, self.database, self.suggestions = api_key, database, suggestions
         self.req_limit, self.char_limit = req_limit, char_limit
         self.rates = RateLimiter(clock)
-        self.executor: ThreadPoolExecutor | None = None  # the key database's own thread, from its first use
+        self.executor: ThreadPoolExecutor | None = None  # the key database's thread: from its first use until the
+        # Access is collected (the executor's worker ends with it)
         self.last_failure: str | None = None  # the key database's last failure logged (each is logged once)
 
     @property
@@ -223,12 +224,6 @@ class Access:
 
     async def suggest(self, q: str, s: str, source: str, target: str) -> None:
         await self.database_call(self.database.add_suggestion, q, s, source, target)
-
-    def close(self) -> None:
-        """The key database's thread let go (the server's stop); a later use starts another."""
-        if self.executor is not None:
-            self.executor.shutdown(wait=False)
-            self.executor = None
 
 
 def client_address(scope: dict) -> str:

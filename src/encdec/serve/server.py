@@ -296,7 +296,6 @@ def create_app(served: TranslationService | ServedModels, api_key: str | None = 
         for batcher in batchers.values():  # every job submitted is answered first
             await asyncio.to_thread(batcher.stop)
         file_api.store.close()
-        access.close()
 
     app = FastAPIOffline(title="encdec translation server", version=first.info()["encdec_version"],
                          lifespan=lifespan, redoc_url=None,
