@@ -12,6 +12,7 @@ import asyncio
 import gc
 import http.client
 import json
+import logging
 import sqlite3
 import time
 import tracemalloc
@@ -23,8 +24,8 @@ import pytest
 from encdec.errors import EncdecError
 from encdec.serve import ServeLimits
 from encdec.serve.keys import KeyDatabase
-from encdec.serve.limits import SWEEP_EVERY, Access, RateLimiter
-from encdec.serve.server import HOLD_ENV, check_bind, create_app, load_models
+from encdec.serve.limits import SWEEP_EVERY, Access, RateLimiter, redact_keys
+from encdec.serve.server import HOLD_ENV, EncdecServer, check_bind, create_app, load_models, server_config
 from test_serve import Server, only_batcher, request
 from test_translate_file import multipart
 from tiny_model_folders import build_model_folders
@@ -39,13 +40,24 @@ def folder(tmp_path_factory):
     return build_model_folders(tmp_path_factory.mktemp("limits"))["transformer"]
 
 
+class ServedAsTheCommand(Server):
+    """A ``Server`` run with the uvicorn configuration of ``encdec serve`` (``server_config``: its proxy headers,
+    its access log)."""
+
+    def __init__(self, app, log_level: str = "warning", trusted_proxies: list[str] | None = None) -> None:
+        super().__init__(app)
+        self.server = EncdecServer(server_config(app, "127.0.0.1", 0, log_level, trusted_proxies),
+                                   announce=lambda urls: self.listening.set())
+
+
 def start(folder, keys: KeyDatabase | None = None, api_key: str | None = None, suggestions: bool = False,
-          **limits) -> Server:
-    """A server of ``folder`` as the de-en model; its limiter's clock stands still (``FROZEN``)."""
+          config: dict | None = None, **limits) -> Server:
+    """A server of ``folder`` as the de-en model; its limiter's clock stands still (``FROZEN``). With ``config``
+    (``server_config``'s arguments), run as ``encdec serve`` runs it."""
     models = load_models([f"de-en={folder}"], limits=ServeLimits(**limits))
     app = create_app(models, api_key=api_key, keys=keys, suggestions=suggestions)
     app.app.state.access.rates.clock = lambda: FROZEN
-    return Server(app)
+    return Server(app) if config is None else ServedAsTheCommand(app, **config)
 
 
 def post(url: str, path: str, body: dict, source: str = "127.0.0.1",
@@ -114,6 +126,45 @@ def test_a_client_within_its_limit_is_served_while_others_over_theirs_get_429(fo
     assert error["field"] is None and headers["retry-after"] == "20"
 
 
+def test_x_forwarded_for_counts_only_from_the_trusted_proxies(folder) -> None:
+    """From 127.0.0.1, a new X-Forwarded-For address on every request still meets --req-limit: the header is
+    ignored unless --trusted-proxies names the peer; then each forwarded client has its own allowance, and the client
+    is the right-most address that is not a trusted proxy (a client's own X-Forwarded-For, to which a trusted proxy
+    appends its peer, cannot rotate its way past the limit)."""
+    def burst(server: Server, forwarded: str) -> list[int]:
+        return [post(server.url, f"{LT}/translate", {"q": "a", "source": "de", "target": "xx"},
+                     headers={"X-Forwarded-For": forwarded.format(i)})[0] for i in range(5)]
+    with start(folder, req_limit=2, config={}) as server:
+        ignored = burst(server, "203.0.113.{}")
+    with start(folder, req_limit=2, config={"trusted_proxies": ["127.0.0.1", "10.0.0.0/8"]}) as server:
+        forwarded = burst(server, "203.0.113.{}")
+        appended = burst(server, "198.51.100.{}, 192.0.2.7, 10.1.2.3")  # a client's header, then 2 proxies' hops
+    assert ignored == [400, 400, 429, 429, 429]
+    assert forwarded == [400] * 5
+    assert appended == [400, 400, 429, 429, 429]  # all counted as 192.0.2.7
+
+
+def test_keys_stay_out_of_the_access_log(folder) -> None:
+    """uvicorn's access log (``encdec serve --log-level info``) shows the request line with every key parameter of
+    the query redacted."""
+    lines: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: lines.append(record.getMessage())
+    access_log = logging.getLogger("uvicorn.access")
+    with start(folder, api_key="hunter2", config={"log_level": "info"}) as server:
+        access_log.addHandler(handler)
+        try:
+            request(f"{server.url}{LT}/languages?api_key=hunter2&x=1")
+            request(f"{server.url}{LT}/detect?apiKey=hunter3", {"q": "a"})
+            request(f"{server.url}/health?api%5Fkey=hunter4&token=hunter5")
+        finally:
+            access_log.removeHandler(handler)
+    assert len(lines) == 3 and not any("hunter" in line for line in lines), lines
+    assert f"{LT}/languages?api_key=REDACTED&x=1" in lines[0] and "apiKey=REDACTED" in lines[1]
+    assert redact_keys("/a?Api-Key=k&q=api_key%3Dv&key=&secret=s") == "/a?Api-Key=REDACTED&q=api_key%3Dv&key=REDACTED" \
+        "&secret=REDACTED"
+
+
 def test_a_list_counts_a_request_a_text(folder) -> None:
     """As LibreTranslate counts a list ``q``: two texts use two of the minute's requests."""
     with start(folder, req_limit=3) as server:
@@ -145,26 +196,31 @@ def test_a_full_queue_answers_503_with_retry_after_in_both_apis(folder, monkeypa
     assert batcher.depth == 0
 
 
-def test_the_char_limit_is_named_in_both_apis(folder, tmp_path) -> None:
+def test_the_char_limit_counts_a_text_natively_and_a_request_in_libretranslate_s_api(folder, tmp_path) -> None:
+    """The native API counts each text; LibreTranslate's API counts the texts of ``q`` together, as LibreTranslate
+    does (``chars = sum(len(text) for text in q)`` in ``libretranslate/app.py``): 64 texts of 41 characters do not
+    pass a limit of 50."""
     keys = KeyDatabase(tmp_path / "keys.db")
     wide = keys.add(100, char_limit=50).key
     shared = {"X-API-Key": "shared"}
     with start(folder, keys, api_key="shared", char_limit=10) as server:
         one = request(f"{server.url}/translate", {"text": "x" * 11}, headers=shared)
         listed = request(f"{server.url}/translate", {"text": ["short", "y" * 12]}, headers=shared)
-        within = request(f"{server.url}/translate", {"text": "x" * 10}, headers=shared)
+        within = request(f"{server.url}/translate", {"text": ["x" * 10, "y" * 10]}, headers=shared)
         libre = {q: request(f"{server.url}{LT}/translate", {"q": q, "source": "de", "target": "en", "api_key": key})
-                 for q, key in [("x" * 11, "shared"), (("short", "y" * 12), "shared"), ("z" * 40, wide),
-                                ("z" * 51, wide)]}
+                 for q, key in [("x" * 11, "shared"), (("short", "y" * 6), "shared"), (("abcd", "efgh"), "shared"),
+                                ("z" * 40, wide), ("z" * 51, wide), (("w" * 41,) * 64, wide)]}
         settings = request(f"{server.url}{LT}/frontend/settings")[1]
     assert one[:1] == (422,) and one[1]["field"] == "text"
     assert one[1]["error"] == "text: 11 characters exceed the limit of 10 per text (--char-limit); split the text."
     assert listed[0] == 422 and listed[1]["field"] == "text[1]" and "12 characters" in listed[1]["error"]
-    assert within[0] == 200
+    assert within[0] == 200  # 20 characters in all: the native limit is per text
     assert libre["x" * 11][:2] == (400, {"error": "Invalid request: request (11) exceeds text limit (10)"})
-    assert libre[("short", "y" * 12)][:2] == (400, {"error": "Invalid request: request (12) exceeds text limit (10)"})
+    assert libre[("short", "y" * 6)][:2] == (400, {"error": "Invalid request: request (11) exceeds text limit (10)"})
+    assert libre[("abcd", "efgh")][0] == 200
     assert libre["z" * 40][0] == 200  # the key's own limit
     assert libre["z" * 51][:2] == (400, {"error": "Invalid request: request (51) exceeds text limit (50)"})
+    assert libre[("w" * 41,) * 64][:2] == (400, {"error": "Invalid request: request (2624) exceeds text limit (50)"})
     assert (settings["charLimit"], settings["keyRequired"], settings["apiKeys"], settings["suggestions"]) == \
         (10, True, True, False)
 
@@ -180,12 +236,16 @@ def test_suggestions_are_stored_in_the_key_database(folder, tmp_path) -> None:
                                                                                    "s": "03.03.2021"}).encode(),
                           headers={"Content-Type": "application/x-www-form-urlencoded"})
         missing = request(f"{server.url}{LT}/suggest", {**suggestion, "s": "", "api_key": key})
+        too_long = [request(f"{server.url}{LT}/suggest", {**suggestion, name: "x" * 5001, "api_key": key})
+                    for name in ("q", "s")]
         wrong_key = request(f"{server.url}{LT}/suggest", {**suggestion, "api_key": "nope"})
         settings = request(f"{server.url}{LT}/frontend/settings")[1]
     with start(folder) as server:
         disabled = request(f"{server.url}{LT}/suggest", suggestion)
     assert stored[:2] == (200, {"success": True}) and by_form[:2] == (200, {"success": True})
     assert missing[:2] == (400, {"error": "Invalid request: missing s parameter"})
+    assert [answer[:2] for answer in too_long] == [(400, {"error": f"Invalid request: {name} (5001) exceeds text "
+                                                                   "limit (5000)"}) for name in ("q", "s")]
     assert wrong_key[:2] == (403, {"error": "Invalid API key"})
     assert disabled[:2] == (403, {"error": "Suggestions are disabled on this server."})
     assert settings["suggestions"] is True

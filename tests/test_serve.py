@@ -24,6 +24,7 @@ import random
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -569,6 +570,23 @@ def test_binding_beyond_loopback_needs_a_key(folders, capsys, monkeypatch) -> No
     monkeypatch.delenv("ENCDEC_API_KEY", raising=False)
     assert main(["serve", "--model", str(folders["transformer"]), "--host", "0.0.0.0"]) == 2
     assert capsys.readouterr().err == f"encdec serve: error: {refusal.format('0.0.0.0')}\n"
+
+
+def test_a_port_in_use_is_refused_in_one_line_before_the_models_load(folders, capsys) -> None:
+    """`encdec serve --port N` on a port another socket listens on: one line that names the port and suggests
+    --port 0, before any model loads (no model line is printed); a malformed --trusted-proxies is refused too."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        status = main(["serve", "--model", str(folders["transformer"]), "--port", str(port)])
+    out = capsys.readouterr()
+    assert (status, out.out) == (2, "")
+    assert out.err == (f"encdec serve: error: --port {port}: already in use on 127.0.0.1; stop what listens there, "
+                       "or give another port (--port 0 takes a free one).\n")
+    with pytest.raises(SystemExit):
+        main(["serve", "--model", str(folders["transformer"]), "--trusted-proxies", "10.0.0.0/8,proxy"])
+    assert "--trusted-proxies: 'proxy' is not an IP address or network" in capsys.readouterr().err
 
 
 def test_limits_are_checked(folders) -> None:

@@ -290,7 +290,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
           api_key=args.api_key, limits=limits, log_level=args.log_level,
           files=FileSettings(max_file_bytes=args.max_file_bytes, file_expiry_minutes=args.file_expiry_minutes),
           api_keys_db=args.api_keys_db, suggestions=args.suggestions, metrics=args.metrics,
-          offline_site=args.offline_site)
+          offline_site=args.offline_site, trusted_proxies=args.trusted_proxies)
 
 
 def cmd_keys(args: argparse.Namespace) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import ipaddress
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -72,6 +73,20 @@ def positive_int(text: str) -> int:
     return value
 
 
+def proxy_list(value: str) -> list[str]:
+    """``--trusted-proxies``: IP addresses and networks, comma-separated (``*``: any peer)."""
+    proxies = [item.strip() for item in value.split(",") if item.strip()]
+    for proxy in (proxy for proxy in proxies if proxy != "*"):
+        try:
+            ipaddress.ip_network(proxy, strict=False)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{proxy!r} is not an IP address or network (CIDR, e.g. 10.0.0.0/8)") \
+                from None
+    if not proxies:
+        raise argparse.ArgumentTypeError("give at least one address, e.g. 127.0.0.1")
+    return proxies
+
+
 def add_serve_command(commands: argparse._SubParsersAction) -> None:
     p = commands.add_parser("serve", help="serve a model over HTTP: POST /translate, a web page with the alignment")
     p.add_argument("--model", required=True, action="append",
@@ -118,7 +133,12 @@ def add_limit_options(p: argparse.ArgumentParser) -> None:
                    help="requests a minute per client address (a text of a list counts as one) for requests "
                         "without a key of --api-keys-db; over it: 429 with Retry-After (default: no limit)")
     p.add_argument("--char-limit", type=positive_int, default=None, metavar="N",
-                   help="characters a text may have (a key of --api-keys-db may have its own; default: no limit)")
+                   help="characters a text of the native API, or a request of LibreTranslate's (all its texts), may "
+                        "have (a key of --api-keys-db may have its own; default: no limit)")
+    p.add_argument("--trusted-proxies", type=proxy_list, default=None, metavar="IPS",
+                   help="comma-separated addresses or networks (CIDR) of the proxies in front of the server: their "
+                        "X-Forwarded-For names the client that --req-limit counts (default: none; the header is "
+                        "ignored)")
     p.add_argument("--max-queue", type=positive_int, default=None, metavar="N",
                    help="texts a model's batcher may hold, waiting or being decoded; beyond it: 503 with "
                         "Retry-After (default: no bound)")

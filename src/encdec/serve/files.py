@@ -182,7 +182,7 @@ class FileAPI:
 
     async def translate_file(self, request: Request) -> JSONResponse:
         body, upload = await self.read_form(request)
-        key = self.api.admit(body, request)  # the key as /translate's, and one request counted
+        key = await self.api.admit(body, request)  # the key as /translate's, and one request counted
         if upload is None:
             raise Refusal("Invalid request: missing file parameter")
         for name in ("source", "target"):

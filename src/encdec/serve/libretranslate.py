@@ -18,7 +18,8 @@ limits.
 - ``GET /languages``, ``GET /frontend/settings``, ``GET /health``; ``POST /suggest`` (``q``, ``s``, ``source``,
   ``target``), stored in the key database under ``--suggestions``.
 - The key and the request limit apply to ``/translate``, ``/detect``, ``/translate_file`` and ``/suggest``, as
-  LibreTranslate's ``access_check`` and limiter apply them; the character limit to ``/translate`` (and a file's
+  LibreTranslate's ``access_check`` and limiter apply them; the character limit to ``/translate``, per request (the
+  texts of ``q`` together, as LibreTranslate counts them), and to ``q`` and ``s`` of ``/suggest`` (a file's
   characters count as requests: ``encdec.serve.files``). The keys and limits: ``encdec.serve.limits``.
 - Every error is ``{"error": "..."}`` with LibreTranslate's status: 400 for a bad request, 403 for a wrong API key,
   404 for a path that is no endpoint (``encdec.serve.libretranslate_routes``: repeated slashes count as one), 429
@@ -357,10 +358,10 @@ class LibreTranslateAPI:
 
     async def translate(self, request: Request) -> JSONResponse:
         body = await read_body(request)
-        key = self.admit(body, request)
+        key = await self.admit(body, request)
         texts, batch, text_format = check_request(body, self.limits.max_texts)
-        if (over := self.access.too_long(texts, key)) is not None:  # LibreTranslate's words for the char limit
-            raise Refusal(f"Invalid request: request ({over[1]}) exceeds text limit ({over[2]})")
+        if (over := self.access.over_request(texts, key)) is not None:  # per request, in LibreTranslate's words
+            raise Refusal(f"Invalid request: request ({over[0]}) exceeds text limit ({over[1]})")
         alternatives = alternatives_of(body, self.limits.max_beams - 1) if text_format == "text" else 0
         detected = await off_loop(lambda: detect_source(self.models, plain_texts(texts, text_format), body["target"])
                                   ) if body["source"] == "auto" else None
@@ -375,39 +376,45 @@ class LibreTranslateAPI:
 
     async def detect(self, request: Request) -> JSONResponse:
         body = await read_body(request)
-        self.admit(body, request)
+        await self.admit(body, request)
         texts, _ = texts_of(body, self.limits.max_texts)
         return JSONResponse(await off_loop(detect_languages, texts, served_sources(self.models)))
 
-    def admit(self, body: dict[str, Any], request: Request) -> ApiKey | None:
+    async def admit(self, body: dict[str, Any], request: Request) -> ApiKey | None:
         """The request's key (None without one), checked as LibreTranslate checks it (missing: 400, wrong: 403),
         then the request counted against its limit (a list ``q`` counts a request a text, as in LibreTranslate).
-        ``/translate``, ``/detect``, ``/suggest`` and ``/translate_file`` (``encdec.serve.files``) call it."""
+        ``/translate``, ``/detect``, ``/suggest`` and ``/translate_file`` (``encdec.serve.files``) call it; the key
+        database is read off the event loop (503 when it cannot say: ``limits.KeysUnavailable``)."""
         key = None
         if self.access.required:
             presented = (body.get("api_key") or self.presented_key(dict(request.scope["headers"]))
                          or body.get("apiKey"))  # the npm client `libretranslate` sends `apiKey`
             if not presented:
                 raise Refusal("Please contact the server operator to get an API key")
-            if (key := self.access.find(presented)) is None:
+            if (key := await self.access.find(presented)) is None:
                 raise Refusal("Invalid API key", 403)
         q = body.get("q")
         self.access.admit(key, client_address(request.scope), len(q) if isinstance(q, list) else 1)
         return key
 
     async def suggest(self, request: Request) -> JSONResponse:
-        """A suggested translation ``s`` of ``q``, stored in the key database (LibreTranslate's ``/suggest``)."""
+        """A suggested translation ``s`` of ``q``, stored in the key database (LibreTranslate's ``/suggest``); ``q``
+        and ``s`` each up to the character limit, else ``limits.SUGGESTION_CHARS``."""
         if not self.access.suggestions:
             raise Refusal("Suggestions are disabled on this server.", 403)
         body = await read_body(request)
-        self.admit(body, request)
+        key = await self.admit(body, request)
         fields = ("q", "s", "source", "target")
         for name in fields:
             if not body.get(name):
                 raise Refusal(f"Invalid request: missing {name} parameter")
         if not all(isinstance(body[name], str) for name in fields):
             raise Refusal("Invalid request: q, s, source and target must be strings")
-        self.access.suggest(*(body[name] for name in fields))
+        limit = self.access.suggestion_limit(key)
+        for name in ("q", "s"):
+            if len(body[name]) > limit:
+                raise Refusal(f"Invalid request: {name} ({len(body[name])}) exceeds text limit ({limit})")
+        await self.access.suggest(*(body[name] for name in fields))
         return JSONResponse({"success": True})
 
     async def languages(self) -> JSONResponse:

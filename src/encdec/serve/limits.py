@@ -9,22 +9,45 @@ by the generic cell rate algorithm (GCRA, ITU-T I.371; a token bucket that holds
 lets a client that has been quiet send N requests at once, then one every 60/N seconds. A request of several texts
 costs one per text (as LibreTranslate counts a list ``q``), and at most N, so that any request can pass once the
 client has waited a minute.
+
+The client address is the peer's: proxy headers (``X-Forwarded-For``) count only from the proxies of
+``--trusted-proxies``, and then as uvicorn's ``ProxyHeadersMiddleware`` reads them (the right-most address that is not
+a trusted proxy), which rewrites the ASGI scope's ``client`` before the app sees it.
+
+The key database is used off the event loop, in a thread of its own (``Access.database_call``): a file held by
+another process, or one that can no longer be used, is a 503 with ``Retry-After`` (``KeysUnavailable``), logged, and
+never stalls the requests that need no lookup.
+
+Keys stay out of the access log: ``RedactKeys`` replaces the values of the query's key parameters (``api_key``,
+``apiKey``, ``key``, ``token``, ``secret``, ``password``...) in uvicorn's access log lines.
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import hmac
+import logging
 import math
+import re
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from ..errors import EncdecError
-from .keys import ApiKey, KeyDatabase
+from .keys import ApiKey, KeyDatabase, KeyDatabaseError
 
 WINDOW = 60.0  # seconds: limits are requests a minute
 SWEEP_EVERY = 1024  # hits between two sweeps of the clients that are back to a full allowance (memory stays flat)
 QUEUE_RETRY_AFTER = 1  # seconds a client waits after a full queue (503)
+KEYS_RETRY_AFTER = 1  # seconds a client waits when the key database is held by another process (503)
+BROKEN_RETRY_AFTER = 30  # seconds a client waits when the key database cannot be used (503, until it is fixed)
+SUGGESTION_CHARS = 5_000  # characters of q and of s in a suggestion, without a character limit
+KEY_PARAMETERS = {"apikey", "key", "token", "accesstoken", "secret", "password"}  # lower case, without - and _
+logger = logging.getLogger("encdec.serve")
 
 
 class Overloaded(Exception):
@@ -64,6 +87,20 @@ class QueueFull(Overloaded):
         message = (f"the server is busy: {waiting} texts wait for the model {name}, the most it queues (--max-queue "
                    f"{max_queue}); retry after {QUEUE_RETRY_AFTER} s.")
         super().__init__(message, message, QUEUE_RETRY_AFTER)
+
+
+class KeysUnavailable(Overloaded):
+    """The key database cannot answer now: held by another process (``busy``; a moment's wait), or unusable (gone,
+    unreadable, unwritable: the operator must fix it): 503, in the same words in both APIs."""
+
+    status = 503
+
+    def __init__(self, error: KeyDatabaseError) -> None:
+        retry = KEYS_RETRY_AFTER if error.busy else BROKEN_RETRY_AFTER
+        what = ("is held by another process" if error.busy else
+                f"cannot be used ({error.reason}; the server log says more)")
+        message = f"the server's API key database (--api-keys-db) {what}; retry after {retry} s."
+        super().__init__(message, message, retry)
 
 
 class RateLimiter:
@@ -106,6 +143,9 @@ class Access:
         self.api_key, self.database, self.suggestions = api_key, database, suggestions
         self.req_limit, self.char_limit = req_limit, char_limit
         self.rates = RateLimiter(clock)
+        self.executor: ThreadPoolExecutor | None = None  # the key database's thread: from its first use until the
+        # Access is collected (the executor's worker ends with it)
+        self.last_failure: str | None = None  # the key database's last failure logged (each is logged once)
 
     @property
     def required(self) -> bool:
@@ -116,14 +156,29 @@ class Access:
         """Whether a request may be refused as over a request limit (429)."""
         return self.req_limit is not None or self.database is not None
 
-    def find(self, presented: str | None) -> ApiKey | None:
+    async def find(self, presented: str | None) -> ApiKey | None:
         """The key ``presented``, if the server accepts it: the single key (with the server's limits), or a key of
-        the database (with its own)."""
+        the database (with its own; ``KeysUnavailable`` when the database cannot say)."""
         if not presented or not isinstance(presented, str):
             return None
         if self.api_key and hmac.compare_digest(presented.encode(), self.api_key.encode()):
             return ApiKey(presented)
-        return self.database.lookup(presented) if self.database is not None else None
+        return None if self.database is None else await self.database_call(self.database.lookup, presented)
+
+    async def database_call(self, call: Callable[..., Any], *args: Any) -> Any:
+        """``call(*args)`` on the key database, in its own thread (never on the event loop, nor in the threads that
+        other work shares); a failure logged once and raised as ``KeysUnavailable`` (503)."""
+        if self.executor is None:
+            self.executor = ThreadPoolExecutor(1, thread_name_prefix="encdec-keys")
+        try:
+            found = await asyncio.get_running_loop().run_in_executor(self.executor, functools.partial(call, *args))
+        except KeyDatabaseError as error:
+            if str(error) != self.last_failure:
+                (logger.warning if error.busy else logger.error)("--api-keys-db: %s", error)
+                self.last_failure = str(error)
+            raise KeysUnavailable(error) from None
+        self.last_failure = None
+        return found
 
     def admit(self, key: ApiKey | None, address: str, cost: int = 1) -> None:
         """Count a request of ``cost`` texts from ``address`` with ``key`` (None: without a key of the database);
@@ -148,6 +203,13 @@ class Access:
             return None
         return next(((i, len(text), limit) for i, text in enumerate(texts) if len(text) > limit), None)
 
+    def over_request(self, texts: list[str], key: ApiKey | None) -> tuple[int, int] | None:
+        """(characters, limit) of a request whose texts together exceed the character limit (the key's, else the
+        server's), as LibreTranslate counts a request (``sum(len(text) for text in q)``), or None."""
+        limit = self.char_limit_for(key)
+        characters = sum(len(text) for text in texts)
+        return None if limit is None or characters <= limit else (characters, limit)
+
     def file_cost(self, texts: list[str], key: ApiKey | None) -> int:
         """What a file of ``texts`` costs in requests, as LibreTranslate charges ``/translate_file``: its size over
         the character limit (LibreTranslate's bytes; here the characters of its texts, not of its markup or
@@ -155,14 +217,44 @@ class Access:
         limit = self.char_limit_for(key)
         return 1 if limit is None else max(1, sum(len(text) for text in texts) // limit)
 
-    def suggest(self, q: str, s: str, source: str, target: str) -> None:
-        self.database.add_suggestion(q, s, source, target)
+    def suggestion_limit(self, key: ApiKey | None) -> int:
+        """The characters that ``q`` and ``s`` of a suggestion may each have: the character limit, else
+        ``SUGGESTION_CHARS``."""
+        return self.char_limit_for(key) or SUGGESTION_CHARS
+
+    async def suggest(self, q: str, s: str, source: str, target: str) -> None:
+        await self.database_call(self.database.add_suggestion, q, s, source, target)
 
 
 def client_address(scope: dict) -> str:
-    """The address an ASGI request came from (the peer: an ``X-Forwarded-For`` header is not trusted)."""
+    """The address an ASGI request came from: the peer's, or behind a proxy of ``--trusted-proxies`` the address
+    that uvicorn's ``ProxyHeadersMiddleware`` put in the scope (module docstring)."""
     client = scope.get("client")
     return client[0] if client else "unknown"
 
 
-__all__ = ["Access", "OverLimit", "Overloaded", "QueueFull", "RateLimiter", "client_address"]
+def redact_keys(target: str) -> str:
+    """A request target (path and query) with the value of every key parameter of its query (``KEY_PARAMETERS``,
+    in any case, with or without ``-`` and ``_``) replaced by ``REDACTED``."""
+    path, mark, query = target.partition("?")
+    if not mark:
+        return target
+
+    def redacted(match: re.Match) -> str:
+        name = urllib.parse.unquote_plus(match[1]).replace("-", "").replace("_", "").lower()
+        return f"{match[1]}=REDACTED" if name in KEY_PARAMETERS else match[0]
+    return f"{path}?{re.sub(r'([^&;=]*)=([^&;]*)', redacted, query)}"
+
+
+class RedactKeys(logging.Filter):
+    """Keys out of uvicorn's access log (its record's arguments: client, method, target, HTTP version, status)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if isinstance(args, tuple) and len(args) > 2 and isinstance(args[2], str):
+            record.args = (*args[:2], redact_keys(args[2]), *args[3:])
+        return True
+
+
+__all__ = ["Access", "KeysUnavailable", "OverLimit", "Overloaded", "QueueFull", "RateLimiter", "RedactKeys",
+           "client_address", "redact_keys"]

@@ -35,10 +35,12 @@ import base64
 import binascii
 import contextlib
 import dataclasses
+import errno
 import ipaddress
 import logging
 import mimetypes
 import os
+import socket
 import sys
 import threading
 import uuid
@@ -52,8 +54,8 @@ import psutil
 from ..errors import EncdecError
 from ..inference import load_engine
 from .batcher import DynamicBatcher
-from .keys import KeyDatabase
-from .limits import Access, Overloaded, client_address
+from .keys import SERVER_TIMEOUT, KeyDatabase
+from .limits import Access, Overloaded, RedactKeys, client_address
 from .metrics import ServerMetrics
 from .offload import off_loop, too_deep
 from .registry import ModelSpec, ServedModels, served_as
@@ -126,6 +128,41 @@ def check_bind(host: str, api_key: str | None) -> None:
                           "to 127.0.0.1).")
 
 
+def check_port(host: str, port: int) -> None:
+    """Refuse, before the models load, a port that another socket listens on: a probe binds each address of
+    ``host`` as uvicorn will (``SO_REUSEADDR``, IPv6 only on IPv6), then lets go (port 0 always binds)."""
+    try:
+        addresses = {info[:1] + info[4:] for info in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                                        flags=socket.AI_PASSIVE)}
+    except socket.gaierror as error:
+        raise EncdecError(f"--host {host}: not an address to listen on ({error.strerror}).") from None
+    for family, address in sorted(addresses, key=str):
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            try:
+                probe.bind(address)
+            except OSError as error:
+                taken = error.errno == errno.EADDRINUSE
+                raise EncdecError(f"--port {port}: {'already in use' if taken else error.strerror} on {host}; "
+                                  f"{'stop what listens there, or ' if taken else ''}give another port (--port 0 takes "
+                                  "a free one).") from None
+
+
+def server_config(app: Any, host: str, port: int, log_level: str = "info",
+                  trusted_proxies: list[str] | None = None) -> Any:
+    """uvicorn's configuration of ``encdec serve``: proxy headers read only from ``trusted_proxies`` (uvicorn's
+    ``forwarded_allow_ips``; none: never, whatever ``FORWARDED_ALLOW_IPS`` says), requests in flight always finished
+    on a stop, and keys redacted from the access log (``limits.RedactKeys``)."""
+    config = uvicorn.Config(app, host=host, port=port, log_level=log_level, proxy_headers=bool(trusted_proxies),
+                            forwarded_allow_ips=list(trusted_proxies or []), timeout_graceful_shutdown=None)
+    access_log = logging.getLogger("uvicorn.access")  # configured by uvicorn.Config: the filter comes after
+    if not any(isinstance(found, RedactKeys) for found in access_log.filters):
+        access_log.addFilter(RedactKeys())
+    return config
+
+
 def presented_key(headers: dict[bytes, bytes]) -> str | None:
     """The key of ``Authorization: Bearer KEY``, ``X-API-Key: KEY``, or the password of ``Authorization: Basic``
     (what a browser sends after its login prompt, so the web page works behind a key too)."""
@@ -174,10 +211,13 @@ class Guard:
                 message.setdefault("headers", []).extend([(b"x-request-id", rid.encode()), *cors])
             await send(message)
 
-        refusal = self.refusal(headers, scope.get("path", ""), scope["state"])
+        try:
+            refusal = await self.refusal(headers, scope.get("path", ""), scope["state"])
+        except Overloaded as unavailable:  # the key database cannot say now: 503
+            refusal = unavailable.status, unavailable.message, unavailable.headers
         if refusal is not None:
             status, text, extra = refusal
-            field = None if status == 401 else "body"
+            field = None if status in (401, 503) else "body"
             response = JSONResponse({"error": text, "field": field, "request_id": rid}, status, headers=extra)
             return await response(scope, receive, send_with_id)
         try:
@@ -188,12 +228,12 @@ class Guard:
                 await JSONResponse({"error": INTERNAL_ERROR, "field": None, "request_id": rid}, 500)(
                     scope, receive, send_with_id)
 
-    def refusal(self, headers: dict[bytes, bytes], path: str = "",
-                state: dict | None = None) -> tuple[int, str, dict[str, str]] | None:
+    async def refusal(self, headers: dict[bytes, bytes], path: str = "",
+                      state: dict | None = None) -> tuple[int, str, dict[str, str]] | None:
         # LibreTranslate's clients send the key in the body, and browsers send CORS preflights without one: the
         # adapter checks the key itself (encdec.serve.libretranslate)
         if self.access.required and not path.startswith(LIBRETRANSLATE_PREFIX):
-            key = self.access.find(presented_key(headers))
+            key = await self.access.find(presented_key(headers))
             if state is not None:
                 state["api_key"] = key
             if key is None:
@@ -500,12 +540,15 @@ def release_on_stdin(batchers: dict[str, DynamicBatcher]) -> None:
 def serve(models: str | list[str], engine: str = "torch", quantize: str | None = None, dtype: str | None = None,
           host: str = "127.0.0.1", port: int = 8000, api_key: str | None = None, limits: ServeLimits | None = None,
           log_level: str = "info", files: FileSettings | None = None, api_keys_db: str | None = None,
-          suggestions: bool = False, metrics: bool = False, offline_site: str | None = None) -> None:
+          suggestions: bool = False, metrics: bool = False, offline_site: str | None = None,
+          trusted_proxies: list[str] | None = None) -> None:
     """Load the models and serve them until SIGINT or SIGTERM (``encdec serve``); ``port`` 0 takes a free port,
-    which the start-up line names. A key database that cannot be used is refused before the models load."""
+    which the start-up line names. A port in use and a key database that cannot be used are refused before the
+    models load; ``trusted_proxies``: the proxies whose ``X-Forwarded-For`` names the client (``server_config``)."""
     api_key = api_key or os.environ.get(API_KEY_ENV) or None
     check_bind(host, api_key or api_keys_db)
-    keys = KeyDatabase(api_keys_db) if api_keys_db else None
+    check_port(host, port)
+    keys = KeyDatabase(api_keys_db, timeout=SERVER_TIMEOUT) if api_keys_db else None
     Access(api_key, keys, suggestions=suggestions)  # its refusals, before the models load
     served = load_models(models, engine, quantize, dtype, limits)
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -523,9 +566,7 @@ def serve(models: str | list[str], engine: str = "torch", quantize: str | None =
                      offline_site=offline_site)
     if os.environ.get(HOLD_ENV, "") not in ("", "0"):
         release_on_stdin(app.app.state.batchers)
-    config = uvicorn.Config(app, host=host, port=port, log_level=log_level,
-                            timeout_graceful_shutdown=None)  # in-flight requests always finish
-    server = EncdecServer(config, announce)
+    server = EncdecServer(server_config(app, host, port, log_level, trusted_proxies), announce)
     with contextlib.suppress(KeyboardInterrupt):  # as uvicorn.run: Ctrl-C ends the command quietly
         server.run()
     if not server.started:  # as uvicorn.run
@@ -533,4 +574,5 @@ def serve(models: str | list[str], engine: str = "torch", quantize: str | None =
 
 
 __all__ = ["API_KEY_ENV", "HOLD_ENV", "SERVE_INSTALL", "EncdecServer", "ErrorResponse", "TranslateResponse",
-           "build_service", "check_bind", "create_app", "load_models", "request_schema", "serve"]
+           "build_service", "check_bind", "check_port", "create_app", "load_models", "request_schema", "serve",
+           "server_config"]
