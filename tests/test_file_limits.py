@@ -20,6 +20,7 @@ import pytest
 
 from encdec.cli import main
 from encdec.errors import EncdecError
+from encdec.serve import document_worker
 from encdec.serve.document_worker import DocumentPool, WorkerDied, extract
 from encdec.serve.documents import Bounds, TooLarge, read_document
 from encdec.serve.files import FileSettings, FileStore
@@ -111,6 +112,23 @@ def test_a_document_worker_out_of_memory_or_dead_fails_its_document_alone() -> N
         pool.close()
     assert found[:2] == [TooLarge, WorkerDied] and found[2] == read_document(".docx", a_docx()).texts
     assert (TooLarge.status, WorkerDied.status) == (413, 500)
+
+
+def test_without_max_tasks_per_child_the_pool_is_replaced_after_its_tasks(monkeypatch) -> None:
+    """Python 3.10 has no ``max_tasks_per_child``: there the pool itself is replaced after as many documents."""
+    monkeypatch.setattr(document_worker, "NATIVE_RECYCLING", False)
+    monkeypatch.setattr(document_worker, "TASKS_PER_CHILD", 1)
+
+    async def run(pool: DocumentPool) -> list[tuple[list[str], object]]:
+        return [(await pool.run(extract, ".odt", an_odt(), Bounds()), pool.executor) for _ in range(2)]
+
+    pool = DocumentPool(memory_mb=256)
+    try:
+        (texts, first), (again, second) = asyncio.run(run(pool))
+    finally:
+        pool.close()
+    assert None is not first is not second is not None
+    assert texts == again == read_document(".odt", an_odt()).texts
 
 
 def test_a_large_file_leaves_room_in_the_queue_for_other_clients(pairs, monkeypatch) -> None:
