@@ -34,6 +34,7 @@ Content-Length) or over a bound of ``documents.Bounds`` (the option named). The 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import os
@@ -230,8 +231,9 @@ class FileStore:
         with self.lock:
             if self.root is not None:
                 shutil.rmtree(self.root, ignore_errors=True)
-                Path(self.held.lock_file).unlink(missing_ok=True)
                 self.held.release()
+                with contextlib.suppress(OSError):  # a store that starts meanwhile may hold it for a moment
+                    Path(self.held.lock_file).unlink(missing_ok=True)
             self.root, self.held, self.deadlines = None, None, {}
 
 
