@@ -115,14 +115,14 @@ def add_document_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--files-dir", default=None, metavar="DIR",
                    help="where translated files are kept (default: encdec-files-<user id> in the temporary folder); "
                         "a server started on it deletes the files of servers on it that were killed")
-    p.add_argument("--document-memory-mb", type=int, default=1024,
+    p.add_argument("--document-memory-mb", type=int, default=1024, metavar="MB",
                    help="memory a worker process may take to read and write one .docx or .odt (default 1024)")
     for flag, default, what in (("--max-archive-entries", 1_000, "files in a .docx or .odt archive"),
                                 ("--max-unpacked-bytes", 100_000_000, "bytes of a .docx or .odt once unpacked"),
                                 ("--max-compression-ratio", 100, "unpacked / packed size of an entry over 1 MB"),
                                 ("--max-document-paragraphs", 100_000, "paragraphs of a .docx or .odt"),
                                 ("--max-document-chars", 10_000_000, "characters to translate in a file")):
-        p.add_argument(flag, type=int, default=default, help=f"most {what} (default {default:,})")
+        p.add_argument(flag, type=int, default=default, metavar="N", help=f"most {what} (default {default:,})")
 
 
 def add_limit_options(p: argparse.ArgumentParser) -> None:
