@@ -5,6 +5,7 @@ so that only the command that runs pays for importing torch and transformers (se
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import shlex
 import sys
@@ -288,7 +289,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
                          char_limit=args.char_limit, max_queue=args.max_queue)
     serve(args.model, engine=args.engine, quantize=args.quantize, dtype=args.dtype, host=args.host, port=args.port,
           api_key=args.api_key, limits=limits, log_level=args.log_level,
-          files=FileSettings(max_file_bytes=args.max_file_bytes, file_expiry_minutes=args.file_expiry_minutes),
+          files=FileSettings(**{field.name: getattr(args, field.name) for field in dataclasses.fields(FileSettings)}),
           api_keys_db=args.api_keys_db, suggestions=args.suggestions, metrics=args.metrics,
           offline_site=args.offline_site, trusted_proxies=args.trusted_proxies)
 

@@ -115,6 +115,7 @@ def add_serve_command(commands: argparse._SubParsersAction) -> None:
                    help="largest file that LibreTranslate's /translate_file takes (default 10 MB)")
     p.add_argument("--file-expiry-minutes", type=float, default=30.0,
                    help="how long a translated file can be downloaded before it is deleted (default 30)")
+    add_document_options(p)
     add_limit_options(p)
     p.add_argument("--log-level", choices=["critical", "error", "warning", "info", "debug"], default="info")
     p.add_argument("--offline-site", metavar="SITE", default=None,
@@ -122,6 +123,21 @@ def add_serve_command(commands: argparse._SubParsersAction) -> None:
                         "the browser)")
     add_threads_option(p)
     p.set_defaults(func=cmd_serve)
+
+
+def add_document_options(p: argparse.ArgumentParser) -> None:
+    """`encdec serve`'s folder of translated files and bounds of a document (encdec.serve.files, .documents)."""
+    p.add_argument("--files-dir", default=None, metavar="DIR",
+                   help="where translated files are kept (default: encdec-files-<user id> in the temporary folder); "
+                        "a server started on it deletes the files of servers on it that were killed")
+    p.add_argument("--document-memory-mb", type=int, default=1024, metavar="MB",
+                   help="memory a worker process may take to read and write one .docx or .odt (default 1024)")
+    for flag, default, what in (("--max-archive-entries", 1_000, "files in a .docx or .odt archive"),
+                                ("--max-unpacked-bytes", 100_000_000, "bytes of a .docx or .odt once unpacked"),
+                                ("--max-compression-ratio", 100, "unpacked / packed size of an entry over 1 MB"),
+                                ("--max-document-paragraphs", 100_000, "paragraphs of a .docx or .odt"),
+                                ("--max-document-chars", 10_000_000, "characters to translate in a file")):
+        p.add_argument(flag, type=int, default=default, metavar="N", help=f"most {what} (default {default:,})")
 
 
 def add_limit_options(p: argparse.ArgumentParser) -> None:

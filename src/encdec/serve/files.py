@@ -3,34 +3,48 @@
 
 ``translate_file`` takes a multipart form, as LibreTranslate's: ``file`` (.txt, .html, .docx or .odt:
 ``documents.available_formats``), ``source``, ``target`` and ``api_key``. It reads the file's texts
-(``documents``), translates them sentence by sentence on the model's batcher as the text API does
-(``libretranslate.translate_parts``), writes the file again with the translations in place, and answers
-``{"translatedFileUrl": "http://HOST/libretranslate/download_file/<id>/<name>"}``. A translated file is kept
-``--file-expiry-minutes`` (30) in a temporary folder, then deleted by a sweeper thread that runs while the server
-does (and before each download); the server's stop deletes them all. The id is 128 random bits: as in
-LibreTranslate, downloading needs no key.
+(``documents``, within the bounds of ``FileSettings``: a .docx or .odt in a worker process,
+``document_worker``), translates them sentence by sentence on the model's batcher as the text API does
+(``libretranslate.translate_parts``), a few batches at a time so that other clients' requests run between them
+(``fair_share``), writes the file again with the translations in place, and answers
+``{"translatedFileUrl": "http://HOST/libretranslate/download_file/<id>/<name>"}``. The id is 128 random bits: as
+in LibreTranslate, downloading needs no key.
+
+A translated file is kept ``--file-expiry-minutes`` (30) in this server's own folder under ``--files-dir`` (by
+default ``encdec-files-<user id>`` in the system's temporary folder), then deleted by a sweeper thread that runs
+while the server does (and before each download); the server's stop deletes its folder. A server holds a lock on
+its folder while it runs (``filelock``: the system drops it when the process ends, however it ends), so the next
+server to start on the same ``--files-dir`` deletes the folders of servers that were killed (``kill -9``, out of
+memory): their files could no longer be downloaded. Servers that share a ``--files-dir`` never delete each other's
+files while they run. A files folder that cannot be written is refused at start, and a request finds it out
+before it is counted (503).
 
 The key and the request limit apply as to ``/translate`` (``LibreTranslateAPI.admit``: a missing key 400, a wrong
 one 403, over the limit 429): a file is one request, and with a character limit (``--char-limit`` or the key's) it
 costs, as LibreTranslate charges a file, its characters over the limit in requests (at least one); a file is not
-refused for its length (``--max-file-bytes`` bounds it). A full queue is a 503, as for ``/translate``.
+refused for its length under the limit of characters (``--max-document-chars``).
 
 Refused in LibreTranslate's words and shape (``{"error": ...}``, 400): a missing file, source or target; an empty
 file; a format not offered; a language not served; a file that is not what its name says (a corrupt .docx, a .txt
-that is not UTF-8); and with 413 a file over ``--max-file-bytes`` (10 MB). The server's body limit
+that is not UTF-8); and with 413 a file over ``--max-file-bytes`` (10 MB, also sent in chunks without a
+Content-Length) or over a bound of ``documents.Bounds`` (the option named). The server's body limit
 (``--max-body-bytes``) does not apply to this route: its body may hold the largest file and the form's fields.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import logging
+import os
 import re
 import shutil
 import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,11 +52,14 @@ from urllib.parse import quote
 
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
+from filelock import FileLock, Timeout
 from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..errors import EncdecError
-from .documents import DocumentError, available_formats, read_document
+from .document_worker import DocumentPool, extract, rebuild
+from .documents import ARCHIVES, Bounds, DocumentError, available_formats, check_archive, read_document
+from .fair_share import FairShare
 from .libretranslate import (
     ERROR_SCHEMA,
     PREFIX,
@@ -65,33 +82,73 @@ MEDIA_TYPES = {".txt": "text/plain; charset=utf-8", ".html": "text/html; charset
                ".odt": "application/vnd.oasis.opendocument.text"}
 
 
+def default_files_dir() -> Path:
+    """Where translated files are kept without ``--files-dir``: one folder per user in the temporary folder."""
+    return Path(tempfile.gettempdir()) / f"encdec-files-{os.getuid() if hasattr(os, 'getuid') else 'user'}"
+
+
+def unwritable(folder: Path) -> str | None:
+    """Why ``folder`` (or, if it is not there yet, the nearest folder above it) cannot hold files; None if it can."""
+    found = next((path for path in (folder, *folder.parents) if path.exists()), None)
+    if found is None or not found.is_dir():
+        return f"{found} is not a folder"
+    if not os.access(found, os.W_OK | os.X_OK):
+        return f"{found} is not writable by this user"
+    return None
+
+
 @dataclass(frozen=True)
 class FileSettings:
-    """What file translation accepts and keeps (``encdec serve`` options of the same names)."""
+    """What file translation accepts and keeps (``encdec serve`` options of the same names; the bounds of a
+    document: ``documents.Bounds``)."""
 
     max_file_bytes: int = 10_000_000  # the largest file to translate
     file_expiry_minutes: float = 30.0  # how long a translated file can be downloaded
+    files_dir: str | None = None  # where translated files are kept (None: default_files_dir())
+    document_memory_mb: int = 1024  # what a worker may take to read and write one .docx or .odt
+    max_archive_entries: int = Bounds.max_archive_entries
+    max_unpacked_bytes: int = Bounds.max_unpacked_bytes
+    max_compression_ratio: int = Bounds.max_compression_ratio
+    max_document_paragraphs: int = Bounds.max_document_paragraphs
+    max_document_chars: int = Bounds.max_document_chars
 
     def __post_init__(self) -> None:
-        if not isinstance(self.max_file_bytes, int) or self.max_file_bytes < 1:
-            raise EncdecError(f"--max-file-bytes must be a whole number >= 1, got {self.max_file_bytes!r}.")
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if field.type == "int" and (not isinstance(value, int) or value < 1):
+                raise EncdecError(f"--{field.name.replace('_', '-')} must be a whole number >= 1, got {value!r}.")
         if not self.file_expiry_minutes > 0:
             raise EncdecError(f"--file-expiry-minutes must be > 0, got {self.file_expiry_minutes!r}.")
+        if (why := unwritable(self.folder)) is not None:
+            raise EncdecError(f"--files-dir {self.folder}: translated files cannot be kept there ({why}); give a "
+                              "folder this user can write.")
+
+    @property
+    def folder(self) -> Path:
+        return Path(self.files_dir) if self.files_dir else default_files_dir()
+
+    @property
+    def bounds(self) -> Bounds:
+        return Bounds(**{field.name: getattr(self, field.name) for field in dataclasses.fields(Bounds)})
 
 
 class FileStore:
-    """Translated files, each in a folder of its own (its id) under a temporary folder made with the first one.
-    Each is deleted ``expiry`` seconds after it was written: by ``sweep``, which a thread runs while the store is
-    started and which every look-up runs first; ``close`` stops the thread and deletes them all."""
+    """Translated files, each in a folder of its own (its id) in this store's folder under ``base``, made (with its
+    lock, module docstring) by ``open``, which ``start`` and the first ``put`` call. Each is deleted ``expiry``
+    seconds after it was written: by ``sweep``, which a thread runs while the store is started and which every
+    look-up runs first; ``close`` stops the thread and deletes them all. ``open`` and the sweeper also delete the
+    folders of stores whose process has ended (their lock is free)."""
 
-    def __init__(self, expiry: float) -> None:
-        self.expiry, self.root = expiry, None
+    def __init__(self, expiry: float, base: str | Path | None = None) -> None:
+        self.expiry, self.base, self.root = expiry, Path(base) if base else default_files_dir(), None
+        self.held: FileLock | None = None  # the lock on ``root`` (``<root>.lock``) while the store is open
         self.clock = time.monotonic  # what the deadlines are read on (a test sets its own)
         self.deadlines: dict[str, float] = {}  # id -> when it expires (on ``clock``)
         self.lock, self.stopped = threading.Lock(), threading.Event()
         self.thread: threading.Thread | None = None
 
     def start(self) -> None:
+        self.open()
         self.stopped.clear()
         self.thread = threading.Thread(target=self.run, name="encdec-file-sweeper", daemon=True)
         self.thread.start()
@@ -99,15 +156,63 @@ class FileStore:
     def run(self) -> None:
         while not self.stopped.wait(min(SWEEP_SECONDS, self.expiry)):
             self.sweep()
+            self.sweep_orphans()
+
+    def open(self) -> None:
+        """This store's folder, locked, after deleting the folders that no running store holds."""
+        with self.lock:
+            if self.root is not None:
+                return
+            self.base.mkdir(mode=0o700, parents=True, exist_ok=True)
+            name = uuid.uuid4().hex
+            self.held = FileLock(self.base / f"{name}.lock", thread_local=False)
+            self.held.acquire(timeout=0)  # first: a folder without a held lock is an orphan
+            self.root = self.base / name
+            self.root.mkdir()
+        self.sweep_orphans()
+
+    def sweep_orphans(self) -> None:
+        """Delete the folders (and locks) under ``base`` of stores whose process ended without ``close``."""
+        for lock_path in self.base.glob("*.lock"):
+            if self.root is not None and lock_path.stem == self.root.name:
+                continue
+            lock = FileLock(lock_path, thread_local=False)
+            try:
+                lock.acquire(timeout=0)
+            except (Timeout, OSError):  # a live store's, or not ours to take
+                continue
+            try:
+                shutil.rmtree(self.base / lock_path.stem, ignore_errors=True)
+                logger.info("deleted the translated files of a server that ended: %s", self.base / lock_path.stem)
+                lock_path.unlink(missing_ok=True)
+            finally:
+                lock.release()
+
+    def check(self) -> None:
+        """``Refusal`` (503) if translated files cannot be kept now: before a request is counted or translated."""
+        try:
+            self.open()
+        except OSError as error:
+            raise self.unwritable(error) from None
+        if not self.root.is_dir() or not os.access(self.root, os.W_OK | os.X_OK):
+            raise self.unwritable("not a writable folder")
+
+    def unwritable(self, why: object) -> Refusal:
+        logger.error("translated files cannot be kept in %s: %s", self.root or self.base, why)
+        return Refusal(f"the server cannot keep translated files now: its folder {self.root or self.base} is not "
+                       "writable (--files-dir); tell the server's operator", 503)
 
     def put(self, name: str, data: bytes) -> str:
         """Keep ``data`` as ``name``; its id."""
+        self.open()
         file_id = uuid.uuid4().hex
         with self.lock:
-            if self.root is None:
-                self.root = Path(tempfile.mkdtemp(prefix="encdec-files-"))
-            (self.root / file_id).mkdir()
-            (self.root / file_id / name).write_bytes(data)
+            try:
+                (self.root / file_id).mkdir()
+                (self.root / file_id / name).write_bytes(data)
+            except OSError as error:
+                shutil.rmtree(self.root / file_id, ignore_errors=True)
+                raise self.unwritable(error) from None
             self.deadlines[file_id] = self.clock() + self.expiry
         return file_id
 
@@ -135,7 +240,10 @@ class FileStore:
         with self.lock:
             if self.root is not None:
                 shutil.rmtree(self.root, ignore_errors=True)
-            self.root, self.deadlines = None, {}
+                self.held.release()
+                with contextlib.suppress(OSError):  # a store that starts meanwhile may hold it for a moment
+                    Path(self.held.lock_file).unlink(missing_ok=True)
+            self.root, self.held, self.deadlines = None, None, {}
 
 
 def safe_name(filename: str) -> str:
@@ -148,12 +256,21 @@ def safe_name(filename: str) -> str:
 
 
 class FileAPI:
-    """``translate_file`` and ``download_file`` over the LibreTranslate API's models, batchers and key."""
+    """``translate_file`` and ``download_file`` over the LibreTranslate API's models, batchers and key; ``start``
+    and ``close`` with the server."""
 
     def __init__(self, api: LibreTranslateAPI, settings: FileSettings) -> None:
         self.api, self.settings = api, settings
-        self.store = FileStore(settings.file_expiry_minutes * 60)
+        self.store = FileStore(settings.file_expiry_minutes * 60, settings.folder)
+        self.documents = DocumentPool(settings.document_memory_mb)
         self.formats = available_formats()
+
+    def start(self) -> None:
+        self.store.start()
+
+    def close(self) -> None:
+        self.store.close()
+        self.documents.close()
 
     @property
     def body_limits(self) -> dict[str, tuple[int, str]]:
@@ -164,7 +281,8 @@ class FileAPI:
         router = APIRouter(prefix=PREFIX, tags=["LibreTranslate API"])
         errors = {status: ERROR_SCHEMA | {"description": why} for status, why in (
             (400, "A bad request or file, in LibreTranslate's words"), (403, "A wrong API key"),
-            (413, "A file over --max-file-bytes"))}
+            (413, "A file over --max-file-bytes, or over a bound of a document (the option named)"),
+            (503, "Translated files cannot be kept now (--files-dir)"))}
         if self.api.access.limited:
             errors[429] = ERROR_SCHEMA | {"description": "Slow down: over a request limit (see `Retry-After`)"}
         router.add_api_route("/translate_file", self.translate_file, methods=["POST"], responses=errors,
@@ -182,6 +300,7 @@ class FileAPI:
 
     async def translate_file(self, request: Request) -> JSONResponse:
         body, upload = await self.read_form(request)
+        self.store.check()  # before the request is counted
         key = await self.api.admit(body, request)  # the key as /translate's, and one request counted
         if upload is None:
             raise Refusal("Invalid request: missing file parameter")
@@ -200,24 +319,50 @@ class FileAPI:
                           "bytes (--max-file-bytes)", 413)
         if not data.strip():
             raise Refusal("Invalid request: empty file")
-        try:
-            document = await asyncio.to_thread(read_document, extension, data)
-        except DocumentError as error:
-            raise Refusal(f"Invalid request: {error}") from None
-        if (more := self.api.access.file_cost(document.texts, key) - 1) > 0:  # its characters, as LibreTranslate
+        texts, text_format, write = await self.read_document(extension, data)
+        if (more := self.api.access.file_cost(texts, key) - 1) > 0:  # its characters, as LibreTranslate
             self.api.access.admit(key, client_address(request.scope), more)
-        results = await translate_parts(model, self.api.batchers[model.name], document.texts, document.text_format,
-                                        0, max_pieces=None)  # the file limit bounds its sentences
+        share = FairShare(self.api.batchers[model.name])  # a few batches at a time: others' requests go between
+        try:
+            results = await translate_parts(model, share, texts, text_format, 0, max_pieces=None)
+        finally:
+            share.close()
+        translated = await self.refused_as_lt(write([found[0] for found in results]))
         name = safe_name(upload.filename)
-        file_id = self.store.put(name, await asyncio.to_thread(document.rebuild, [found[0] for found in results]))
+        file_id = await asyncio.to_thread(self.store.put, name, translated)  # disk work off the event loop
         url = f"{str(request.base_url).rstrip('/')}{PREFIX}/download_file/{file_id}/{quote(name)}"
         return JSONResponse({"translatedFileUrl": url})
+
+    async def read_document(self, extension: str, data: bytes) -> tuple[
+            list[str], str, Callable[[list[str]], Awaitable[bytes]]]:
+        """The texts of a file, how to cut them (``text`` or ``html``), and what writes their translations: a
+        .docx or .odt read (and written) in a worker process, a .txt or .html in a thread."""
+        bounds = self.settings.bounds
+        if extension in ARCHIVES:
+            await self.refused_as_lt(asyncio.to_thread(check_archive, data, extension, bounds))  # no worker for a bomb
+            texts = await self.refused_as_lt(self.documents.run(extract, extension, data, bounds))
+            return texts, "text", lambda translations: self.documents.run(rebuild, extension, data, bounds,
+                                                                          translations)
+        document = await self.refused_as_lt(asyncio.to_thread(read_document, extension, data, bounds))
+        return document.texts, document.text_format, lambda translations: asyncio.to_thread(document.rebuild,
+                                                                                             translations)
+
+    @staticmethod
+    async def refused_as_lt(work: Awaitable[Any]) -> Any:
+        """What ``work`` gives; a ``DocumentError`` as LibreTranslate's refusal, with its status."""
+        try:
+            return await work
+        except DocumentError as error:
+            raise Refusal(f"Invalid request: {error}", error.status) from None
 
     async def read_form(self, request: Request) -> tuple[dict[str, Any], UploadFile | None]:
         """The form's fields (after the query's, as LibreTranslate's ``request.values``) and its file."""
         try:
             form = await request.form()
-        except StarletteHTTPException as error:  # a body that is not multipart/form-data
+        except StarletteHTTPException as error:  # a body that is not multipart/form-data, or over the limit
+            if error.status_code == 413:  # sent in chunks, without a Content-Length (server.Guard stopped it)
+                raise Refusal(f"Invalid request: the file is larger than the limit of "
+                              f"{self.settings.max_file_bytes} bytes (--max-file-bytes)", 413) from None
             raise Refusal(f"Invalid request: {error.detail}") from None
         upload = form.get("file")
         fields = {key: value for key, value in form.items() if isinstance(value, str)}
@@ -233,4 +378,4 @@ class FileAPI:
                         headers={"Content-Disposition": f'attachment; filename="{name}"'})
 
 
-__all__ = ["FileAPI", "FileSettings", "FileStore", "safe_name"]
+__all__ = ["FileAPI", "FileSettings", "FileStore", "default_files_dir", "safe_name"]

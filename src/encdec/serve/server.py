@@ -294,11 +294,11 @@ def create_app(served: TranslationService | ServedModels, api_key: str | None = 
         for batcher in batchers.values():
             batcher.start()
         logger.info("batching up to %d texts, waiting up to %s ms", limits.max_batch_size, limits.max_wait_ms)
-        file_api.store.start()
+        file_api.start()
         yield
         for batcher in batchers.values():  # every job submitted is answered first
             await asyncio.to_thread(batcher.stop)
-        file_api.store.close()
+        file_api.close()
 
     app = FastAPIOffline(title="encdec translation server", version=first.info()["encdec_version"],
                          lifespan=lifespan, redoc_url=None,
