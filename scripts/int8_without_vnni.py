@@ -1,0 +1,131 @@
+"""int8 ONNX graphs on an x86 CPU without VNNI, emulated: how far each quantization scheme's outputs are from torch's.
+
+    python scripts/int8_without_vnni.py prepare --model runs/demo-transformer --output /tmp/int8-cpu
+    qemu-x86_64 -cpu Haswell .venv/bin/python scripts/int8_without_vnni.py check /tmp/int8-cpu   # AVX2, no AVX-512
+    python scripts/int8_without_vnni.py check /tmp/int8-cpu                                      # this CPU
+
+``prepare`` (torch and encdec) exports the model in float32 and quantizes copies with each scheme of
+``INT8_SCHEMES``, and stores a padded batch of sources, the decoder's first-step feeds, and torch's encoder outputs
+and first-step logits. ``check`` imports only numpy and ONNX Runtime, so that it runs under QEMU's user-mode
+emulation (``apt-get install qemu-user``; QEMU 7.2's TCG emulates AVX2 but no AVX-512, so ONNX Runtime picks its
+AVX2 kernels there, as on an AVX2-only CPU): it runs each copy's encoder and first decoder step and prints, per
+scheme, the largest difference from torch's as a share of the range of torch's values (the export accepts an int8
+copy up to 0.1), and the CPU's vector extensions as numpy's CPUID detection reports them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+SOURCE_LENGTHS = (9, 6, 3, 1)
+RESULT = "int8-check.json"
+
+
+def prepare(model_dir: Path, output: Path) -> None:
+    """The float32 export, one quantized copy per scheme, and ``feeds.npz``/``plan.json`` (see the docstring)."""
+    import torch
+
+    from encdec.inference import load_model_and_tokenizer
+    from encdec.inference.engines.onnx_layout import EMPTY, read_layout
+    from encdec.ship.onnx_export import INT8_SCHEMES, export_onnx, quantize_graphs, trace_batch
+    from encdec.ship.onnx_graphs import graph_modules
+
+    base = export_onnx(model_dir, output / "float32", overwrite=True)
+    layout = read_layout(base)
+    for scheme, settings in INT8_SCHEMES.items():
+        shutil.rmtree(output / scheme, ignore_errors=True)
+        shutil.copytree(base, output / scheme)
+        quantize_graphs(output / scheme, layout, settings)
+        replace(layout, weights="int8").write(output / scheme)
+    model, _ = load_model_and_tokenizer(model_dir)
+    if model.config.model_type == "transformer_seq2seq":
+        model.set_attn_implementation("eager")
+    ids, mask = trace_batch(model.config, SOURCE_LENGTHS, seed=3)
+    start = torch.full((len(ids), 1), model.config.decoder_start_token_id)
+    with torch.no_grad():
+        logits = model(input_ids=ids, attention_mask=mask, decoder_input_ids=start).logits[:, 0].numpy()
+        encoded = [tensor.numpy() for tensor in graph_modules(model)[0](ids, mask)]
+    feeds = {"input_ids": ids.numpy(), "attention_mask": mask.numpy(), "logits": logits,
+             **{f"encoded.{name}": value for name, value in zip(layout.encoder.outputs, encoded, strict=True)}}
+    plan = {"encoder_outputs": layout.encoder.outputs, "decoder_outputs": layout.decoder.outputs, "decoder": {}}
+    sizes = {"batch": len(ids), "past_len": 0}
+    decoder_feeds = {"input_ids": ("feed", "start"), "encoder_attention_mask": ("feed", "attention_mask"),
+                     **{name: ("encoded", name) for name in layout.decoder.encoder_inputs}}
+    feeds["start"] = start.numpy()
+    for entry in layout.state:
+        if entry.init == EMPTY:
+            feeds[entry.past] = np.zeros([sizes.get(dim, dim) for dim in entry.shape], np.float32)
+            decoder_feeds[entry.past] = ("feed", entry.past)
+        else:
+            decoder_feeds[entry.past] = ("encoded", entry.init)
+    plan["decoder"] = {name: source for name, source in decoder_feeds.items() if name in layout.decoder.inputs}
+    np.savez(output / "feeds.npz", **feeds)
+    (output / "plan.json").write_text(json.dumps({**plan, "schemes": ["float32", *INT8_SCHEMES]}, indent=1))
+    print(f"prepared {output}")
+
+
+def check(folder: Path) -> dict:
+    """Per scheme: the largest |difference| from torch's encoder outputs and first-step logits, as a share of the
+    range of torch's (``relative``), with ONNX Runtime's AVX2 kernels where the CPU (or QEMU) has no AVX-512."""
+    import onnxruntime as ort
+
+    plan = json.loads((folder / "plan.json").read_text())
+    feeds = dict(np.load(folder / "feeds.npz"))
+    options = ort.SessionOptions()
+    options.intra_op_num_threads, options.inter_op_num_threads = 1, 1
+    results = {}
+    for scheme in plan["schemes"]:
+        session = {name: ort.InferenceSession(str(folder / scheme / f"{name}_model{suffix}.onnx"), options,
+                                              providers=["CPUExecutionProvider"])
+                   for name, suffix in (("encoder", ""), ("decoder", "_merged"))}
+        outputs = session["encoder"].run(None, {"input_ids": feeds["input_ids"],
+                                                "attention_mask": feeds["attention_mask"]})
+        encoded = dict(zip(plan["encoder_outputs"], outputs, strict=True))
+        decoder_feeds = {name: feeds[key] if kind == "feed" else encoded[key]
+                         for name, (kind, key) in plan["decoder"].items()}
+        logits = dict(zip(plan["decoder_outputs"], session["decoder"].run(None, decoder_feeds), strict=True))
+        logits = logits["logits"][:, 0]
+        encoder_diff = max(float(np.abs(encoded[name] - feeds[f"encoded.{name}"]).max() /
+                                 np.ptp(feeds[f"encoded.{name}"])) for name in plan["encoder_outputs"])
+        logits_diff = float(np.abs(logits - feeds["logits"]).max() / np.ptp(feeds["logits"]))
+        argmax = float((logits.argmax(-1) == feeds["logits"].argmax(-1)).mean())
+        results[scheme] = {"encoder_relative": encoder_diff, "logits_relative": logits_diff, "argmax_equal": argmax}
+        print(f"{scheme:22s} encoder {encoder_diff:.4f}  logits {logits_diff:.4f}  (x torch's range; the export "
+              f"accepts 0.1)  first token as torch's: {argmax:.0%}", flush=True)
+    return results
+
+
+def cpu_flags() -> str:
+    """The vector extensions the CPU reports to CPUID, as numpy detects them (under QEMU: the emulated model's;
+    /proc/cpuinfo would show the host's)."""
+    from numpy._core._multiarray_umath import __cpu_features__
+
+    return " ".join(name for name, found in __cpu_features__.items() if found and name.startswith(("AVX", "AMX")))
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+    prepared = commands.add_parser("prepare")
+    prepared.add_argument("--model", required=True, type=Path)
+    prepared.add_argument("--output", required=True, type=Path)
+    checked = commands.add_parser("check")
+    checked.add_argument("folder", type=Path)
+    args = parser.parse_args(argv)
+    if args.command == "prepare":
+        prepare(args.model, args.output)
+        return
+    print(f"CPU flags: {cpu_flags() or 'no AVX'}", flush=True)
+    results = check(args.folder)
+    (args.folder / RESULT).write_text(json.dumps({"cpu_flags": cpu_flags(), "results": results}, indent=1))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
