@@ -3,6 +3,7 @@
     python scripts/int8_without_vnni.py prepare --model runs/demo-transformer --output /tmp/int8-cpu
     qemu-x86_64 -cpu Haswell .venv/bin/python scripts/int8_without_vnni.py check /tmp/int8-cpu   # AVX2, no AVX-512
     python scripts/int8_without_vnni.py check /tmp/int8-cpu                                      # this CPU
+    qemu-x86_64 -cpu Haswell .venv/bin/python scripts/int8_without_vnni.py engines /tmp/int8-cpu # torch, CTranslate2
 
 ``prepare`` (torch and encdec) exports the model in float32 and quantizes copies with each scheme of
 ``INT8_SCHEMES``, and stores a padded batch of sources, the decoder's first-step feeds, and torch's encoder outputs
@@ -10,7 +11,9 @@ and first-step logits. ``check`` imports only numpy and ONNX Runtime, so that it
 emulation (``apt-get install qemu-user``; QEMU 7.2's TCG emulates AVX2 but no AVX-512, so ONNX Runtime picks its
 AVX2 kernels there, as on an AVX2-only CPU): it runs each copy's encoder and first decoder step and prints, per
 scheme, the largest difference from torch's as a share of the range of torch's values (the export accepts an int8
-copy up to 0.1), and the CPU's vector extensions as numpy's CPUID detection reports them.
+copy up to 0.1), and the CPU's vector extensions as numpy's CPUID detection reports them. ``engines`` does the same
+for torch's int8 (``--quantize int8``) and CTranslate2's (an int8 ``Translator`` of the model's CTranslate2 export,
+which ``prepare`` writes for a Transformer) against their float32, teacher forced over the batch.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -25,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 SOURCE_LENGTHS = (9, 6, 3, 1)
-RESULT = "int8-check.json"
+PREFIX = 5  # target tokens after the start token, for the engines' teacher-forced comparison
 
 
 def prepare(model_dir: Path, output: Path) -> None:
@@ -66,7 +70,16 @@ def prepare(model_dir: Path, output: Path) -> None:
         else:
             decoder_feeds[entry.past] = ("encoded", entry.init)
     plan["decoder"] = {name: source for name, source in decoder_feeds.items() if name in layout.decoder.inputs}
+    prefix = torch.cat([start, trace_batch(model.config, (PREFIX,) * len(ids), seed=4)[0]], dim=1)
+    with torch.no_grad():
+        feeds["prefix"] = prefix.numpy()
+        feeds["prefix_logits"] = model(input_ids=ids, attention_mask=mask, decoder_input_ids=prefix).logits.numpy()
     np.savez(output / "feeds.npz", **feeds)
+    if model.config.model_type == "transformer_seq2seq":  # CTranslate2 has no recurrent decoder
+        subprocess.run([sys.executable, "-m", "encdec", "export", "--model", str(model_dir), "--format",
+                        "ctranslate2", "--output", str(output / "ct2"), "--overwrite"], check=True,
+                       capture_output=True)
+    plan["model_dir"] = str(model_dir)
     (output / "plan.json").write_text(json.dumps({**plan, "schemes": ["float32", *INT8_SCHEMES]}, indent=1))
     print(f"prepared {output}")
 
@@ -102,6 +115,52 @@ def check(folder: Path) -> dict:
     return results
 
 
+def engines(folder: Path) -> dict:
+    """torch's and CTranslate2's int8 against their float32, teacher forced over the same batch: the largest
+    |difference| of torch's logits and of CTranslate2's token log-probabilities, as a share of the range of the
+    float32 values (CTranslate2: the Transformer's export only)."""
+    import torch
+
+    from encdec.inference import load_model_and_tokenizer
+    from encdec.inference.engines import quantize_int8
+
+    plan = json.loads((folder / "plan.json").read_text())
+    feeds = dict(np.load(folder / "feeds.npz"))
+    torch.set_num_threads(1)
+    model, tokenizer = load_model_and_tokenizer(plan["model_dir"])
+    inputs = {name: torch.from_numpy(feeds[key]) for name, key in
+              (("input_ids", "input_ids"), ("attention_mask", "attention_mask"), ("decoder_input_ids", "prefix"))}
+    with torch.no_grad():
+        reference = model(**inputs).logits.numpy()
+        int8 = quantize_int8(model)(**inputs).logits.numpy()
+    results = {"torch": relative(int8, reference)}
+    if (folder / "ct2").is_dir():
+        results["ctranslate2"] = ct2_scores(folder / "ct2", tokenizer, feeds)
+    for engine, figures in results.items():
+        print(f"{engine:12s} int8 vs float32: {figures['relative']:.4f} x the range of float32's "
+              f"({figures['largest']:.3g} largest)", flush=True)
+    return results
+
+
+def ct2_scores(export: Path, tokenizer, feeds: dict) -> dict:
+    """CTranslate2's token log-probabilities of the prefix (after the start token), float32 against int8."""
+    import ctranslate2
+
+    sources = [tokenizer.convert_ids_to_tokens([int(i) for i, m in zip(row, mask, strict=True) if m])
+               for row, mask in zip(feeds["input_ids"], feeds["attention_mask"], strict=True)]
+    targets = [tokenizer.convert_ids_to_tokens([int(i) for i in row[1:]]) for row in feeds["prefix"]]
+    scores = {}
+    for compute_type in ("float32", "int8"):
+        translator = ctranslate2.Translator(str(export), device="cpu", compute_type=compute_type, intra_threads=1)
+        scores[compute_type] = np.array([result.log_probs for result in translator.score_batch(sources, targets)])
+    return relative(scores["int8"], scores["float32"])
+
+
+def relative(values: np.ndarray, reference: np.ndarray) -> dict:
+    largest = float(np.abs(values - reference).max())
+    return {"largest": largest, "relative": largest / float(np.ptp(reference))}
+
+
 def cpu_flags() -> str:
     """The vector extensions the CPU reports to CPUID, as numpy detects them (under QEMU: the emulated model's;
     /proc/cpuinfo would show the host's)."""
@@ -118,13 +177,15 @@ def main(argv: list[str]) -> None:
     prepared.add_argument("--output", required=True, type=Path)
     checked = commands.add_parser("check")
     checked.add_argument("folder", type=Path)
+    compared = commands.add_parser("engines")
+    compared.add_argument("folder", type=Path)
     args = parser.parse_args(argv)
     if args.command == "prepare":
         prepare(args.model, args.output)
         return
     print(f"CPU flags: {cpu_flags() or 'no AVX'}", flush=True)
-    results = check(args.folder)
-    (args.folder / RESULT).write_text(json.dumps({"cpu_flags": cpu_flags(), "results": results}, indent=1))
+    results = check(args.folder) if args.command == "check" else engines(args.folder)
+    print(json.dumps({"cpu_flags": cpu_flags(), "results": results}))
 
 
 if __name__ == "__main__":

@@ -1,42 +1,73 @@
-"""When int8 is the slower choice: the sizes below which int8 measured slower than float32, per engine and model
-family, and the one-line note the commands print when int8 is asked for a model that small."""
+"""When int8 is the slower choice: the sizes below which int8 measured slower than float32, per engine, model
+family and CPU class, and the one-line note the commands print when int8 is asked for a model that small."""
 
 from __future__ import annotations
 
+import platform
 import sys
 from collections.abc import Mapping
+from functools import cache
+from pathlib import Path
 from typing import Any
 
-# When int8 is the slower choice, measured by scripts/benchmark_int8.py (the table, the command and the machine are
-# in docs/fast-inference.md#when-int8-pays): per (engine, model_type), the config key that sizes the model, the
-# smallest measured size from which int8 was faster than float32 in every measurement (1 and 2 threads, greedy and
-# beam 5), and the largest int8 / float32 time measured below that size. A family int8 paid for at every measured
-# size is absent. Re-run the script and update this table when the engines, their versions or the CPU change.
-INT8_MEASURED: dict[tuple[str, str], tuple[str, int, float]] = {
-    ("torch", "transformer_seq2seq"): ("d_model", 192, 1.23),
-    ("torch", "rnn_seq2seq"): ("hidden_size", 512, 3.78),
-    ("ctranslate2", "transformer_seq2seq"): ("d_model", 192, 1.22),
+# The CPU classes int8 behaves differently on: x86's int8 kernels add products in int32 with VNNI (AVX-512 VNNI
+# or AVX-VNNI), in saturating int16 pairs without it (AVX2, or AVX-512 before Cascade Lake); ARM has its own.
+CPU_CLASSES = {"x86-vnni": "x86-64 with VNNI", "x86-avx2": "x86-64 without VNNI (AVX2)", "arm64": "ARM64",
+               "other": "another CPU"}
+# When int8 is the slower choice, measured by scripts/benchmark_int8.py (the tables, the commands and the machines
+# are in docs/fast-inference.md#when-int8-pays): per (engine, model_type, CPU class), the config key that sizes the
+# model, the smallest measured size from which int8 was faster than float32 in every measurement (1 and 2 threads,
+# greedy and beam 5), and the largest int8 / float32 time measured below that size. A family int8 paid for at every
+# measured size is absent. The x86-avx2 rows were measured on the x86-vnni machine with CTranslate2's oneDNN held to
+# its AVX2 kernels (ONEDNN_MAX_CPU_ISA=AVX2): the same arithmetic as an AVX2-only CPU, an approximation of its speed.
+# Re-run the script and update this table when the engines, their versions or the CPU change.
+INT8_MEASURED: dict[tuple[str, str, str], tuple[str, int, float]] = {
+    ("torch", "transformer_seq2seq", "x86-vnni"): ("d_model", 192, 1.23),
+    ("torch", "rnn_seq2seq", "x86-vnni"): ("hidden_size", 512, 3.78),
+    ("ctranslate2", "transformer_seq2seq", "x86-vnni"): ("d_model", 192, 1.22),
 }
 INT8_DOC = "docs/fast-inference.md#when-int8-pays"
 _int8_notes_said: set[str] = set()  # the notes this process has printed
 
 
-def int8_note(engine: str, config: Mapping[str, Any] | Any) -> str | None:
+@cache
+def cpu_class() -> str:
+    """This machine's key of ``CPU_CLASSES``: from the CPU flags Linux reports on x86, from the machine name
+    elsewhere."""
+    machine = platform.machine().lower()
+    if machine in ("aarch64", "arm64"):
+        return "arm64"
+    if machine not in ("x86_64", "amd64"):
+        return "other"
+    try:
+        flags = next((line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags")),
+                     "").split()
+    except OSError:
+        return "other"
+    return "x86-vnni" if {"avx512_vnni", "avx_vnni"} & set(flags) else "x86-avx2" if "avx2" in flags else "other"
+
+
+def int8_note(engine: str, config: Mapping[str, Any] | Any, cpu: str | None = None) -> str | None:
     """The one-line note for int8 asked of ``engine`` (``"torch"`` or ``"ctranslate2"``, on a CPU) for a model of
-    ``config`` (a model config, or its dict): int8 measured slower than float32 for models this small, by how much,
-    and where the measurements are; None where int8 measured faster at that size or the family was not measured."""
+    ``config`` (a model config, or its dict) on a CPU of class ``cpu`` (default: this one's): int8 measured slower
+    than float32 for models this small, by how much, on which CPU class, and where the measurements are; the
+    measurement of another class where this one's was not measured; None where int8 measured faster at that size or
+    the family was not measured."""
     def value(key: str) -> Any:
         return config.get(key) if isinstance(config, Mapping) else getattr(config, key, None)
 
-    measured = INT8_MEASURED.get((engine, value("model_type")))
-    if measured is None:
+    cpu = cpu or cpu_class()
+    rules = {measured_on: rule for (name, family, measured_on), rule in INT8_MEASURED.items()
+             if (name, family) == (engine, value("model_type"))}
+    if not rules:
         return None
-    key, pays_from, slowdown = measured
+    measured_on = cpu if cpu in rules else next(iter(rules))
+    key, pays_from, slowdown = rules[measured_on]
     size = value(key)
     if not isinstance(size, int) or size >= pays_from:
         return None
     return (f"note: int8 measured slower than float32 for models this small ({key} {size} < {pays_from}) on "
-            f"{engine}: up to {slowdown:.1f}x the float32 time; see {INT8_DOC}")
+            f"{engine}, on {CPU_CLASSES[measured_on]}: up to {slowdown:.1f}x the float32 time; see {INT8_DOC}")
 
 
 def note_if_int8_is_slower(engine: str, config: Mapping[str, Any] | Any) -> None:
@@ -48,4 +79,4 @@ def note_if_int8_is_slower(engine: str, config: Mapping[str, Any] | Any) -> None
         print(note, file=sys.stderr, flush=True)
 
 
-__all__ = ["INT8_DOC", "INT8_MEASURED", "int8_note", "note_if_int8_is_slower"]
+__all__ = ["CPU_CLASSES", "INT8_DOC", "INT8_MEASURED", "cpu_class", "int8_note", "note_if_int8_is_slower"]
