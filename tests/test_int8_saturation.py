@@ -18,6 +18,7 @@ import pytest
 from onnx import numpy_helper
 
 from encdec.folders import save_for_pipeline
+from encdec.inference.engines.int8 import CPU_CLASSES, classify_cpu, cpu_class, saturation_note
 from encdec.inference.engines.onnx_layout import DECODER_FILE, ENCODER_FILE, read_layout
 from encdec.ship import onnx_export
 from encdec.ship.onnx_export import (
@@ -141,3 +142,24 @@ def test_the_export_refuses_weights_that_could_saturate(float32_exports, tmp_pat
                                                 r"whose products can overflow 16-bit sums on x86 CPUs without VNNI"):
         export_onnx(save_for_pipeline_of(float32_exports["transformer"]), tmp_path / "out", quantize="int8")
     assert not (tmp_path / "out").exists()
+
+
+def test_the_cpu_class_follows_the_flags() -> None:
+    flags = "flags\t\t: fpu sse sse2 avx avx2 fma"
+    assert classify_cpu("x86_64", flags) == "x86-avx2"
+    assert classify_cpu("x86_64", flags + " avx512f avx512bw avx512_vnni") == "x86-vnni"
+    assert classify_cpu("x86_64", flags + " avx_vnni") == "x86-vnni"  # AVX-VNNI: Alder Lake and later, no AVX-512
+    assert classify_cpu("aarch64", "Features\t: fp asimd asimddp") == "arm64"
+    assert classify_cpu("x86_64", "flags\t\t: fpu sse sse2") == classify_cpu("riscv64", "") == "other"
+    assert cpu_class() in CPU_CLASSES
+
+
+def test_ctranslate2_int8_says_it_saturates_without_vnni() -> None:
+    """CTranslate2's int8 adds u8 x s8 products in 16-bit pairs without VNNI (scripts/int8_without_vnni.py engines,
+    under QEMU's Haswell); torch's (7-bit activations) and the ONNX export's (7-bit weights) do not."""
+    note = saturation_note("ctranslate2", "x86-avx2")
+    assert note == ("note: ctranslate2's int8 adds its products in saturating 16-bit pairs on x86-64 without VNNI "
+                    "(AVX2): its logits measured up to 0.27 x their range away from float32's; float32 is exact; see "
+                    "docs/fast-inference.md#int8-on-every-cpu")
+    assert saturation_note("ctranslate2", "x86-vnni") is saturation_note("ctranslate2", "arm64") is None
+    assert saturation_note("torch", "x86-avx2") is None

@@ -253,13 +253,16 @@ def quantize_graphs(folder: Path, layout: OnnxLayout, scheme: Int8Scheme = INT8_
     activations quantized to uint8 at run time. The 7 bits are what makes it right on every CPU: without VNNI
     (x86 with AVX2 only, or AVX-512 before Cascade Lake), ONNX Runtime's U8S8 kernel multiplies with ``vpmaddubsw``,
     which adds two adjacent uint8 x int8 products into a saturating int16; with full-range weights 255 x (127 + 127)
-    overflows it and the outputs drift far from the model's (an export refused on an AVX2-only AMD EPYC, logits 0.95
-    away), where 255 x (64 + 64) = 32,640 always fits. VNNI, ARM and WebAssembly kernels sum in int32 and give
-    the same integers. Measured (docs/fast-inference.md#which-int8), it keeps the speed of full-range U8S8 and its
-    BLEU; U8U8 (unsigned weights, also exact everywhere) was slower. The weights of MatMul and LSTM have one scale
-    per output channel: with one per tensor, the RNN lost 0.37 BLEU at beam 5 on Multi30k (0.05 per channel), at the
-    same speed; ONNX Runtime quantizes a Gather's table per tensor either way. ``scheme``: another (the benchmark's
-    comparison); ``saturating_weights`` finds what a scheme left that could overflow."""
+    overflows it and the outputs drift from the model's (an export refused on an AVX2-only AMD EPYC: encoder outputs
+    0.95 away), where 255 x (64 + 64) = 32,640 always fits. VNNI, ARM and WebAssembly kernels add in int32 and give
+    the same integers (measured under QEMU's AVX2-only Haswell: docs/fast-inference.md#int8-on-every-cpu), at the
+    speed of full-range U8S8 (the same kernels) and the demos' BLEU. U8U8 (unsigned weights) avoids the pairing for
+    MatMuls only: ONNX Runtime quantizes an LSTM's weights to full-range int8 whatever the weight type.
+
+    The weights of MatMul and LSTM have one scale per output channel: with one per tensor, the RNN lost 0.37 BLEU at
+    beam 5 on Multi30k (0.05 per channel, both full-range), at the same speed; ONNX Runtime quantizes a Gather's
+    table per tensor either way. ``scheme``: another (the benchmark's comparison); ``saturating_weights`` finds what
+    a scheme left that could overflow."""
     require_onnxruntime()
     from onnxruntime.quantization import QuantType, quantize_dynamic
 

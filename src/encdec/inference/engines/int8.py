@@ -27,24 +27,35 @@ INT8_MEASURED: dict[tuple[str, str, str], tuple[str, int, float]] = {
     ("ctranslate2", "transformer_seq2seq", "x86-vnni"): ("d_model", 192, 1.22),
 }
 INT8_DOC = "docs/fast-inference.md#when-int8-pays"
+# Where an engine's int8 adds its products in saturating 16-bit pairs (x86 without VNNI): engine -> the CPU classes
+# and the largest logit difference from its float32 measured there, as a share of the logits' range
+# (scripts/int8_without_vnni.py engines, under QEMU's AVX2-only Haswell: CTranslate2 0.27 on the tests' tiny
+# Transformer, 0.007 with VNNI). torch's int8 quantizes activations to 7 bits (fbgemm's reduce_range), ONNX
+# Runtime's export stores 7-bit weights: neither saturates.
+INT8_SATURATES: dict[str, tuple[tuple[str, ...], float]] = {"ctranslate2": (("x86-avx2",), 0.27)}
+SATURATION_DOC = "docs/fast-inference.md#int8-on-every-cpu"
 _int8_notes_said: set[str] = set()  # the notes this process has printed
 
 
 @cache
 def cpu_class() -> str:
-    """This machine's key of ``CPU_CLASSES``: from the CPU flags Linux reports on x86, from the machine name
-    elsewhere."""
-    machine = platform.machine().lower()
+    """This machine's key of ``CPU_CLASSES`` (``classify_cpu`` of its machine name and /proc/cpuinfo)."""
+    try:
+        cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        cpuinfo = ""
+    return classify_cpu(platform.machine(), cpuinfo)
+
+
+def classify_cpu(machine: str, cpuinfo: str) -> str:
+    """The key of ``CPU_CLASSES`` for a CPU: ARM64 by its machine name, x86-64 by the flags Linux lists."""
+    machine = machine.lower()
     if machine in ("aarch64", "arm64"):
         return "arm64"
+    flags = set(next((line for line in cpuinfo.splitlines() if line.startswith("flags")), "").split())
     if machine not in ("x86_64", "amd64"):
         return "other"
-    try:
-        flags = next((line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags")),
-                     "").split()
-    except OSError:
-        return "other"
-    return "x86-vnni" if {"avx512_vnni", "avx_vnni"} & set(flags) else "x86-avx2" if "avx2" in flags else "other"
+    return "x86-vnni" if {"avx512_vnni", "avx_vnni"} & flags else "x86-avx2" if "avx2" in flags else "other"
 
 
 def int8_note(engine: str, config: Mapping[str, Any] | Any, cpu: str | None = None) -> str | None:
@@ -70,13 +81,25 @@ def int8_note(engine: str, config: Mapping[str, Any] | Any, cpu: str | None = No
             f"{engine}, on {CPU_CLASSES[measured_on]}: up to {slowdown:.1f}x the float32 time; see {INT8_DOC}")
 
 
+def saturation_note(engine: str, cpu: str | None = None) -> str | None:
+    """The one-line note for int8 asked of ``engine`` on a CPU of class ``cpu`` (default: this one's) where its int8
+    products can saturate (``INT8_SATURATES``), else None."""
+    cpu = cpu or cpu_class()
+    classes, measured = INT8_SATURATES.get(engine, ((), 0.0))
+    if cpu not in classes:
+        return None
+    return (f"note: {engine}'s int8 adds its products in saturating 16-bit pairs on {CPU_CLASSES[cpu]}: its logits "
+            f"measured up to {measured:g} x their range away from float32's; float32 is exact; see {SATURATION_DOC}")
+
+
 def note_if_int8_is_slower(engine: str, config: Mapping[str, Any] | Any) -> None:
-    """Print ``int8_note`` to stderr where there is one, once per process (an evaluation of many checkpoints, or a
-    server of several models of one size, says it once)."""
-    note = int8_note(engine, config)
-    if note is not None and note not in _int8_notes_said:
-        _int8_notes_said.add(note)
-        print(note, file=sys.stderr, flush=True)
+    """Print ``int8_note``, and ``saturation_note``, to stderr where there is one, once per process (an evaluation
+    of many checkpoints, or a server of several models of one size, says it once)."""
+    for note in (int8_note(engine, config), saturation_note(engine)):
+        if note is not None and note not in _int8_notes_said:
+            _int8_notes_said.add(note)
+            print(note, file=sys.stderr, flush=True)
 
 
-__all__ = ["CPU_CLASSES", "INT8_DOC", "INT8_MEASURED", "cpu_class", "int8_note", "note_if_int8_is_slower"]
+__all__ = ["CPU_CLASSES", "classify_cpu", "INT8_DOC", "INT8_MEASURED", "INT8_SATURATES", "cpu_class", "int8_note",
+           "note_if_int8_is_slower", "saturation_note"]
