@@ -13,7 +13,9 @@ AVX2 kernels there, as on an AVX2-only CPU): it runs each copy's encoder and fir
 scheme, the largest difference from torch's as a share of the range of torch's values (the export accepts an int8
 copy up to 0.1), and the CPU's vector extensions as numpy's CPUID detection reports them. ``engines`` does the same
 for torch's int8 (``--quantize int8``) and CTranslate2's (an int8 ``Translator`` of the model's CTranslate2 export,
-which ``prepare`` writes for a Transformer) against their float32, teacher forced over the batch.
+which ``prepare`` writes for a Transformer) against their float32, teacher forced over the batch; ``speed`` times
+each scheme's graphs (a Transformer's: the encoder and eleven greedy decoder steps over 32 random sources, one
+thread), natively only: emulated timings mean nothing.
 """
 
 from __future__ import annotations
@@ -21,8 +23,10 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import statistics
 import subprocess
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -87,17 +91,11 @@ def prepare(model_dir: Path, output: Path) -> None:
 def check(folder: Path) -> dict:
     """Per scheme: the largest |difference| from torch's encoder outputs and first-step logits, as a share of the
     range of torch's (``relative``), with ONNX Runtime's AVX2 kernels where the CPU (or QEMU) has no AVX-512."""
-    import onnxruntime as ort
-
     plan = json.loads((folder / "plan.json").read_text())
     feeds = dict(np.load(folder / "feeds.npz"))
-    options = ort.SessionOptions()
-    options.intra_op_num_threads, options.inter_op_num_threads = 1, 1
     results = {}
     for scheme in plan["schemes"]:
-        session = {name: ort.InferenceSession(str(folder / scheme / f"{name}_model{suffix}.onnx"), options,
-                                              providers=["CPUExecutionProvider"])
-                   for name, suffix in (("encoder", ""), ("decoder", "_merged"))}
+        session = sessions(folder / scheme)
         outputs = session["encoder"].run(None, {"input_ids": feeds["input_ids"],
                                                 "attention_mask": feeds["attention_mask"]})
         encoded = dict(zip(plan["encoder_outputs"], outputs, strict=True))
@@ -112,6 +110,55 @@ def check(folder: Path) -> dict:
         results[scheme] = {"encoder_relative": encoder_diff, "logits_relative": logits_diff, "argmax_equal": argmax}
         print(f"{scheme:22s} encoder {encoder_diff:.4f}  logits {logits_diff:.4f}  (x torch's range; the export "
               f"accepts 0.1)  first token as torch's: {argmax:.0%}", flush=True)
+    return results
+
+
+def sessions(folder: Path) -> dict:
+    """``encoder`` and ``decoder`` -> an ONNX Runtime session (one thread) over the graph of the export ``folder``."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads, options.inter_op_num_threads = 1, 1
+    return {name: ort.InferenceSession(str(folder / f"{name}_model{suffix}.onnx"), options,
+                                       providers=["CPUExecutionProvider"])
+            for name, suffix in (("encoder", ""), ("decoder", "_merged"))}
+
+
+def speed(folder: Path, batch: int = 32, length: int = 20, steps: int = 10, rounds: int = 21) -> dict:
+    """Per scheme, the median time of the encoder over ``batch`` random sources of ``length`` tokens and ``steps``
+    greedy decoder steps after the first (the past growing), the schemes alternating over ``rounds``; and its ratio
+    to float32's. A Transformer's export (its state starts empty)."""
+    plan = json.loads((folder / "plan.json").read_text())
+    feeds = dict(np.load(folder / "feeds.npz"))
+    ids = np.random.default_rng(0).integers(4, int(feeds["logits"].shape[-1]), (batch, length))
+    mask = np.ones_like(ids)
+    runs = {scheme: sessions(folder / scheme) for scheme in plan["schemes"]}
+
+    def decode(session: dict) -> None:
+        encoded = dict(zip(plan["encoder_outputs"], session["encoder"].run(
+            None, {"input_ids": ids, "attention_mask": mask}), strict=True))
+        inputs = {"input_ids": np.full((batch, 1), int(feeds["start"][0, 0])), "encoder_attention_mask": mask}
+        for name, (kind, key) in plan["decoder"].items():
+            if name not in inputs:
+                inputs[name] = encoded[key] if kind == "encoded" else np.zeros((batch, *feeds[key].shape[1:]),
+                                                                              np.float32)
+        for _ in range(steps + 1):
+            out = dict(zip(plan["decoder_outputs"], session["decoder"].run(None, inputs), strict=True))
+            inputs.update({"input_ids": out["logits"][:, -1:].argmax(-1)},
+                          **{name: out[name.replace("past.", "present.", 1)] for name in inputs
+                             if name.startswith("past.")})
+
+    times: dict[str, list[float]] = {scheme: [] for scheme in runs}
+    for index in range(rounds):
+        for scheme in runs if index % 2 == 0 else list(reversed(runs)):
+            start = time.perf_counter()
+            decode(runs[scheme])
+            times[scheme].append(time.perf_counter() - start)
+    base = statistics.median(times["float32"])
+    results = {scheme: {"ms": 1000 * statistics.median(seconds), "x_float32": statistics.median(seconds) / base}
+               for scheme, seconds in times.items()}
+    for scheme, figures in results.items():
+        print(f"{scheme:22s} {figures['ms']:7.1f} ms  {figures['x_float32']:.2f} x float32's time", flush=True)
     return results
 
 
@@ -179,12 +226,14 @@ def main(argv: list[str]) -> None:
     checked.add_argument("folder", type=Path)
     compared = commands.add_parser("engines")
     compared.add_argument("folder", type=Path)
+    timed = commands.add_parser("speed")
+    timed.add_argument("folder", type=Path)
     args = parser.parse_args(argv)
     if args.command == "prepare":
         prepare(args.model, args.output)
         return
     print(f"CPU flags: {cpu_flags() or 'no AVX'}", flush=True)
-    results = check(args.folder) if args.command == "check" else engines(args.folder)
+    results = {"check": check, "engines": engines, "speed": speed}[args.command](args.folder)
     print(json.dumps({"cpu_flags": cpu_flags(), "results": results}))
 
 

@@ -8,7 +8,8 @@ random ones, and ask for the exact int32 products, as a CPU with VNNI computes t
 full-range U8S8 weights (the scheme before) saturate, the export finds them and refuses them.
 
 Random tiny models over the toy vocabulary: random weights spread over their channel's whole range, as trained
-ones do (quantization gives the largest of each channel 127 in full range)."""
+ones do (quantization gives the largest of each channel 127 in full range). The CPU classes the int8 notes are for
+follow the CPU's flags, and CTranslate2's int8, which does saturate there, says so on x86 without VNNI."""
 
 from __future__ import annotations
 
