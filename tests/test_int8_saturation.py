@@ -13,14 +13,19 @@ follow the CPU's flags, and CTranslate2's int8, which does saturate there, says 
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import onnx
 import pytest
 from onnx import numpy_helper
 
 from encdec.folders import save_for_pipeline
+from encdec.inference import load_engine
+from encdec.inference.engines import int8 as int8_notes
+from encdec.inference.engines import onnxruntime_engine
 from encdec.inference.engines.int8 import CPU_CLASSES, classify_cpu, cpu_class, saturation_note
-from encdec.inference.engines.onnx_layout import DECODER_FILE, ENCODER_FILE, read_layout
+from encdec.inference.engines.onnx_layout import DECODER_FILE, ENCODER_FILE, MANIFEST, read_layout
 from encdec.ship import onnx_export
 from encdec.ship.onnx_export import (
     INT8_SCHEMES,
@@ -164,3 +169,22 @@ def test_ctranslate2_int8_says_it_saturates_without_vnni() -> None:
                     "docs/fast-inference.md#int8-on-every-cpu")
     assert saturation_note("ctranslate2", "x86-vnni") is saturation_note("ctranslate2", "arm64") is None
     assert saturation_note("torch", "x86-avx2") is None
+
+
+def test_an_int8_export_before_7_bit_weights_is_noted_where_it_saturates(float32_exports, tmp_path, monkeypatch,
+                                                                       capsys) -> None:
+    """The manifest names the int8 weights; an int8 export without that (made before 7-bit weights) gets one line on
+    x86 without VNNI, where its full-range weights saturate, and none elsewhere."""
+    out = export_onnx(save_for_pipeline_of(float32_exports["transformer"]), tmp_path / "int8", quantize="int8")
+    assert read_layout(out).check["int8_weights"] == "U8S8, 7-bit weights, per channel"
+    manifest = json.loads((out / MANIFEST).read_text())
+    del manifest["check"]["int8_weights"]
+    (out / MANIFEST).write_text(json.dumps(manifest))
+    monkeypatch.setattr(int8_notes, "_int8_notes_said", set())
+    for cpu, noted in (("x86-vnni", False), ("arm64", False), ("x86-avx2", True)):
+        monkeypatch.setattr(onnxruntime_engine, "cpu_class", lambda cpu=cpu: cpu)
+        load_engine(out, "onnxruntime")
+        err = capsys.readouterr().err
+        assert (f"note: {out} holds full-range int8 weights (an export before 7-bit ones), whose products saturate "
+                "on x86-64 without VNNI (AVX2): its outputs can be far from the model's; export it again with "
+                "`encdec export --format onnx --quantize int8`" in err) == noted, (cpu, err)

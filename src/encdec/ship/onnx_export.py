@@ -100,6 +100,7 @@ def export_onnx(model_dir: str | os.PathLike, output_dir: str | os.PathLike, qua
             quantize_graphs(staging, layout)
             refuse_saturating(staging, layout)
             layout = check_export(model, staging, replace(layout, weights="int8"), INT8_TOLERANCE)
+            layout = replace(layout, check={**layout.check, "int8_weights": INT8_SCHEME.name})
         layout = replace(layout, source_model=model_identity(model_dir))
         layout.write(staging)
         for name in COPIED_FILES:

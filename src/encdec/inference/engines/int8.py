@@ -96,10 +96,15 @@ def note_if_int8_is_slower(engine: str, config: Mapping[str, Any] | Any) -> None
     """Print ``int8_note``, and ``saturation_note``, to stderr where there is one, once per process (an evaluation
     of many checkpoints, or a server of several models of one size, says it once)."""
     for note in (int8_note(engine, config), saturation_note(engine)):
-        if note is not None and note not in _int8_notes_said:
-            _int8_notes_said.add(note)
-            print(note, file=sys.stderr, flush=True)
+        note_once(note)
+
+
+def note_once(note: str | None) -> None:
+    """Print ``note`` (unless None) to stderr, the first time this process is given it."""
+    if note is not None and note not in _int8_notes_said:
+        _int8_notes_said.add(note)
+        print(note, file=sys.stderr, flush=True)
 
 
 __all__ = ["CPU_CLASSES", "classify_cpu", "INT8_DOC", "INT8_MEASURED", "INT8_SATURATES", "cpu_class", "int8_note",
-           "note_if_int8_is_slower", "saturation_note"]
+           "note_if_int8_is_slower", "note_once", "saturation_note"]
