@@ -32,6 +32,7 @@ from pathlib import Path
 import torch
 
 from encdec.inference import load_engine, translate
+from encdec.inference.engines.int8 import cpu_class
 from encdec.inference.engines.onnx_layout import read_layout
 from encdec.inference.evaluation import score_translations
 from encdec.ship.onnx_export import INT8_SCHEME, INT8_SCHEMES, export_onnx, quantize_graphs, saturating_weights
@@ -103,7 +104,8 @@ def report(rows: list[str], args: argparse.Namespace, command: str, sentences: i
     head = " | ".join(f"{'greedy' if b == 1 else f'beam {b}'}: BLEU | = float32 | sentences/s" for b in args.beams)
     return "\n".join([
         BEGIN,
-        f"Measured {date.today().isoformat()} on {cpu_name()} (ONNX Runtime {package_version('onnxruntime')}, "
+        f"Measured {date.today().isoformat()} on {cpu_name()}, CPU class {cpu_class()} (ONNX Runtime "
+        f"{package_version('onnxruntime')}, "
         f"{args.threads} thread, batches of {args.batch_size}, {sentences} sentences, the median of {args.rounds} "
         f"passes, the schemes alternating; = float32: the share of outputs equal to the float32 export's) by "
         f"`{command}`.",
@@ -144,7 +146,7 @@ def main(argv: list[str]) -> None:
     if args.output == "-":
         print(section)
     else:
-        write_section(Path(args.output), section)
+        write_section(Path(args.output), section, BEGIN, END)
         print(f"written to {args.output}")
 
 
