@@ -22,8 +22,12 @@ beside it: above 1, int8 is the slower choice. The pairs of a cell are gathered 
 over every model, engine and thread count (``--repeats`` pairs a round, more for short passes until float32 has run
 ``--min-seconds``): on a machine shared with other work, a spell of load then falls on one round's pairs of a cell,
 not on all of them, and the median passes over it. The doc's section is rewritten between
-``<!-- begin: int8 -->`` and ``<!-- end: int8 -->``; ``INT8_MEASURED`` in src/encdec/inference/engines/int8.py holds
-the rule derived from it (the line the CLI prints when int8 is asked for a model below the size where it paid).
+``<!-- begin: int8 -->`` and ``<!-- end: int8 -->`` (``--section``); ``INT8_MEASURED`` in
+src/encdec/inference/engines/int8.py holds the rule derived from it per CPU class (``--cpu-class``: this CPU's by
+default; the line the CLI prints when int8 is asked for a model below the size where it paid). On a CPU with VNNI,
+``ONEDNN_MAX_CPU_ISA=AVX2 python scripts/benchmark_int8.py --cpu-class x86-avx2 --section int8-avx2`` holds
+CTranslate2's oneDNN to the int8 arithmetic of an AVX2-only CPU (its speed only approximately); torch's fbgemm has
+no such switch, so its rows there are VNNI int8 against AVX2-held float32.
 """
 
 from __future__ import annotations
@@ -64,6 +68,9 @@ MODELS = {
     "multi30k-lstm-bahdanau": ("multi30k-lstm-bahdanau.yaml", {}),
 }
 SIZE_KEY = {"transformer_seq2seq": "d_model", "rnn_seq2seq": "hidden_size"}  # what the rule's threshold reads
+# the variables that hold the libraries to older kernels (CTranslate2's oneDNN: ONEDNN_MAX_CPU_ISA=AVX2 makes it add
+# int8 products as an AVX2-only CPU does); fbgemm, torch's int8 kernels, has none
+FORCING = ("ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS", "CT2_FORCE_CPU_ISA", "ATEN_CPU_CAPABILITY")
 MAX_REPEATS = 10  # the most timed pairs per cell and round that --min-seconds adds
 SWITCH_PAUSE_S = 0.3  # idle time between the torch process's work and a worker's, so spinning threads have stopped
 
@@ -306,30 +313,33 @@ def emphasised(ratio: float) -> str:
     return f"**{ratio:.2f}**" if ratio >= 1.0 else f"{ratio:.2f}"
 
 
-def rule_lines(rows: list[Measured]) -> list[str]:
+def rule_lines(rows: list[Measured], cpu: str) -> list[str]:
     lines = []
     for engine, family in (("torch", "transformer_seq2seq"), ("torch", "rnn_seq2seq"),
                            ("ctranslate2", "transformer_seq2seq")):
         if not any(row.engine == engine and row.family == family for row in rows):
             continue
         threshold, worst = pays_from(rows, engine, family)
-        key = SIZE_KEY[family]
+        key, head = SIZE_KEY[family], f"- {engine}, {family}, {cpu}"
         if threshold is None:
-            lines.append(f"- {engine}, {family}: int8 was slower at every size measured (up to {worst:.2f}x).")
+            lines.append(f"{head}: int8 was slower at every size measured (up to {worst:.2f}x).")
         elif worst is None:
-            lines.append(f"- {engine}, {family}: int8 was faster at every size measured ({key} >= {threshold}).")
+            lines.append(f"{head}: int8 was faster at every size measured ({key} >= {threshold}).")
         else:
-            lines.append(f"- {engine}, {family}: int8 faster from {key} {threshold} on; below it, up to "
-                         f"{worst:.2f}x the float32 time.")
+            lines.append(f"{head}: int8 faster from {key} {threshold} on; below it, up to {worst:.2f}x the float32 "
+                         "time.")
     return lines
 
 
 def report(rows: list[Measured], args: argparse.Namespace, command: str) -> str:
     cpu = cpu_name()
+    forced = " ".join(f"{name}={os.environ[name]}" for name in FORCING if name in os.environ)
     counts = [len(times["float32"]) for row in rows for times in row.times.values()]
     pairs = f"{min(counts)} to {max(counts)}" if min(counts) != max(counts) else str(counts[0])
     measured = textwrap.fill(
-        f"Measured {date.today().isoformat()} on {cpu}, {os.cpu_count()} cores shared with other work (Python "
+        f"Measured {date.today().isoformat()} on {cpu} (CPU class {args.cpu_class}"
+        f"{', the kernels held by ' + forced if forced else ''}), {os.cpu_count()} cores shared with other work "
+        f"(Python "
         f"{platform.python_version()}, torch {package_version('torch')}, CTranslate2 "
         f"{package_version('ctranslate2')}), by `{command}`: random weights at each model's dimensions and its run "
         f"config's vocabulary, {args.sentences} sources of 16-24 tokens in batches of {args.batch_size}, exactly "
@@ -338,7 +348,7 @@ def report(rows: list[Measured], args: argparse.Namespace, command: str) -> str:
         f"ran {args.min_seconds:g} s): **bold**, int8 is the slower choice.",
         width=120, break_long_words=False, break_on_hyphens=False)
     return "\n".join([
-        BEGIN,
+        args.begin,
         measured,
         "",
         table(rows, args),
@@ -346,8 +356,8 @@ def report(rows: list[Measured], args: argparse.Namespace, command: str) -> str:
         "The smallest size from which int8 was faster in every row (both thread counts, greedy and beam), per "
         "engine and family:",
         "",
-        *rule_lines(rows),
-        END,
+        *rule_lines(rows, args.cpu_class),
+        args.end,
     ])
 
 
@@ -369,18 +379,21 @@ def package_version(name: str) -> str:
         return "absent"
 
 
-def write_section(doc: Path, section: str) -> None:
-    """Replace the text between the markers in ``doc``; a doc without them gets the section at its end."""
+def write_section(doc: Path, section: str, begin: str = BEGIN, end: str = END) -> None:
+    """Replace the text between the markers ``begin`` and ``end`` in ``doc``; a doc without them gets the section at
+    its end."""
     text = doc.read_text(encoding="utf-8")
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        text = head + section + rest.split(END, 1)[1]
+    if begin in text and end in text:
+        head, rest = text.split(begin, 1)
+        text = head + section + rest.split(end, 1)[1]
     else:
         text = text.rstrip("\n") + "\n\n## When int8 pays\n\n" + section + "\n"
     doc.write_text(text, encoding="utf-8")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
+    from encdec.inference.engines.int8 import CPU_CLASSES, cpu_class
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS,
                         help="the models measured (default: all)")
@@ -396,6 +409,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--torch-only", action="store_true", help="leave CTranslate2 out")
     parser.add_argument("--quick", action="store_true",
                         help="smoke run: by default 64 sentences, 1 round of 2 repeats, 1 thread")
+    parser.add_argument("--cpu-class", choices=CPU_CLASSES, default=cpu_class(),
+                        help="the CPU class the rules are for (default: this CPU's; x86-avx2 with "
+                             "ONEDNN_MAX_CPU_ISA=AVX2 on a CPU with VNNI)")
+    parser.add_argument("--section", default="int8",
+                        help="the doc section rewritten: between <!-- begin: SECTION --> and <!-- end: SECTION -->")
     parser.add_argument("--output", default=str(DOC),
                         help=f"the markdown file whose int8 section is rewritten, or - to print it (default: {DOC})")
     args = parser.parse_args(argv)
@@ -404,6 +422,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     for name, value in defaults.items():
         if getattr(args, name) is None:
             setattr(args, name, value)
+    args.begin, args.end = f"<!-- begin: {args.section} -->", f"<!-- end: {args.section} -->"
     return args
 
 
@@ -418,7 +437,7 @@ def main(argv: list[str]) -> None:
     if args.output == "-":
         print(section)
     else:
-        write_section(Path(args.output), section)
+        write_section(Path(args.output), section, args.begin, args.end)
         print(f"written to {args.output}")
 
 

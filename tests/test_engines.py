@@ -30,7 +30,14 @@ from encdec.inference import (
     translate_lines,
     translate_n_best,
 )
-from encdec.inference.engines import INT8_MEASURED, CTranslate2Engine, CTranslate2Missing, TorchEngine, int8_note
+from encdec.inference.engines import (
+    CPU_CLASSES,
+    INT8_MEASURED,
+    CTranslate2Engine,
+    CTranslate2Missing,
+    TorchEngine,
+    int8_note,
+)
 from encdec.inference.evaluation import evaluate_model
 from encdec.ship.export import EncdecTransformerConverter, export_ctranslate2, vocabulary_tokens
 from tiny_model_folders import DATE_RNN as RNN
@@ -427,29 +434,35 @@ def int8_notes_said(monkeypatch) -> set[str]:
 
 
 def test_int8_note_follows_the_measured_thresholds() -> None:
-    """Below an engine's measured size the note names the size, the threshold, the engine, the slowdown and the doc
-    section; at or above it, for a family not measured and for a model config without the size, no note."""
+    """Below an engine's measured size the note names the size, the threshold, the engine, the CPU class it was
+    measured on, the slowdown and the doc section; at or above it, for a family not measured and for a model config
+    without the size, no note. A CPU class not measured gets another class's rule, which the note names."""
     assert INT8_MEASURED, "no measured threshold: scripts/benchmark_int8.py fills INT8_MEASURED"
-    for (engine, model_type), (key, pays_from, slowdown) in INT8_MEASURED.items():
-        assert slowdown >= 1.0 and pays_from > 0
+    for (engine, model_type, cpu), (key, pays_from, slowdown) in INT8_MEASURED.items():
+        assert slowdown >= 1.0 and pays_from > 0 and cpu in CPU_CLASSES
         below = {"model_type": model_type, key: pays_from // 2}
-        assert int8_note(engine, below) == (
+        assert int8_note(engine, below, cpu) == (
             f"note: int8 measured slower than float32 for models this small ({key} {pays_from // 2} < {pays_from}) "
-            f"on {engine}: up to {slowdown:.1f}x the float32 time; see docs/fast-inference.md#when-int8-pays")
-        assert int8_note(engine, {"model_type": model_type, key: pays_from}) is None
-        assert int8_note(engine, {"model_type": model_type}) is None
+            f"on {engine}, on {CPU_CLASSES[cpu]}: up to {slowdown:.1f}x the float32 time; see "
+            "docs/fast-inference.md#when-int8-pays")
+        assert int8_note(engine, {"model_type": model_type, key: pays_from}, cpu) is None
+        assert int8_note(engine, {"model_type": model_type}, cpu) is None
+        first = next(measured for name, family, measured in INT8_MEASURED if (name, family) == (engine, model_type))
+        assert int8_note(engine, below, "other") == int8_note(engine, below, first)  # "other" is never measured
     assert int8_note("torch", {"model_type": "encdec_ensemble", "d_model": 8}) is None
     assert int8_note("ctranslate2", {"model_type": "rnn_seq2seq", "hidden_size": 8}) is None  # it has no RNN
 
 
 def test_int8_thresholds_are_the_documented_measurements() -> None:
-    """``INT8_MEASURED`` is what docs/fast-inference.md's "When int8 pays" section, written by
-    scripts/benchmark_int8.py, derived: the same engines and families, thresholds and slowdowns."""
+    """``INT8_MEASURED`` is what docs/fast-inference.md's "When int8 pays" sections, written by
+    scripts/benchmark_int8.py, derived: the same engines, families and CPU classes, thresholds and slowdowns."""
     doc = (Path(__file__).resolve().parents[1] / "docs" / "fast-inference.md").read_text()
     assert "\n## When int8 pays\n" in doc  # the anchor the note points at
-    section = doc.split("<!-- begin: int8 -->", 1)[1].split("<!-- end: int8 -->", 1)[0]
-    documented = {(engine, family): (key, int(size), float(worst)) for engine, family, key, size, worst in re.findall(
-        r"^- (\w+), (\w+): int8 faster from (\w+) (\d+) on; below it, up to ([\d.]+)x", section, re.MULTILINE)}
+    sections = [part.split("<!-- end: ", 1)[0] for part in doc.split("<!-- begin: int8")[1:]]
+    documented = {(engine, family, cpu): (key, int(size), float(worst)) for section in sections
+                  for engine, family, cpu, key, size, worst in re.findall(
+                      r"^- (\w+), (\w+), ([\w-]+): int8 faster from (\w+) (\d+) on; below it, up to ([\d.]+)x",
+                      section, re.MULTILINE)}
     assert documented == {measured: (key, size, pytest.approx(slowdown, abs=0.05))
                           for measured, (key, size, slowdown) in INT8_MEASURED.items()}
 

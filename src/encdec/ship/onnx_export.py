@@ -27,7 +27,7 @@ import os
 import shutil
 import uuid
 import warnings
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -98,7 +98,9 @@ def export_onnx(model_dir: str | os.PathLike, output_dir: str | os.PathLike, qua
         layout = check_export(model, staging, layout, TOLERANCE)
         if quantize == "int8":
             quantize_graphs(staging, layout)
+            refuse_saturating(staging, layout)
             layout = check_export(model, staging, replace(layout, weights="int8"), INT8_TOLERANCE)
+            layout = replace(layout, check={**layout.check, "int8_weights": INT8_SCHEME.name})
         layout = replace(layout, source_model=model_identity(model_dir))
         layout.write(staging)
         for name in COPIED_FILES:
@@ -213,14 +215,55 @@ def graph_inputs(path: Path) -> list[str]:
     return [node.name for node in require_onnx().load(str(path), load_external_data=False).graph.input]
 
 
-def quantize_graphs(folder: Path, layout: OnnxLayout) -> None:
+@dataclass(frozen=True)
+class Int8Scheme:
+    """How ONNX Runtime's dynamic quantization stores the weights; activations are quantized to uint8 at run time
+    either way (``DynamicQuantizeLinear`` gives only uint8). ``signed``: int8 weights (``QInt8``, the U8S8 pairing),
+    else uint8 ones (``QUInt8``, U8U8); ``reduce_range``: 7-bit weights (int8 in -64..64); ``per_channel``: one scale
+    per output channel of a MatMul or LSTM, else one per tensor."""
+
+    signed: bool
+    reduce_range: bool
+    per_channel: bool
+
+    @property
+    def name(self) -> str:
+        return (f"{'U8S8' if self.signed else 'U8U8'}{', 7-bit weights' if self.reduce_range else ''}, "
+                f"{'per channel' if self.per_channel else 'per tensor'}")
+
+
+INT8_SCHEMES = {f"{pairing}{'-7bit' if reduced else ''}{'' if per_channel else '-per-tensor'}":
+                Int8Scheme(pairing == "u8s8", reduced, per_channel)
+                for pairing in ("u8s8", "u8u8") for reduced in ((False, True) if pairing == "u8s8" else (False,))
+                for per_channel in (True, False)}
+INT8_SCHEME = INT8_SCHEMES["u8s8-7bit"]  # the export's: why, in quantize_graphs
+INT16_MAX = 32767  # the largest sum x86's pairwise multiply-add without VNNI (vpmaddubsw) holds
+UINT8_MAX = 255  # the largest activation a weight meets
+# the integer ops quantize_dynamic writes (and ONNX Runtime fuses them into): input index of each int8 weight, and
+# the axis its products are summed over
+INTEGER_WEIGHTS = {"MatMulInteger": ((1, 0),), "DynamicQuantizeMatMul": ((1, 0),),
+                   "MatMulIntegerToFloat": ((1, 0),), "DynamicQuantizeLSTM": ((1, 1), (2, 1))}
+
+
+def quantize_graphs(folder: Path, layout: OnnxLayout, scheme: Int8Scheme = INT8_SCHEME) -> None:
     """Both graphs with their weights in int8, in place: ONNX Runtime's dynamic quantization of every MatMul and
     LSTM (GRU has no integer kernel in ONNX Runtime and stays float32), and of the embedding tables (``Gather``:
-    stored in int8, dequantized row by row as they are read), which are most of a small model's bytes. Weights
-    signed int8 (``QInt8``), activations quantized to uint8 at run time: the U8S8 pairing that ONNX Runtime's x86
-    kernels are fastest with (its quantization guide). The weights of MatMul and LSTM have one scale per output
-    channel: with one per tensor, the RNN lost 0.37 BLEU at beam 5 on Multi30k (0.05 per channel), at the same
-    speed; ONNX Runtime quantizes a Gather's table per tensor either way."""
+    stored in int8, dequantized row by row as they are read), which are most of a small model's bytes.
+
+    The scheme (``INT8_SCHEME``) is U8S8 with 7-bit weights, one scale per output channel: signed weights in -64..64,
+    activations quantized to uint8 at run time. The 7 bits are what makes it right on every CPU: without VNNI
+    (x86 with AVX2 only, or AVX-512 before Cascade Lake), ONNX Runtime's U8S8 kernel multiplies with ``vpmaddubsw``,
+    which adds two adjacent uint8 x int8 products into a saturating int16; with full-range weights 255 x (127 + 127)
+    overflows it and the outputs drift from the model's (an export refused on an AVX2-only AMD EPYC: encoder outputs
+    0.95 away), where 255 x (64 + 64) = 32,640 always fits. VNNI, ARM and WebAssembly kernels add in int32 and give
+    the same integers (measured under QEMU's AVX2-only Haswell: docs/fast-inference.md#int8-on-every-cpu), at the
+    speed of full-range U8S8 (the same kernels) and the demos' BLEU. U8U8 (unsigned weights) avoids the pairing for
+    MatMuls only: ONNX Runtime quantizes an LSTM's weights to full-range int8 whatever the weight type.
+
+    The weights of MatMul and LSTM have one scale per output channel: with one per tensor, the RNN lost 0.37 BLEU at
+    beam 5 on Multi30k (0.05 per channel, both full-range), at the same speed; ONNX Runtime quantizes a Gather's
+    table per tensor either way. ``scheme``: another (the benchmark's comparison); ``saturating_weights`` finds what
+    a scheme left that could overflow."""
     require_onnxruntime()
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
@@ -229,11 +272,52 @@ def quantize_graphs(folder: Path, layout: OnnxLayout) -> None:
         quantized = path.with_suffix(".int8.onnx")
         logging.disable(logging.WARNING)  # its advice to pre-process (shape inference) is for convolutional models
         try:
-            quantize_dynamic(path, quantized, weight_type=QuantType.QInt8, per_channel=True,
+            quantize_dynamic(path, quantized, weight_type=QuantType.QInt8 if scheme.signed else QuantType.QUInt8,
+                             per_channel=scheme.per_channel, reduce_range=scheme.reduce_range,
                              op_types_to_quantize=["MatMul", "LSTM", "Gather"])
         finally:
             logging.disable(logging.NOTSET)
         os.replace(quantized, path)
+
+
+def saturating_weights(path: Path) -> list[str]:
+    """The int8 weights of the graph at ``path`` whose products with uint8 activations (0..255) can overflow int16
+    when two of them are added, as x86's U8S8 kernels without VNNI add them: any two same-signed weights of one
+    output channel (along the axis its products are summed over) whose sum x 255 exceeds 32,767, whichever two a
+    kernel pairs. Unsigned (U8U8) weights are never paired that way; every name is an initializer's."""
+    graph = require_onnx().load(str(path)).graph
+    initializers = {tensor.name: tensor for tensor in graph.initializer}
+    found = []
+    for node in graph.node:
+        for index, axis in INTEGER_WEIGHTS.get(node.op_type, ()):
+            tensor = initializers.get(node.input[index]) if index < len(node.input) else None
+            if tensor is None or tensor.name in found:
+                continue
+            weights = require_onnx().numpy_helper.to_array(tensor)
+            if weights.dtype == np.int8 and UINT8_MAX * largest_pair(weights, axis) > INT16_MAX:
+                found.append(tensor.name)
+    return found
+
+
+def largest_pair(weights: np.ndarray, axis: int) -> int:
+    """The largest |sum| of two same-signed entries of ``weights`` along ``axis`` (one output channel's)."""
+    ordered = np.sort(weights.astype(np.int32), axis=axis)
+    count = ordered.shape[axis]
+    lowest = np.take(ordered, range(min(2, count)), axis=axis).clip(max=0).sum(axis=axis)
+    highest = np.take(ordered, range(max(0, count - 2), count), axis=axis).clip(min=0).sum(axis=axis)
+    return int(max(-lowest.min(), highest.max()))
+
+
+def refuse_saturating(folder: Path, layout: OnnxLayout) -> None:
+    """An ``ExportCheckFailed`` where an int8 graph of ``folder`` could overflow 16-bit sums (``saturating_weights``):
+    it would be right on this CPU and wrong on one without VNNI."""
+    for graph in (layout.encoder, layout.decoder):
+        found = saturating_weights(folder / graph.file)
+        if found:
+            raise ExportCheckFailed(
+                f"The int8 export of {graph.file} has weights ({found[0]}, {len(found)} in all) whose products can "
+                "overflow 16-bit sums on x86 CPUs without VNNI; nothing was written. Please report it with the "
+                "model's config.json.")
 
 
 def check_export(model: PreTrainedModel, folder: Path, layout: OnnxLayout, tolerance: float) -> OnnxLayout:
@@ -282,5 +366,6 @@ def mismatch(file: str, what: str, found: float, tolerance: float, weights: str)
             "the model's config.json.")
 
 
-__all__ = ["INT8_TOLERANCE", "QUANTIZE_CHOICES", "TOLERANCE", "ExportCheckFailed", "check_export", "export_onnx",
-           "quantize_graphs", "require_onnx", "write_graphs"]
+__all__ = ["INT8_SCHEME", "INT8_SCHEMES", "INT8_TOLERANCE", "QUANTIZE_CHOICES", "TOLERANCE", "ExportCheckFailed",
+           "Int8Scheme", "check_export", "export_onnx", "quantize_graphs", "require_onnx", "saturating_weights",
+           "write_graphs"]

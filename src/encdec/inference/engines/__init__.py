@@ -38,7 +38,7 @@ from .ctranslate2_engine import (
     read_export_info,
     require_ctranslate2,
 )
-from .int8 import INT8_DOC, INT8_MEASURED, int8_note, note_if_int8_is_slower
+from .int8 import CPU_CLASSES, INT8_DOC, INT8_MEASURED, cpu_class, int8_note, note_if_int8_is_slower
 from .interface import Engine, check_precision, engine_spec
 from .registry import (
     DEFAULT_ENGINE,
@@ -63,8 +63,9 @@ def as_engine(model: Any) -> Engine:
     return model if isinstance(model, Engine) else TorchEngine(model)
 
 
-__all__ = ["CT2_INSTALL", "CT2_OPTIONS", "DEFAULT_ENGINE", "DTYPE_CHOICES", "ENGINES", "ENGINE_REGISTRY",
-           "EXPORT_INFO", "GENERATE_DEFAULTS", "INT8_DOC", "INT8_MEASURED", "QUANTIZE_CHOICES", "CTranslate2Engine",
-           "CTranslate2Missing", "Engine", "EngineSpec", "TorchEngine", "alignment_matrix", "as_engine",
-           "check_precision", "engine_help", "engine_spec", "engines_that", "int8_note", "note_if_int8_is_slower",
-           "option_choices", "quantize_int8", "read_export_info", "register", "require_ctranslate2"]
+__all__ = ["CPU_CLASSES", "CT2_INSTALL", "CT2_OPTIONS", "DEFAULT_ENGINE", "DTYPE_CHOICES", "ENGINES",
+           "ENGINE_REGISTRY", "EXPORT_INFO", "GENERATE_DEFAULTS", "INT8_DOC", "INT8_MEASURED", "QUANTIZE_CHOICES",
+           "CTranslate2Engine", "CTranslate2Missing", "Engine", "EngineSpec", "TorchEngine", "alignment_matrix",
+           "as_engine", "check_precision", "cpu_class", "engine_help", "engine_spec", "engines_that", "int8_note",
+           "note_if_int8_is_slower", "option_choices", "quantize_int8", "read_export_info", "register",
+           "require_ctranslate2"]

@@ -41,6 +41,7 @@ from ...folders import require_model_folder
 from ...models.compat import CACHE_NAME, cache_field
 from ...models.rnn_cache import StateLayer
 from ...tokenization import check_tokenizer_matches_model
+from .int8 import CPU_CLASSES, cpu_class, note_once
 from .interface import Engine, check_positions, check_precision
 from .onnx_layout import EMPTY, EXPORT_ID_KEY, MANIFEST, OnnxLayout, read_layout
 from .registry import ENGINE_REGISTRY
@@ -248,6 +249,16 @@ def check_graph(session: Any, path: Path, layout: OnnxLayout, inputs: list[str],
                              f"{layout.vocab_size}; {REDO}.")
 
 
+def full_range_int8_note(export_dir: Path, layout: OnnxLayout) -> str | None:
+    """The note for an int8 export made before the export stored 7-bit weights (its manifest's check names no
+    ``int8_weights``), on a CPU where its full-range weights saturate (x86 without VNNI); else None."""
+    if layout.weights != "int8" or "int8_weights" in layout.check or cpu_class() != "x86-avx2":
+        return None
+    return (f"note: {export_dir} holds full-range int8 weights (an export before 7-bit ones), whose products "
+            f"saturate on {CPU_CLASSES['x86-avx2']}: its outputs can be far from the model's; export it again with "
+            "`encdec export --format onnx --quantize int8`")
+
+
 class OnnxRuntimeEngine(Engine):
     """ONNX Runtime sessions over an exported folder, searched by transformers' ``generate()``."""
 
@@ -262,6 +273,7 @@ class OnnxRuntimeEngine(Engine):
         if quantize == "int8" and layout.weights != "int8":
             raise EncdecError(f"{export_dir} holds float32 graphs; ONNX Runtime's int8 is chosen at export: export "
                               "with `encdec export --format onnx --quantize int8` and pass that folder.")
+        note_once(full_range_int8_note(export_dir, layout))
         self.config = AutoConfig.from_pretrained(export_dir, trust_remote_code=True)
         if (self.config.model_type, self.config.vocab_size) != (layout.family, layout.vocab_size):
             raise InputFileError(f"{export_dir / MANIFEST} describes a {layout.family} model of {layout.vocab_size} "
