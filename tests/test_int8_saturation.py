@@ -27,6 +27,7 @@ from encdec.inference.engines import onnxruntime_engine
 from encdec.inference.engines.int8 import CPU_CLASSES, classify_cpu, cpu_class, saturation_note
 from encdec.inference.engines.onnx_layout import DECODER_FILE, ENCODER_FILE, MANIFEST, read_layout
 from encdec.ship import onnx_export
+from encdec.ship.export import export_ctranslate2
 from encdec.ship.onnx_export import (
     INT8_SCHEMES,
     ExportCheckFailed,
@@ -165,10 +166,27 @@ def test_ctranslate2_int8_says_it_saturates_without_vnni() -> None:
     under QEMU's Haswell); torch's (7-bit activations) and the ONNX export's (7-bit weights) do not."""
     note = saturation_note("ctranslate2", "x86-avx2")
     assert note == ("note: ctranslate2's int8 adds its products in saturating 16-bit pairs on x86-64 without VNNI "
-                    "(AVX2): its logits measured up to 0.27 x their range away from float32's; float32 is exact; see "
-                    "docs/fast-inference.md#int8-on-every-cpu")
+                    "(AVX2) (its logits measured up to 0.27 x their range away from float32's): it computes in float32 "
+                    "here, which is exact; see docs/fast-inference.md#int8-on-every-cpu")
     assert saturation_note("ctranslate2", "x86-vnni") is saturation_note("ctranslate2", "arm64") is None
     assert saturation_note("torch", "x86-avx2") is None
+
+
+def test_ctranslate2_computes_in_float32_where_its_int8_saturates(float32_exports, tmp_path, monkeypatch,
+                                                                    capsys) -> None:
+    """int8 asked of CTranslate2 (``--quantize int8``, or an int8 export loaded as it is) computes in float32 on x86
+    without VNNI, saying so in one line; in int8 on every other CPU class."""
+    pytest.importorskip("ctranslate2")
+    folder = save_for_pipeline_of(float32_exports["transformer"])
+    exports = {kind: export_ctranslate2(folder, tmp_path / kind, quantization=kind) for kind in ("float32", "int8")}
+    for cpu, in_float32 in (("x86-vnni", False), ("arm64", False), ("x86-avx2", True)):
+        monkeypatch.setattr(int8_notes, "_int8_notes_said", set())
+        monkeypatch.setattr(int8_notes, "cpu_class", lambda cpu=cpu: cpu)
+        asked = load_engine(exports["float32"], "ctranslate2", quantize="int8")[0]
+        stored = load_engine(exports["int8"], "ctranslate2")[0]
+        assert [asked.precision == "float32", stored.precision == "float32"] == [in_float32, in_float32], cpu
+        noted = saturation_note("ctranslate2", "x86-avx2") in capsys.readouterr().err.splitlines()
+        assert noted == in_float32, cpu
 
 
 def test_an_int8_export_before_7_bit_weights_is_noted_where_it_saturates(float32_exports, tmp_path, monkeypatch,

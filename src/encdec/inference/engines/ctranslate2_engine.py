@@ -19,7 +19,7 @@ from transformers import AutoTokenizer, GenerationConfig, PreTrainedTokenizerBas
 from ...errors import EncdecError
 from ...folders import EXPORT_INFO, read_json, require_model_folder
 from ...models.configuration_transformer_seq2seq import TransformerSeq2SeqConfig
-from .int8 import note_if_int8_is_slower
+from .int8 import note_if_int8_is_slower, note_once, saturation_note
 from .interface import Engine, check_positions, check_precision
 from .registry import ENGINE_REGISTRY
 
@@ -61,6 +61,11 @@ def read_export_info(export_dir: str | os.PathLike) -> dict[str, Any]:
     return read_json(export_dir / EXPORT_INFO, "the export record")
 
 
+def computes_int8(compute_type: str, info: dict[str, Any]) -> bool:
+    """Whether CTranslate2 computes in int8 given ``compute_type``: asked for, or ``"default"`` on an int8 export."""
+    return (compute_type if compute_type != "default" else str(info.get("quantization"))).startswith("int8")
+
+
 class CTranslate2Engine(Engine):
     """A CTranslate2 ``Translator`` over an exported folder. It reads tokens, not ids: the source ids become their
     tokens (the ``</s>`` that ``generate()`` sees included) and the output tokens become ids again."""
@@ -79,8 +84,11 @@ class CTranslate2Engine(Engine):
         # the weights are converted to the type asked for at load time; none asked: the type the export stored them
         # in (CTranslate2's "default"), so an int8 export computes in int8 without --quantize int8 again
         compute_type = quantize or dtype or "default"
-        threads = torch.get_num_threads() if threads is None else threads  # as many as torch would use
         kind, _, index = device.partition(":")  # "cuda:1" (a process of a launch): CTranslate2 takes the index apart
+        if kind == "cpu" and computes_int8(compute_type, info) and saturation_note(self.name):
+            note_once(saturation_note(self.name))  # its int8 is not exact on this CPU; float32 is
+            compute_type = "float32"
+        threads = torch.get_num_threads() if threads is None else threads  # as many as torch would use
         try:
             self.translator = ct2.Translator(str(export_dir), device=kind, device_index=int(index or 0),
                                              compute_type=compute_type, intra_threads=threads)

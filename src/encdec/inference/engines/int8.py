@@ -88,8 +88,9 @@ def saturation_note(engine: str, cpu: str | None = None) -> str | None:
     classes, measured = INT8_SATURATES.get(engine, ((), 0.0))
     if cpu not in classes:
         return None
-    return (f"note: {engine}'s int8 adds its products in saturating 16-bit pairs on {CPU_CLASSES[cpu]}: its logits "
-            f"measured up to {measured:g} x their range away from float32's; float32 is exact; see {SATURATION_DOC}")
+    return (f"note: {engine}'s int8 adds its products in saturating 16-bit pairs on {CPU_CLASSES[cpu]} (its logits "
+            f"measured up to {measured:g} x their range away from float32's): it computes in float32 here, which is "
+            f"exact; see {SATURATION_DOC}")
 
 
 def note_if_int8_is_slower(engine: str, config: Mapping[str, Any] | Any) -> None:
