@@ -300,7 +300,7 @@ class FileAPI:
 
     async def translate_file(self, request: Request) -> JSONResponse:
         body, upload = await self.read_form(request)
-        self.store.check()  # before the request is counted
+        await asyncio.to_thread(self.store.check)  # before the request is counted (disk work: off the event loop)
         key = await self.api.admit(body, request)  # the key as /translate's, and one request counted
         if upload is None:
             raise Refusal("Invalid request: missing file parameter")
@@ -370,7 +370,7 @@ class FileAPI:
 
     async def download_file(self, request: Request) -> Response:  # the path's parts read here: no 422 to document
         file_id, name = request.path_params["file_id"], request.path_params["name"]
-        data = self.store.read(file_id, name)
+        data = await asyncio.to_thread(self.store.read, file_id, name)
         if data is None:
             raise Refusal(f"Invalid request: no translated file {file_id}/{name}: it was never made, or it expired "
                           f"(files are kept {self.settings.file_expiry_minutes:g} minutes)", 404)
