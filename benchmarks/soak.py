@@ -478,7 +478,39 @@ def total(sample: dict[str, float]) -> float:
 
 
 def verdict(result: SoakResult, check_flat: float | None = None) -> tuple[str, list[str]]:
-    """A line that says how the memory grew after the warm-up, and the reasons the run fails (none: it passed)."""
+    """A line that says how the memory grew after the warm-up, and the reasons the run fails (none: it passed).
+
+    What is checked is the server's own process, the one that serves every client for as long as it runs. The
+    processes it starts (the document workers) are each replaced after a few dozen documents, their memory returned
+    with them, so their sum rises and falls with where each is in its life: the line gives their range after the
+    warm-up, and a run fails if they grow in number (a process leak) rather than in size."""
+    failures = run_failures(result)
+    compared = growth(result)
+    if compared is None:
+        return "too few memory samples for a verdict", failures + ["too few memory samples"]
+    first, last = compared
+    grown = last["server"] - first["server"]
+    span = last["requests"] - first["requests"]
+    after = [sample for sample in result.tally.samples if first["requests"] <= sample["requests"]]
+    children = [sample["children"] for sample in after]
+    line = (f"server process RSS from request {first['requests']:,} to {last['requests']:,}: {first['server']:,.1f} "
+            f"-> {last['server']:,.1f} MiB, {grown:+,.1f} MiB ({grown / span * 1000:+.2f} MiB per 1,000 requests); "
+            f"its child processes {min(c['count'] for c in after)} to {max(c['count'] for c in after)}, "
+            f"{min(children):,.1f} to {max(children):,.1f} MiB together")
+    if max(sample["count"] for sample in after) > first["count"] + 1:
+        failures.append(f"the server's child processes grew from {first['count']} to "
+                        f"{max(sample['count'] for sample in after)} after the warm-up")
+    if check_flat is not None:
+        flat = grown <= check_flat
+        line += f": {'flat' if flat else 'not flat'} (--check-flat {check_flat:g} MiB)"
+        if not flat:
+            failures.append(f"the server's RSS grew {grown:+,.1f} MiB after the warm-up, over --check-flat "
+                            f"{check_flat:g} MiB")
+    return line, failures
+
+
+def run_failures(result: SoakResult) -> list[str]:
+    """The reasons other than memory that fail a run: a 5xx, a request without answer, a dead or faulty server."""
     failures = []
     failed = result.tally.failed()
     server_errors = {status: n for status, n in failed.items() if status >= 500}
@@ -495,21 +527,7 @@ def verdict(result: SoakResult, check_flat: float | None = None) -> tuple[str, l
                         f"{result.faults[0]!r}")
     if result.stopped:
         failures.append(f"the requests stopped early, at {result.stopped}")
-    compared = growth(result)
-    if compared is None:
-        return "too few memory samples for a verdict", failures + ["too few memory samples"]
-    first, last = compared
-    grown = total(last) - total(first)
-    span = last["requests"] - first["requests"]
-    line = (f"RSS (server and its child processes) from request {first['requests']:,} to {last['requests']:,}: "
-            f"{total(first):,.1f} -> {total(last):,.1f} MiB, {grown:+,.1f} MiB ({grown / span * 1000:+.2f} MiB per "
-            "1,000 requests)")
-    if check_flat is not None:
-        flat = grown <= check_flat
-        line += f": {'flat' if flat else 'not flat'} (--check-flat {check_flat:g} MiB)"
-        if not flat:
-            failures.append(f"RSS grew {grown:+,.1f} MiB after the warm-up, over --check-flat {check_flat:g} MiB")
-    return line, failures
+    return failures
 
 
 def memory_table(result: SoakResult) -> str:

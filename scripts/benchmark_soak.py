@@ -8,8 +8,9 @@ they go; writes docs/serving.md's "Soak" section.
 The section is rewritten between ``<!-- begin: soak -->`` and ``<!-- end: soak -->`` (``--output -`` prints it
 instead): the RSS every ``--every`` requests, the requests of each kind with their statuses and latencies, and a
 verdict line, the growth after ``--warmup`` requests. It exits 1, after writing, when a request got a 5xx or no
-answer, the server logged a fault or died, the run stopped early (``--time-limit``), or the RSS grew more than
-``--check-flat`` MiB after the warm-up. benchmarks/soak.py holds the method.
+answer, the server logged a fault or died, the run stopped early (``--time-limit``), its child processes grew in
+number, or the server process grew more than ``--check-flat`` MiB after the warm-up. benchmarks/soak.py holds the
+method.
 """
 
 from __future__ import annotations

@@ -27,13 +27,17 @@ def made_up(statuses: dict[str, dict[int, int]], rss: list[float], exit_status: 
 def test_the_verdict_is_the_growth_after_the_warm_up_and_fails_only_over_the_check() -> None:
     result = made_up({"native": {200: 3000}, "detect": {429: 3}}, [400, 600, 700, 701, 702, 703.5])
     line, failures = verdict(result)
-    assert line == ("RSS (server and its child processes) from request 1,000 to 2,500: 710.0 -> 713.5 MiB, "
-                    "+3.5 MiB (+2.33 MiB per 1,000 requests)")
+    assert line == ("server process RSS from request 1,000 to 2,500: 700.0 -> 703.5 MiB, +3.5 MiB (+2.33 MiB per "
+                    "1,000 requests); its child processes 1 to 1, 10.0 to 10.0 MiB together")
     assert failures == []  # a 4xx is counted, not failed
     assert verdict(result, check_flat=4)[1] == []
     line, failures = verdict(result, check_flat=2)
     assert line.endswith(": not flat (--check-flat 2 MiB)")
-    assert failures == ["RSS grew +3.5 MiB after the warm-up, over --check-flat 2 MiB"]
+    assert failures == ["the server's RSS grew +3.5 MiB after the warm-up, over --check-flat 2 MiB"]
+    # more workers after the warm-up: a leak
+    for sample, count in zip(result.tally.samples, [0, 1, 1, 1, 2, 3], strict=True):
+        sample["count"] = count
+    assert verdict(result)[1] == ["the server's child processes grew from 1 to 3 after the warm-up"]
 
 
 def test_a_5xx_a_request_without_answer_a_fault_a_dead_server_and_a_cut_short_run_each_fail() -> None:
@@ -64,4 +68,4 @@ def test_a_short_soak_of_a_real_server_passes_and_writes_its_section(pairs, tmp_
     assert [int(n) for n in re.findall(r"^\| (\d+) \|", text, re.MULTILINE)] == [0, 15, 30, 45]
     rows = re.findall(r"^\| (?:native|LT) .*?\| (\d+) \| (\d+) \| (.*?) \|", text, re.MULTILINE)
     assert rows == [("3", "3", "-")] * (len(TEXT_KINDS) + len(FILES)) + [("12", "12", "-")], text
-    assert "**RSS (server and its child processes) from request 15 to 45: " in text
+    assert "**server process RSS from request 15 to 45: " in text
