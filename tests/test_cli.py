@@ -601,13 +601,13 @@ def test_a_command_under_a_launcher_says_how_many_processes_run() -> None:
     assert describe_processes("serve", two) is None  # not a command a launcher runs
 
 
-def test_a_wrong_flag_gets_its_command_usage_and_a_suggestion(capsys) -> None:
+def test_a_wrong_flag_gets_a_suggestion_first_then_its_command_usage(capsys) -> None:
     with pytest.raises(SystemExit) as done:
         main(["translate", "--model", "runs/x", "--num-beamz", "3"])
     assert done.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err[0].startswith("usage: encdec translate ")  # the command's usage, not the top-level one
-    assert err[-1] == "encdec translate: error: unrecognized arguments: --num-beamz 3 (did you mean --num-beams?)"
+    assert err[0] == "encdec translate: error: unrecognized arguments: --num-beamz 3 (did you mean --num-beams?)"
+    assert err[1].startswith("usage: encdec translate ")  # then the command's usage, not the top-level one
     with pytest.raises(SystemExit):
         main(["serve", "--model", "runs/x", "--zzz"])
-    assert capsys.readouterr().err.strip().splitlines()[-1] == "encdec serve: error: unrecognized arguments: --zzz"
+    assert capsys.readouterr().err.strip().splitlines()[0] == "encdec serve: error: unrecognized arguments: --zzz"

@@ -383,15 +383,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def refuse_unknown(parser: argparse.ArgumentParser, unknown: list[str]) -> None:
-    """A wrong flag, refused with the subcommand's usage (argparse would show the top-level one) and, when a flag of
-    the command is close, "did you mean" it (Python 3.12's ``suggest_on_error`` does this for choices only)."""
+    """A wrong flag, refused in one line first (with, when a flag of the command is close, "did you mean" it: Python
+    3.12's ``suggest_on_error`` does this for choices only), then the subcommand's usage (argparse would show the
+    top-level one, and before the error, where a long usage buries it)."""
     import difflib
 
     flags = [flag for action in parser._actions for flag in action.option_strings]
     wrong = [arg.split("=", 1)[0] for arg in unknown if arg.startswith("-")] or unknown
     close = difflib.get_close_matches(wrong[0], flags, n=1, cutoff=0.6)
     hint = f" (did you mean {close[0]}?)" if close else ""
-    parser.error(f"unrecognized arguments: {' '.join(unknown)}{hint}")
+    parser.exit(2, f"{parser.prog}: error: unrecognized arguments: {' '.join(unknown)}{hint}\n{parser.format_usage()}")
 
 
 def add_demo_options(p: argparse.ArgumentParser) -> None:
