@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -63,18 +62,12 @@ def timed(command: list[str], env: dict[str, str]) -> tuple[float, float]:
     return float(seconds), int(kib) / 1024
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def translate_command(model: Path, source: Path, output: Path, processes: int, extra: list[str]) -> list[str]:
     # CPU processes come from the repository's cpu-2proc.yaml (its torchrun launcher): `accelerate launch --cpu
-    # --num_processes N` starts a single process
+    # --num_processes N` starts a single process; --main_process_port 0: accelerate picks a free port
     launch = ([sys.executable, "-m", "encdec"] if processes == 1 else
               [sys.executable, "-m", "accelerate.commands.launch", "--config_file", "configs/accelerate/cpu-2proc.yaml",
-               "--num_processes", str(processes), "--main_process_port", str(free_port()), "-m", "encdec"])
+               "--num_processes", str(processes), "--main_process_port", "0", "-m", "encdec"])
     return [*launch, "translate", "--model", str(model), "--input", str(source), "--output", str(output),
             "--overwrite", "--quiet", *extra]
 

@@ -33,7 +33,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -80,20 +79,15 @@ def run_config(root: Path, family: str, output_dir: Path, **training) -> Path:
     })
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def launch_command(args: list[str], accelerate: bool = False) -> tuple[list[str], dict[str, str]]:
-    """The command and environment of ``launch``. torchrun's ``--standalone`` binds its rendezvous store to port 0
-    itself and hands the workers that store: no port is picked, released and bound later. accelerate's launcher takes
-    a port number (never the default 29500, which other jobs on the machine may hold); should another process take
-    it before the launch, accelerate sees the port in use and falls back to the same standalone rendezvous."""
+    """The command and environment of ``launch``; the launcher chooses the rendezvous port, the test never does.
+    torchrun's ``--standalone`` binds its rendezvous store to port 0 itself and hands the workers that store.
+    accelerate's launcher has no such flag: with ``--main_process_port 0`` it asks the system for a free port (never
+    the config's 29500, which other jobs on the machine may hold), and should another process hold that port when it
+    checks, it falls back to the same standalone rendezvous."""
     if accelerate:
         launcher = ["accelerate.commands.launch", "--config_file", str(ACCELERATE_CONFIGS / "cpu-2proc.yaml"),
-                    "--main_process_port", str(free_port())]
+                    "--main_process_port", "0"]
     else:
         launcher = ["torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",

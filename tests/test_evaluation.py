@@ -14,6 +14,8 @@ from encdec.errors import EncdecError, InputFileError, OverwriteError
 from encdec.inference import load_model_and_tokenizer, translate
 from encdec.inference.evaluation import evaluate_model
 from encdec.io_utils import read_lines
+from encdec_cli import main
+from test_io_utils import hold_lock
 from tiny_model_folders import FAMILIES, build_model_folders, date_tokenizer, save_folder
 from toy import folder_model
 
@@ -164,6 +166,35 @@ def test_existing_output_is_kept_unless_overwrite(folders: dict[str, Path], test
     assert output.read_text(encoding="utf-8") == "keep me"
     evaluate_model(folders["transformer"], *test_set, output_file=output, overwrite=True, **DECODING)
     assert json.loads(output.read_text(encoding="utf-8"))["num_sentences"] == 10
+
+
+def test_evaluate_output_holds_the_writer_lock(folders: dict[str, Path], test_set: tuple[Path, Path], tmp_path: Path,
+                                               capsys: pytest.CaptureFixture) -> None:
+    """While another process holds ``results.json.lock``, ``encdec evaluate --output results.json`` (with
+    ``--overwrite`` or not) is refused in one line naming the file and the holder, and writes nothing; once the holder
+    is gone it runs, and leaves no lock file behind, nor does a run that fails."""
+    output = tmp_path / "results.json"
+    argv = ["evaluate", "--model", str(folders["transformer"]), "--source-file", str(test_set[0]), "--reference-file",
+            str(test_set[1]), "--num-beams", "1", "--max-new-tokens", "5", "--quiet", "--output", str(output)]
+    holder = hold_lock(tmp_path / "results.json.lock")
+    try:
+        for extra in ([], ["--overwrite"]):
+            capsys.readouterr()
+            assert main([*argv, *extra]) == 2
+            captured = capsys.readouterr()
+            assert captured.out == ""
+            assert captured.err.splitlines() == [
+                f"encdec evaluate: error: {output} is being written by another process (PID {holder.pid}, which holds "
+                f"{output}.lock); wait for it to finish, or stop it, then rerun."]
+        assert sorted(path.name for path in tmp_path.iterdir()) == ["results.json.lock"]
+    finally:
+        holder.kill()
+        holder.wait(timeout=60)
+    assert main([*argv, "--model", str(tmp_path / "no-model")]) == 2  # a failed run lets go of the lock too
+    assert list(tmp_path.iterdir()) == []
+    assert main(argv) == 0
+    assert json.loads(output.read_text(encoding="utf-8"))["num_sentences"] == 10
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["results.json"]
 
 
 def test_tokenizer_that_does_not_match_the_model_is_refused(test_set: tuple[Path, Path], tmp_path: Path) -> None:

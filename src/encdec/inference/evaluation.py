@@ -9,13 +9,15 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from ..errors import InputFileError
 from ..folders import refuse_model_overwrite
 from ..io_utils import (
+    WriterLock,
     atomic_write_json,
     count_lines,
     read_aligned_lines,
@@ -95,7 +97,8 @@ def evaluate_model(
 ) -> dict[str, Any]:
     """Translate ``source_file`` with the model folder ``model_dir`` and score the output against
     ``reference_file``; return the scores, their sacreBLEU signatures, the decoding settings and the speed, and
-    write them as JSON to ``output_file`` (atomically) when given.
+    write them as JSON to ``output_file`` (atomically) when given, holding its writer lock for the whole run
+    (``output_lock``: a second run into the same file is refused).
 
     Prints nothing but the progress (on stderr; the source is streamed in chunks, ``encdec.inference.corpus``). Input
     problems raise ``InputFileError``; an existing ``output_file`` raises ``OverwriteError`` unless ``overwrite``; both
@@ -109,31 +112,53 @@ def evaluate_model(
     references = read_lines(reference_file, "reference file")
     check_line_counts(source_file, references, reference_file)
     shard = Shard()
-    model, tokenizer = load_engine(model_dir, engine, quantize=quantize, dtype=dtype,
-                                   device=shard.device if device == "cpu" else device)
-    options = resolve_options(model.generation_config, num_beams=num_beams, max_new_tokens=max_new_tokens,
-                              length_penalty=length_penalty)
-    start = time.perf_counter()
-    hypotheses = translate_test_set(model, tokenizer, source_file, options, batch_size, chunk_size, show_progress,
-                                    shard)
-    seconds = time.perf_counter() - start
-    if not shard.is_main:  # several processes: the main one scores and writes
-        return {}
-    results = {
-        **score_translations(hypotheses, references),
-        "num_sentences": len(hypotheses),
-        "num_beams": options.num_beams, "batch_size": batch_size, "max_new_tokens": options.max_new_tokens,
-        "length_penalty": effective_length_penalty(model, length_penalty),
-        "sentences_per_second": round(len(hypotheses) / seconds, 2) if seconds > 0 else None,
-        "translation_seconds": round(seconds, 3),
-        "device": device, "engine": engine, "precision": model.precision,
+    with output_lock(shard, output_file):
+        model, tokenizer = load_engine(model_dir, engine, quantize=quantize, dtype=dtype,
+                                       device=shard.device if device == "cpu" else device)
+        options = resolve_options(model.generation_config, num_beams=num_beams, max_new_tokens=max_new_tokens,
+                                  length_penalty=length_penalty)
+        start = time.perf_counter()
+        hypotheses = translate_test_set(model, tokenizer, source_file, options, batch_size, chunk_size,
+                                        show_progress, shard)
+        seconds = time.perf_counter() - start
+        if not shard.is_main:  # several processes: the main one scores and writes
+            return {}
+        results = {
+            **score_translations(hypotheses, references),
+            "num_sentences": len(hypotheses),
+            "num_beams": options.num_beams, "batch_size": batch_size, "max_new_tokens": options.max_new_tokens,
+            "length_penalty": effective_length_penalty(model, length_penalty),
+            "sentences_per_second": round(len(hypotheses) / seconds, 2) if seconds > 0 else None,
+            "translation_seconds": round(seconds, 3),
+            "device": device, "engine": engine, "precision": model.precision,
+            **input_paths(models, source_file, reference_file),
+        }
+        if output_file is not None:
+            atomic_write_json(output_file, results)
+        return results
+
+
+@contextmanager
+def output_lock(shard: Shard, output_file: Path | None) -> Iterator[None]:
+    """Hold the writer lock of ``output_file`` (``OUTPUT.lock``, as ``encdec translate`` holds its output's) for the
+    block, in the main process, which writes it: a second run into the same file is refused, in one line, before
+    it loads a model. The lock file goes at the end of the block, however it ends."""
+    lock = on_main(shard, lambda: None if output_file is None else WriterLock(
+        output_file.with_name(output_file.name + ".lock"), str(output_file)).acquire())
+    try:
+        yield
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def input_paths(models: Sequence[str | os.PathLike], source_file: str | os.PathLike,
+                reference_file: str | os.PathLike) -> dict[str, Any]:
+    """The absolute paths an evaluation read, as its results record them (a list of model folders for an ensemble)."""
+    return {
         "model_dir": str(Path(models[0]).resolve()) if len(models) == 1 else [str(Path(m).resolve()) for m in models],
-        **{name: str(Path(path).resolve()) for name, path in (("source_file", source_file),
-                                                              ("reference_file", reference_file))},
+        "source_file": str(Path(source_file).resolve()), "reference_file": str(Path(reference_file).resolve()),
     }
-    if output_file is not None:
-        atomic_write_json(output_file, results)
-    return results
 
 
 def translate_test_set(model: Any, tokenizer: Any, source_file: str | os.PathLike, options: DecodeOptions,
