@@ -111,11 +111,12 @@ class FrontEnds:
         return self.resolved[-1]
 
     def native(self, **body) -> DecodeOptions:
-        """The JSON body of the native `POST /translate`, checked by its schema and turned into jobs."""
+        """The JSON body of the native `POST /translate`, checked by its schema and turned into jobs: the options of
+        the last (with `n_best`, the n-best list's; its translation's are those asked without `n_best`)."""
         request = request_schema(self.service.limits)(text="3 March 2021", **body).model_dump()
         for name in ("source", "target", "model", "split_sentences"):  # the server takes them first
             request.pop(name)
-        return self.service.jobs(**request)[0].options
+        return self.service.jobs(**request)[-1].options
 
     def libretranslate(self, **body) -> tuple[DecodeOptions, DecodeOptions | None]:
         """LibreTranslate's body: the translation's options, and its alternatives'."""
@@ -155,8 +156,8 @@ def test_every_front_end_turns_one_request_into_equal_options(folder, tmp_path, 
 def test_libretranslate_decodes_its_translation_as_the_others_and_its_alternatives_as_an_n_best_list(
         folder, tmp_path, monkeypatch) -> None:
     """The translation: the default options whatever `alternatives`; the alternatives: `encdec translate --n-best
-    K+1`'s list (which widens the model's 2 beams to K+1). The native API's `n_best` is the one n-best list in beam
-    order (ranked False); the rest of its options are the command line's."""
+    K+1`'s list (which widens the model's 2 beams to K+1). The native API's `n_best` list is `encdec translate
+    --n-best`'s too (`keep_duplicates` as `--keep-duplicates`), its translation the one asked without `n_best`."""
     ends = FrontEnds(folder, tmp_path, monkeypatch)
     default = ends.cli()
     assert ends.libretranslate(q="x") == (default, None) and ends.native() == default
@@ -165,8 +166,11 @@ def test_libretranslate_decodes_its_translation_as_the_others_and_its_alternativ
     assert alternatives == ends.cli("--n-best", "3")
     assert (alternatives.num_beams, alternatives.n_best, alternatives.ranked) == (3, 3, True)
     assert ends.libretranslate(q="x", alternatives=1)[1] == ends.cli("--n-best", "2")  # the model's 2 beams
-    native = ends.native(num_beams=3, n_best=3)
-    assert native == dataclasses.replace(ends.cli("--num-beams", "3", "--n-best", "3"), ranked=False)
+    assert ends.native(num_beams=3, n_best=3) == ends.cli("--num-beams", "3", "--n-best", "3")
+    assert ends.native(num_beams=3, n_best=3, keep_duplicates=True) == ends.cli("--num-beams", "3", "--n-best", "3",
+                                                                                 "--keep-duplicates")
+    translation, listed = ends.service.jobs(text="3 March 2021", num_beams=3, n_best=3)
+    assert translation.options == ends.cli("--num-beams", "3") and listed.n_best_list
 
 
 def test_the_command_line_names_the_flag_of_an_option_out_of_range(folder, tmp_path, capsys) -> None:

@@ -122,8 +122,9 @@ def test_the_command_line_translates_evaluates_and_serves(folders, exports, tmp_
     service = load_models([f"de-en={export},engine=onnxruntime"]).pick("de", "en").service
     torch_service = load_models([f"de-en={folders[name]}"]).pick("de", "en").service
     assert (service.info()["engine"], service.info()["alignments"]) == ("onnxruntime", False)
-    answers = [served.decode(served.jobs(texts[:6], n_best=2, return_scores=True, num_beams=3))
-               for served in (service, torch_service)]
+    asked = [(served, served.jobs(texts[:6], n_best=2, return_scores=True, num_beams=3))
+             for served in (service, torch_service)]  # each text's translation, then its n-best list
+    answers = [served.per_text(jobs, [served.decode([job])[0] for job in jobs]) for served, jobs in asked]
     for got, expected in zip(*answers, strict=True):  # the same texts and n-best lists, the same scores
         assert [h["text"] for h in got["n_best"]] == [h["text"] for h in expected["n_best"]]
         assert [h["score"] for h in got["n_best"]] == pytest.approx([h["score"] for h in expected["n_best"]], abs=1e-4)

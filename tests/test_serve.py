@@ -43,7 +43,7 @@ from encdec.cards import write_model_card
 from encdec.cli import main
 from encdec.errors import EncdecError
 from encdec.folders import save_for_pipeline
-from encdec.inference import load_engine, load_model_and_tokenizer, translate, translate_n_best
+from encdec.inference import load_engine, load_model_and_tokenizer, translate, translate_detailed
 from encdec.inference.plotting import attention_matrix
 from encdec.serve import (
     BatchRecord,
@@ -169,7 +169,8 @@ def test_translate_answers_as_offline_translation(family, folders, sources) -> N
     texts = sources[:8]
     engine, tokenizer = load_engine(folders[family])
     expected = translate(engine, tokenizer, texts, num_beams=3)
-    expected_n_best = translate_n_best(engine, tokenizer, texts, 2, num_beams=3)
+    expected_n_best = [[h.text for h in found] for found in translate_detailed(engine, tokenizer, texts, 2,
+                                                                               num_beams=3)]
     with serve_app(folders[family]) as server:
         status, body, _ = request(f"{server.url}/translate", {"text": texts, "num_beams": 3, "n_best": 2,
                                                                "return_scores": True})
@@ -182,8 +183,40 @@ def test_translate_answers_as_offline_translation(family, folders, sources) -> N
     for text, answer in zip(texts, answers, strict=True):
         log_prob = teacher_forced_log_prob(engine.model, tokenizer, text, num_beams=3)
         assert answer["score"] == pytest.approx(log_prob, abs=1e-4)
-        assert answer["n_best"][0]["score"] == answer["score"]
+        assert answer["n_best"][0]["score"] >= answer["score"]  # the list's first: the best log P of the beams
         assert answer["score"] < 0
+
+
+def test_n_best_lists_are_translate_s_best_first_and_distinct(folders, sources, tmp_path, capsys) -> None:
+    """A native n-best list is the one `encdec translate --n-best` prints for that text: best first by the printed
+    score, each text once (trained, the beams of some of these texts repeat one); with `keep_duplicates`, as
+    `--keep-duplicates`. The translation, its score and its alignment are those of a request without `n_best`."""
+    folder, texts = folders["transformer"], sources[:60]
+    (tmp_path / "in.txt").write_text("".join(text + "\n" for text in texts))
+    asked = {"text": texts, "num_beams": 8, "return_scores": True, "return_alignments": True}
+    with serve_app(folder) as server:
+        _, plain, _ = request(f"{server.url}/translate", asked)
+        answers = {keep: request(f"{server.url}/translate", {**asked, "n_best": 4, **({"keep_duplicates": True}
+                                                                                   if keep else {})})[1]
+                   for keep in (False, True)}  # by default: distinct
+    capsys.readouterr()  # what the server said
+    repeats = {}
+    for keep in (False, True):
+        flags = ["--keep-duplicates"] if keep else []
+        assert main(["translate", "--model", str(folder), "--input", str(tmp_path / "in.txt"), "--num-beams", "8",
+                     "--n-best", "4", "--scores", *flags]) == 0
+        printed = [[] for _ in texts]
+        for line in capsys.readouterr().out.splitlines():
+            index, text, score = line.split(" ||| ")
+            printed[int(index)].append((text, float(score)))
+        lists = [[(h["text"], float(f"{h['score']:.4f}")) for h in answer.pop("n_best")]
+                 for answer in answers[keep]["translations"]]
+        assert lists == printed
+        assert all([score for _, score in listed] == sorted([score for _, score in listed], reverse=True)
+                   for listed in lists)
+        repeats[keep] = sum(len({text for text, _ in listed}) < len(listed) for listed in lists)
+        assert answers[keep] == plain
+    assert repeats[False] == 0 and repeats[True] > 0
 
 
 @pytest.mark.parametrize("family", ["transformer", "rnn"])
@@ -364,9 +397,9 @@ def test_health_info_page_and_schema(folders, tmp_path) -> None:
     assert "src=\"http" not in page and "href=\"http" not in page and "@import" not in page  # no external assets
     request_schema = schema["components"]["schemas"]["TranslateRequest"]
     assert set(request_schema["properties"]) == {"text", "num_beams", "max_new_tokens", "length_penalty", "n_best",
-                                                 "return_scores", "return_alignments", "alignment_layer",
-                                                 "alignment_head", "split_sentences", "source", "target",
-                                                 "model"}
+                                                 "keep_duplicates", "return_scores", "return_alignments",
+                                                 "alignment_layer", "alignment_head", "split_sentences", "source",
+                                                 "target", "model"}
     assert [(m["name"], m["source"], m["family"]) for m in info["models"]] == [("rnn", None, "rnn_seq2seq")]
     assert all(p.get("description") for p in request_schema["properties"].values())
     assert request_schema["additionalProperties"] is False
@@ -412,8 +445,8 @@ def test_openapi_documents_the_errors_the_server_sends(folders) -> None:
 
 
 SEND_JSON = 'send a JSON object such as {"text": "..."} with Content-Type: application/json.'
-OPTIONS = ("text, num_beams, max_new_tokens, length_penalty, n_best, return_scores, return_alignments, "
-           "alignment_layer, alignment_head, split_sentences, source, target, model")
+OPTIONS = ("text, num_beams, max_new_tokens, length_penalty, n_best, keep_duplicates, return_scores, "
+           "return_alignments, alignment_layer, alignment_head, split_sentences, source, target, model")
 BEAMS_1_TO_6 = "send a whole number from 1 to 6, or null for the model's default."
 PENALTY_HINT = "send a finite number from -10 to 10, or null for the model's default."
 SURROGATE = "is not text; send valid Unicode (a surrogate pair is fine, half of one is not)."

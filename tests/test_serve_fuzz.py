@@ -22,8 +22,8 @@ from tiny_model_folders import build_model_folders
 
 SEED = int(os.environ.get("ENCDEC_FUZZ_SEED", "0"))
 CASES = int(os.environ.get("ENCDEC_FUZZ_CASES", "300"))
-FIELDS = ("text", "num_beams", "max_new_tokens", "length_penalty", "n_best", "return_scores", "return_alignments",
-          "split_sentences")
+FIELDS = ("text", "num_beams", "max_new_tokens", "length_penalty", "n_best", "keep_duplicates", "return_scores",
+          "return_alignments", "split_sentences")
 LIMITS = {"max_texts": 8, "max_beams": 4, "max_new_tokens": 8, "max_body_bytes": 20_000}
 # JSON number literals, as sent: Python's json (which FastAPI uses) also reads NaN and +-Infinity
 NUMBERS = ["0", "-1", "1", "2", "3", "4", "5", "8", "9", "64", "-0.0", "0.5", "1.0", "2.5", "-10", "10", "10.000001",
@@ -61,7 +61,7 @@ def good(field: str, rng: random.Random) -> str:
     """A value the server takes for ``field`` (so that the other fields' errors show)."""
     if field == "text":
         return json.dumps(rng.choice([SAMPLE, [SAMPLE] * rng.randint(1, 3), "12 January 1999"]))
-    if field in ("return_scores", "return_alignments", "split_sentences"):
+    if field in ("keep_duplicates", "return_scores", "return_alignments", "split_sentences"):
         return rng.choice(["true", "false"])
     numbers = {"num_beams": rng.randint(1, 4), "max_new_tokens": rng.randint(1, 8), "n_best": 1,
                "length_penalty": round(rng.uniform(-10, 10), 3)}

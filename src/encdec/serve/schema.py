@@ -45,8 +45,11 @@ class Translation(BaseModel):
     score: float | None = Field(None, description="With `return_scores`: log P(translation | text), the natural-log "
                                                   "probability the model gives it, summed over its tokens and `</s>`.")
     n_best: list[dict[str, Any]] | None = Field(
-        None, description="With `n_best`: the n best translations, best first, each `{text}` (plus `score` with "
-                          "`return_scores`).")
+        None, description="With `n_best`: up to n translations, each `{text}` (plus `score` with `return_scores`), "
+                          "as `encdec translate --n-best` lists them: every beam ordered by log P(translation | "
+                          "text), best first, each text once unless `keep_duplicates` (fewer than n when the beams "
+                          "held fewer distinct texts: raise `num_beams`). The first can differ from `text`, the "
+                          "translation beam search chose by its length-normalised score.")
     alignment: dict[str, Any] | None = Field(
         None, description="With `return_alignments`: `source_tokens` (S, with `</s>`), `target_tokens` (T, with "
                           "`</s>`), `weights`, an S x T matrix whose column t is the cross-attention over the "
@@ -104,7 +107,11 @@ def request_schema(limits: ServeLimits) -> type[BaseModel]:
                                                         f"number from {LENGTH_PENALTY_RANGE[0]:g} to "
                                                         f"{LENGTH_PENALTY_RANGE[1]:g}. Default: the model's.")),
         n_best=(int | None, Field(None, ge=1, le=limits.max_beams,
-                                  description="Also return the n best translations (n <= num_beams).")),
+                                  description="Also return the n best translations (n <= num_beams), ordered by "
+                                              "log P, each text once (see `n_best` in the answer).")),
+        keep_duplicates=(bool, Field(False, description="With `n_best`: keep translations whose text a better one "
+                                                        "already has (different token sequences that decode to the "
+                                                        "same text), as `encdec translate --keep-duplicates`.")),
         return_scores=(bool, Field(False, description="Add each translation's log-probability.")),
         return_alignments=(bool, Field(False, description="Add the alignment: the source x target cross-attention "
                                                           "matrix and its word links.")),

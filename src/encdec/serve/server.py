@@ -386,8 +386,9 @@ def add_translate(app: Any, schema: type[BaseModel], errors: dict[int | str, dic
         if split:  # sentence by sentence, as the LibreTranslate API translates (encdec.serve.split)
             answers = await translate_split(served, app.state.batchers[served.name], request)
         else:
-            futures = app.state.batchers[served.name].submit(await off_loop(served.service.jobs, **request))
-            answers = await asyncio.gather(*(asyncio.wrap_future(f) for f in futures))
+            jobs = await off_loop(served.service.jobs, **request)
+            futures = app.state.batchers[served.name].submit(jobs)
+            answers = served.service.per_text(jobs, await asyncio.gather(*(asyncio.wrap_future(f) for f in futures)))
         return TranslateResponse(translations=[Translation(**answer) for answer in answers])
 
     app.router.add_api_route("/translate", translate, methods=["POST"], response_model=TranslateResponse,

@@ -137,13 +137,18 @@ class TranslationService:
         self.tokenizing = threading.Lock()  # one thread at a time in the tokenizer (``offload``'s docstring says why)
 
     def jobs(self, text: str | list[str], n_best: int | None = None, return_scores: bool = False,
-             return_alignments: bool = False, **decoding: Any) -> list[Job]:
+             return_alignments: bool = False, keep_duplicates: bool = False, **decoding: Any) -> list[Job]:
         """Check one request (the fields of ``POST /translate``; ``decoding``: its ``num_beams``,
         ``max_new_tokens``, ``length_penalty``) against the limits and turn each of its texts into a job; a
-        ``RequestError`` naming the field otherwise."""
-        options = self.options(n_best=n_best, return_scores=return_scores, return_alignments=return_alignments,
-                               **decoding)
-        return self.jobs_for(text, options, n_best_list=n_best is not None)
+        ``RequestError`` naming the field otherwise. With ``n_best``, each text also gets a job for its n-best list,
+        after all the translations' (``per_text`` puts them together): the list ``encdec translate --n-best``
+        prints (every beam ordered by log P, each text once unless ``keep_duplicates``), while the translation
+        stays the one asked without ``n_best``."""
+        listed = None if n_best is None else self.options(n_best=n_best, return_scores=return_scores, ranked=True,
+                                                          keep_duplicates=keep_duplicates, **decoding)
+        options = self.options(return_scores=return_scores, return_alignments=return_alignments, **decoding)
+        jobs = self.jobs_for(text, options)
+        return jobs + [Job(job.source_ids, listed, job.budget, True) for job in jobs if listed is not None]
 
     def options(self, return_scores: bool = False, return_alignments: bool = False, *, ranked: bool = False,
                 **decoding: Any) -> DecodeOptions:
@@ -221,6 +226,14 @@ class TranslationService:
                                    "weights": [[round(w, 6) for w in row] for row in best.attention.tolist()],
                                    "links": best.alignment}
         return answer
+
+    @staticmethod
+    def per_text(jobs: list[Job], answers: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """One answer per text from the answers of ``jobs``' jobs: a text's translation, with the n-best list of its
+        list job when the request asked ``n_best``."""
+        found = [answer for job, answer in zip(jobs, answers, strict=True) if not job.n_best_list]
+        lists = [answer["n_best"] for job, answer in zip(jobs, answers, strict=True) if job.n_best_list]
+        return [{**answer, "n_best": listed} for answer, listed in zip(found, lists, strict=True)] if lists else found
 
     def info(self) -> dict[str, Any]:
         """What ``GET /info`` answers: the model, its languages and card metrics, the engine and the limits."""
