@@ -39,7 +39,7 @@ from encdec.inference.engines import (
     int8_note,
 )
 from encdec.inference.evaluation import evaluate_model
-from encdec.ship.export import EncdecTransformerConverter, export_ctranslate2, vocabulary_tokens
+from encdec.ship.ctranslate2_export import EncdecTransformerConverter, export_ctranslate2, vocabulary_tokens
 from tiny_model_folders import DATE_RNN as RNN
 from tiny_model_folders import DATE_TRANSFORMER as TRANSFORMER
 from tiny_model_folders import build_model_folders, date_data, train_on_dates
