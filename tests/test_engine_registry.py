@@ -22,18 +22,17 @@ from encdec.inference import load_engine, translate, translate_detailed
 from encdec.inference.decoding import require_alignments
 from encdec.inference.engines import (
     BACKENDS,
-    CT2_INSTALL,
     DTYPE_CHOICES,
     ENGINES,
     QUANTIZE_CHOICES,
     Backend,
-    CTranslate2Engine,
     Engine,
     TorchEngine,
     check_precision,
     option_choices,
     register,
 )
+from encdec.inference.engines.ctranslate2_engine import CT2_INSTALL, CTranslate2Engine
 from encdec.serve import ModelSpec, RequestError, TranslationService
 from encdec.serve.server import load_models
 from toy import BOS, EOS, PAD, digit_tokenizer

@@ -179,7 +179,7 @@ def translate_lines(model_dir_or_pipeline: str | os.PathLike | Sequence[str | os
     ``lines`` (a list, an open file, any iterable) is read ``chunk_size`` lines at a time, so a large file is never
     held whole; ``iter_translated_lines`` also hands the outputs on chunk by chunk. A blank line gives an empty output
     without running the model, so the output stays aligned with the input. ``model_dir_or_pipeline``: a model folder
-    (an exported folder for ``engine="ctranslate2"``), several model folders (an ensemble), or a loaded pipeline
+    (the export of an engine that reads one), several model folders (an ensemble), or a loaded pipeline
     (this package's, or the copy that ``pipeline(model=..., trust_remote_code=True)`` loads), whose model and
     tokenizer are used. ``engine``, ``quantize`` and ``dtype`` are those of ``load_engine``; ``options`` those of
     ``translate``.

@@ -23,7 +23,8 @@ server's choices, folder detection and every capability question read it; a back
 Each engine maps the decoding options it has (beam size, length penalty, max new tokens, number of returned
 sequences, sampling) and refuses the others in one line that names the option. ``load_engine``
 (``encdec.inference``) builds the engine a name asks for from its backend, importing its module then: an engine's
-optional dependency is imported only when that engine is used.
+optional dependency is imported only when that engine is used. A backend's own names (its engine class, its errors,
+its record) are imported from its modules, not from this package, which names no backend but the default.
 """
 
 from __future__ import annotations
@@ -39,16 +40,6 @@ from ...backends import (
     engines_that,
     option_choices,
     register,
-)
-from .ctranslate2_engine import (
-    CT2_INSTALL,
-    CT2_OPTIONS,
-    EXPORT_INFO,
-    GENERATE_DEFAULTS,
-    CTranslate2Engine,
-    CTranslate2Missing,
-    read_export_info,
-    require_ctranslate2,
 )
 from .int8 import CPU_CLASSES, INT8_DOC, INT8_MEASURED, cpu_class, int8_note, note_if_int8_is_slower
 from .interface import Engine, check_precision, engine_spec
@@ -66,9 +57,7 @@ def as_engine(model: Any) -> Engine:
     return model if isinstance(model, Engine) else TorchEngine(model)
 
 
-__all__ = ["BACKENDS", "CPU_CLASSES", "CT2_INSTALL", "CT2_OPTIONS", "DEFAULT_ENGINE", "DTYPE_CHOICES", "ENGINES",
-           "EXPORT_INFO", "GENERATE_DEFAULTS", "INT8_DOC", "INT8_MEASURED", "QUANTIZE_CHOICES", "Backend",
-           "CTranslate2Engine", "CTranslate2Missing", "Engine", "TorchEngine", "alignment_matrix", "as_engine",
-           "check_precision", "cpu_class", "engine_help", "engine_spec", "engines", "engines_that", "int8_note",
-           "note_if_int8_is_slower", "option_choices", "quantize_int8", "read_export_info", "register",
-           "require_ctranslate2"]
+__all__ = ["BACKENDS", "CPU_CLASSES", "DEFAULT_ENGINE", "DTYPE_CHOICES", "ENGINES", "INT8_DOC", "INT8_MEASURED",
+           "QUANTIZE_CHOICES", "Backend", "Engine", "TorchEngine", "alignment_matrix", "as_engine", "check_precision",
+           "cpu_class", "engine_help", "engine_spec", "engines", "engines_that", "int8_note", "note_if_int8_is_slower",
+           "option_choices", "quantize_int8", "register"]

@@ -84,7 +84,7 @@ def check_precision(spec: Backend, quantize: str | None, dtype: str | None) -> N
 def check_positions(limit: int | None, source_length: int, max_new_tokens: int, export: str) -> None:
     """An exported Transformer holds ``limit`` positions (``max_position_embeddings``), for sources and targets
     alike (None: no limit): a one-line error for a source or a budget beyond them. ``export``: its name in the
-    message (``CTranslate2``, ``ONNX``)."""
+    message (its backend's format)."""
     if limit is None:
         return
     if source_length > limit:
