@@ -90,7 +90,7 @@ def export_models(encdec_state: dict, marian_state: dict, root: str) -> float:
     from ctranslate2.converters.transformers import MarianMTLoader
 
     from encdec.folders import save_for_pipeline
-    from encdec.ship.export import export_ctranslate2
+    from encdec.ship.ctranslate2_export import export_ctranslate2
 
     dims = TransformerDims()
     encdec, marian = build_encdec_transformer(dims), build_marian(dims)

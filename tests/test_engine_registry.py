@@ -1,4 +1,4 @@
-"""The engines' registry (encdec.inference.engines.registry): the command line's and the server's choices are the
+"""The backends' registry (encdec.backends): the command line's and the server's choices are the
 registry's, capability questions (alignments, ensembles, precisions, families) are answered by it, and an engine
 declared in one registry line (with its module: here this file's ``EchoEngine``) is selectable everywhere without
 editing another file."""
@@ -21,19 +21,18 @@ from encdec.errors import EncdecError
 from encdec.inference import load_engine, translate, translate_detailed
 from encdec.inference.decoding import require_alignments
 from encdec.inference.engines import (
-    CT2_INSTALL,
+    BACKENDS,
     DTYPE_CHOICES,
-    ENGINE_REGISTRY,
     ENGINES,
     QUANTIZE_CHOICES,
-    CTranslate2Engine,
+    Backend,
     Engine,
-    EngineSpec,
     TorchEngine,
     check_precision,
     option_choices,
     register,
 )
+from encdec.inference.engines.ctranslate2_engine import CT2_INSTALL, CTranslate2Engine
 from encdec.serve import ModelSpec, RequestError, TranslationService
 from encdec.serve.server import load_models
 from toy import BOS, EOS, PAD, digit_tokenizer
@@ -71,13 +70,13 @@ class EchoEngine(Engine):
 
 @pytest.fixture
 def echo_engine():
-    """The echo engine registered for the test, in one line as registry.py declares its own; the registry as it was
+    """The echo engine registered for the test, in one line as encdec.backends declares its own; the registry as it was
     afterwards."""
-    before = dict(ENGINE_REGISTRY)
-    yield register(EngineSpec("echo", __name__, "EchoEngine", "each source as it is", alignments=False,
+    before = dict(BACKENDS)
+    yield register(Backend("echo", __name__, "EchoEngine", "each source as it is", alignments=False,
                               ensembles=False, quantize=("int4",), dtypes=("float32",), families=("echo",)))
-    ENGINE_REGISTRY.clear()
-    ENGINE_REGISTRY.update(before)
+    BACKENDS.clear()
+    BACKENDS.update(before)
 
 
 def echo_folder(path: Path, model_type: str = "echo") -> Path:
@@ -105,7 +104,8 @@ def test_the_cli_offers_the_registry_s_choices(command) -> None:
 
 
 def test_the_cli_reads_the_registry_without_importing_encdec() -> None:
-    """``encdec --help`` loads registry.py by its location: the same choices, and neither encdec nor torch imported."""
+    """``encdec --help`` loads encdec/backends.py by its location: the same choices, and neither encdec nor torch
+    imported."""
     code = ("import json, sys, encdec_cli\n"
             "from encdec_cli.parser import engine_registry\n"
             "parser = encdec_cli.build_parser()\n"
@@ -170,7 +170,7 @@ def test_the_registry_answers_what_an_engine_supports(echo_engine, tmp_path) -> 
 
 
 def test_the_fixture_restores_the_registry() -> None:
-    assert list(ENGINE_REGISTRY) == ["torch", "ctranslate2", "onnxruntime"]
+    assert list(BACKENDS) == ["torch", "ctranslate2", "onnxruntime", "web"]
 
 
 def ct2_stand_in() -> CTranslate2Engine:
@@ -192,13 +192,12 @@ def test_ctranslate2_s_alignments_are_refused_as_its_entry_says(monkeypatch) -> 
     with pytest.raises(RequestError, match="^return_alignments: alignments are not available: the ctranslate2 engine "
                                            "returns none; leave it out.$"):
         service.options(return_alignments=True)
-    monkeypatch.setitem(ENGINE_REGISTRY, "ctranslate2", dataclasses.replace(ENGINE_REGISTRY["ctranslate2"],
-                                                                            alignments=True))
+    monkeypatch.setitem(BACKENDS, "ctranslate2", dataclasses.replace(BACKENDS["ctranslate2"], alignments=True))
     require_alignments(engine)  # no refusal: the answer is the registry's, not the engine's name
 
 
 def test_the_built_in_entries_say_what_the_code_does(trained_tiny_transformer) -> None:
-    ct2, torch_entry = ENGINE_REGISTRY["ctranslate2"], ENGINE_REGISTRY["torch"]
+    ct2, torch_entry = BACKENDS["ctranslate2"], BACKENDS["torch"]
     assert (ct2.alignments, ct2.ensembles, ct2.families, ct2.install) == (False, False, ("transformer_seq2seq",),
                                                                           CT2_INSTALL)
     assert (torch_entry.alignments, torch_entry.ensembles, torch_entry.families) == (True, True, None)

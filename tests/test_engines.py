@@ -30,16 +30,10 @@ from encdec.inference import (
     translate_lines,
     translate_n_best,
 )
-from encdec.inference.engines import (
-    CPU_CLASSES,
-    INT8_MEASURED,
-    CTranslate2Engine,
-    CTranslate2Missing,
-    TorchEngine,
-    int8_note,
-)
+from encdec.inference.engines import CPU_CLASSES, INT8_MEASURED, TorchEngine, int8_note
+from encdec.inference.engines.ctranslate2_engine import CTranslate2Engine, CTranslate2Missing
 from encdec.inference.evaluation import evaluate_model
-from encdec.ship.export import EncdecTransformerConverter, export_ctranslate2, vocabulary_tokens
+from encdec.ship.ctranslate2_export import EncdecTransformerConverter, export_ctranslate2, vocabulary_tokens
 from tiny_model_folders import DATE_RNN as RNN
 from tiny_model_folders import DATE_TRANSFORMER as TRANSFORMER
 from tiny_model_folders import build_model_folders, date_data, train_on_dates

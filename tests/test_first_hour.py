@@ -16,7 +16,7 @@ import pytest
 
 from encdec.cli import main
 from encdec.errors import OverwriteError
-from encdec.ship.export import export_ctranslate2
+from encdec.ship.ctranslate2_export import export_ctranslate2
 from tiny_model_folders import build_model_folders
 
 

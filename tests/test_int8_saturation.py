@@ -27,7 +27,7 @@ from encdec.inference.engines import onnxruntime_engine
 from encdec.inference.engines.int8 import CPU_CLASSES, classify_cpu, cpu_class, saturation_note
 from encdec.inference.engines.onnx_layout import DECODER_FILE, ENCODER_FILE, MANIFEST, read_layout
 from encdec.ship import onnx_export
-from encdec.ship.export import export_ctranslate2
+from encdec.ship.ctranslate2_export import export_ctranslate2
 from encdec.ship.onnx_export import (
     INT8_SCHEMES,
     ExportCheckFailed,

@@ -17,11 +17,11 @@ import onnx
 import pytest
 import torch
 
+from encdec.backends import BACKENDS
 from encdec.cli import main
 from encdec.errors import EncdecError, InputFileError
 from encdec.folders import save_for_pipeline
 from encdec.inference import load_engine, translate, translate_detailed, translate_lines, translate_n_best
-from encdec.inference.engines import ENGINE_REGISTRY
 from encdec.inference.engines.onnx_layout import DECODER_FILE, ENCODER_FILE, MANIFEST
 from encdec.inference.engines.onnxruntime_engine import OnnxRuntimeEngine
 from encdec.serve.server import load_models
@@ -143,7 +143,7 @@ def test_refusals_say_what_to_do(folders, exports) -> None:
         load_engine(folders["transformer"], "onnxruntime")
     with pytest.raises(EncdecError, match="An ensemble .* --engine onnxruntime takes one model"):
         load_engine([exports["transformer", "float32"]] * 2, "onnxruntime")
-    assert ENGINE_REGISTRY["onnxruntime"].install == "pip install 'encdec[onnx]'"
+    assert BACKENDS["onnxruntime"].install == "pip install 'encdec[onnx]'"
 
 
 def broken_copy(exports, tmp_path, name: str = "transformer"):

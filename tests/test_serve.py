@@ -55,7 +55,7 @@ from encdec.serve import (
     TranslationService,
 )
 from encdec.serve.server import HOLD_ENV, EncdecServer, ErrorResponse, build_service, check_bind, create_app
-from encdec.ship.export import export_ctranslate2
+from encdec.ship.ctranslate2_export import export_ctranslate2
 from tiny_model_folders import DATE_RNN as RNN
 from tiny_model_folders import DATE_TRANSFORMER as TRANSFORMER
 from tiny_model_folders import date_data, train_on_dates

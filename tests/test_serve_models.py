@@ -20,7 +20,7 @@ from encdec.folders import save_for_pipeline
 from encdec.inference import load_engine, load_model_and_tokenizer, translate
 from encdec.serve import ModelSpec, RequestError, ServedModels
 from encdec.serve.server import build_service, create_app, load_models
-from encdec.ship.export import export_ctranslate2
+from encdec.ship.ctranslate2_export import export_ctranslate2
 from test_serve import Server, request
 from tiny_model_folders import DATE_RNN, DATE_TRANSFORMER, date_data, train_on_dates, write_tiny_run_config
 from toy import TINY_MODELS
@@ -60,10 +60,10 @@ def test_model_arguments_parse(value: str, expected: tuple) -> None:
     assert (spec.model_dir, spec.source, spec.target, spec.options) == expected
 
 
-MALFORMED = ("is not DIR or SRC-TGT=DIR (language codes such as de-en=runs/de-en: ISO 639 codes of 2 or 3 lowercase "
-             "letters, optionally _Script or _REGION as in zh_Hant; optionally followed by ,engine=ctranslate2 "
-             ",quantize=int8 or ,dtype=bfloat16).")
 OPTIONS = "the options are engine=torch|ctranslate2|onnxruntime, quantize=int8, dtype=float32|bfloat16."
+MALFORMED = ("is not DIR or SRC-TGT=DIR (language codes such as de-en=runs/de-en: ISO 639 codes of 2 or 3 lowercase "
+             "letters, optionally _Script or _REGION as in zh_Hant; optionally followed by ,engine=E ,quantize=Q or "
+             ",dtype=D: engine=torch|ctranslate2|onnxruntime, quantize=int8, dtype=float32|bfloat16).")
 
 
 @pytest.mark.parametrize(("value", "message"), [

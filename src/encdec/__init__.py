@@ -64,7 +64,7 @@ MOVED = {
     "encdec.engines": "encdec.inference.engines",
     "encdec.ensemble": "encdec.inference.ensemble",
     "encdec.evaluation": "encdec.inference.evaluation",
-    "encdec.export": "encdec.ship.export",
+    "encdec.export": "encdec.ship.ctranslate2_export",
     "encdec.fetch": "encdec.data.fetch",
     "encdec.hub": "encdec.ship.hub",
     "encdec.libretranslate": "encdec.serve.libretranslate",

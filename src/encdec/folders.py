@@ -1,9 +1,10 @@
 """Model folders: what a folder holds, whether two folders hold the same model, checks that name the broken file,
 and saving one.
 
-A model folder (torch, or a CTranslate2 export) is made of the files that decide its translations (``MODEL_FILES``,
-the weights, the vocabularies: ``decides_translations``), the records that encdec writes beside them about the model
-(``RECORD_FILES``: scores, averaging record, card) and the code that ``trust_remote_code`` loading imports. Two
+A model folder (torch, or a backend's export: ``encdec.backends``) is made of the files that decide its translations
+(``MODEL_FILES``, the weights, the files each backend declares: ``decides_translations``), the records that encdec
+writes beside them about the model (``RECORD_FILES``: scores, averaging record, card) and the code that
+``trust_remote_code`` loading imports. Two
 folders hold the same model when their ``model_identity`` is equal: a resumed corpus run and a distillation's
 teacher ask this, and a new file written beside the model (``encdec evaluate --output runs/m/test.json``) does not
 change the answer; ``refuse_model_overwrite`` keeps outputs off every file of the model.
@@ -16,6 +17,7 @@ A shippable folder holds exactly what ``check_model_folder`` lists: ``config.jso
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import math
 import os
@@ -28,6 +30,7 @@ from huggingface_hub import ModelCard
 from safetensors import safe_open
 from transformers import AutoConfig, PretrainedConfig, PreTrainedModel
 
+from .backends import BACKENDS, DEFAULT_ENGINE, export_kind, marker_files
 from .errors import InputFileError, OverwriteError
 from .io_utils import file_sha256, refuse_overlap
 from .models.pipeline_seq2seq import Seq2SeqGenerationPipeline
@@ -37,14 +40,13 @@ PIPELINE_TASK = "seq2seq-generation"
 FAMILIES = ("transformer_seq2seq", "rnn_seq2seq")
 WEIGHTS_NAME = "model.safetensors"
 ALIGNMENT_FILE = "alignment.json"  # the alignment layer chosen for a model (encdec.inference.alignment)
-EXPORT_INFO = "encdec_export.json"  # what `encdec export` writes into a CTranslate2 folder (encdec.ship.export)
-ONNX_MANIFEST = "encdec_onnx.json"  # what `encdec export --format onnx` writes (encdec.inference.engines.onnx_layout)
 REQUIRED_FILES = ("config.json", "generation_config.json", WEIGHTS_NAME, "tokenizer.json", "tokenizer_config.json")
 OPTIONAL_FILES = ("special_tokens_map.json", "README.md")
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".onnx")  # torch weights, CTranslate2's model.bin, ONNX graphs
-# the files that decide what a model folder translates (with its weights and CTranslate2's *vocabulary* files)
+WEIGHT_SUFFIXES = (".safetensors", ".bin")  # torch weights (a backend's own weight files: its ``model_files``)
+# the files that decide what a model folder translates (with its weights and the files each backend declares), the
+# export records of the backends among them
 MODEL_FILES = frozenset({"config.json", "generation_config.json", "special_tokens_map.json", "added_tokens.json",
-                         *TOKENIZER_FILES, EXPORT_INFO, ONNX_MANIFEST, ALIGNMENT_FILE})
+                         *TOKENIZER_FILES, *marker_files(), ALIGNMENT_FILE})
 # what encdec writes beside a model about it: scores (`encdec train`), the averaging record, the model card
 RECORD_FILES = frozenset({"eval_results.json", "averaging.json", "README.md"})
 RESAVE_FIX = ("load the model and tokenizer and re-save them with `encdec.folders.save_for_pipeline(model, "
@@ -72,16 +74,18 @@ def require_dir(model_dir: str | os.PathLike) -> Path:
 
 def model_folders_in(folder: Path) -> list[Path]:
     """The model folders (torch, or an export) directly inside ``folder``, sorted."""
-    markers = ("config.json", EXPORT_INFO, ONNX_MANIFEST)
+    markers = ("config.json", *marker_files())
     return sorted(child for child in folder.iterdir()
                   if child.is_dir() and any((child / name).is_file() for name in markers))
 
 
 def decides_translations(name: str) -> bool:
     """Whether the file ``name`` of a model folder decides what the model translates: its configs, tokenizer,
-    weights, CTranslate2 vocabularies, export record and recorded alignment layer; not the ``RECORD_FILES`` written
-    about it, the code that remote-code loading imports, nor a file that someone put beside them."""
-    return name in MODEL_FILES or Path(name).suffix in (*WEIGHT_SUFFIXES, ".model") or "vocabulary" in name
+    weights, export record, the files its backend declares (``Backend.model_files``: graphs, vocabularies) and
+    recorded alignment layer; not the ``RECORD_FILES`` written about it, the code that remote-code loading imports, nor
+    a file that someone put beside them."""
+    return (name in MODEL_FILES or name in marker_files() or Path(name).suffix in (*WEIGHT_SUFFIXES, ".model")
+            or any(fnmatch.fnmatch(name, pattern) for spec in BACKENDS.values() for pattern in spec.model_files))
 
 
 def model_identity(model_dir: str | os.PathLike) -> dict[str, str]:
@@ -123,10 +127,10 @@ def family_of(model_dir: Path) -> str | None:
         return None
 
 
-def require_model_folder(model_dir: str | os.PathLike, engine: str = "torch") -> Path:
-    """``model_dir`` as a Path, once it is the kind of folder ``engine`` reads: a model folder for ``torch``, a
-    folder from ``encdec export`` for ``ctranslate2`` (``--format ctranslate2``) and ``onnxruntime`` (``--format
-    onnx``). Otherwise an ``InputFileError`` that says what the folder is and the flag or path that works (an export
+def require_model_folder(model_dir: str | os.PathLike, engine: str = DEFAULT_ENGINE) -> Path:
+    """``model_dir`` as a Path, once it is the kind of folder ``engine`` reads: a model folder for an engine without
+    an export of its own (torch), else a folder that its backend's export wrote (``encdec.backends``: the file that
+    marks it). Otherwise an ``InputFileError`` that says what the folder is and the flag or path that works (an export
     given to the torch engine, a torch folder given to an export's engine, a folder of model folders, a folder with no
     model)."""
     model_dir = require_dir(model_dir)
@@ -134,14 +138,14 @@ def require_model_folder(model_dir: str | os.PathLike, engine: str = "torch") ->
     has_config = (model_dir / "config.json").is_file()
     if kind is None and not has_config:
         refuse_folder_of_models(model_dir, engine)
-    if engine in EXPORT_ENGINES and kind != engine:
+    reads_export = reads_an_export(engine)
+    if reads_export and kind != engine:
         raise InputFileError(not_an_export(model_dir, engine, kind))
-    if engine not in EXPORT_ENGINES and kind is not None:
-        record = EXPORT_INFO if kind == "ctranslate2" else ONNX_MANIFEST
-        source = read_json(model_dir / record, "the export record")
-        source = source.get("source_folder") or source.get("source_model", {}).get("path", "MODEL_DIR")
-        raise InputFileError(f"{model_dir} is {EXPORT_ENGINES[kind]} export (written by `encdec export`): translate it "
-                             f"with `--engine {kind}`, or give the torch engine the model folder it came from "
+    if not reads_export and kind is not None:
+        exported = BACKENDS[kind]
+        source = exported.source_of(read_json(model_dir / exported.marker, "the export record")) or "MODEL_DIR"
+        raise InputFileError(f"{model_dir} is {exported.folder_name} export (written by `encdec export`): translate it "
+                             f"with `--engine {kind}`, or give the {engine} engine the model folder it came from "
                              f"({source}).")
     if kind is None and not has_config and not (model_dir / WEIGHTS_NAME).is_file():
         raise InputFileError(f"{model_dir} is not a model folder (it has no config.json and no {WEIGHTS_NAME}); "
@@ -149,17 +153,9 @@ def require_model_folder(model_dir: str | os.PathLike, engine: str = "torch") ->
     return model_dir
 
 
-# the engines that read a folder written by `encdec export`, each with what the folder is called in messages
-EXPORT_ENGINES = {"ctranslate2": "a CTranslate2", "onnxruntime": "an ONNX"}
-EXPORT_FORMATS = {"ctranslate2": "ctranslate2", "onnxruntime": "onnx"}  # engine -> `encdec export --format`
-
-
-def export_kind(model_dir: Path) -> str | None:
-    """The engine that reads the export ``model_dir`` (``ctranslate2``, ``onnxruntime``), or None for a folder that
-    is not an export."""
-    if (model_dir / EXPORT_INFO).is_file():
-        return "ctranslate2"
-    return "onnxruntime" if (model_dir / ONNX_MANIFEST).is_file() else None
+def reads_an_export(engine: str) -> bool:
+    """Whether ``engine`` reads a folder of its backend's export (one with a marker file), not a model folder."""
+    return engine in BACKENDS and BACKENDS[engine].marker is not None
 
 
 def refuse_folder_of_models(folder: Path, engine: str) -> None:
@@ -168,7 +164,7 @@ def refuse_folder_of_models(folder: Path, engine: str) -> None:
     inside = model_folders_in(folder)
     if not inside:
         return
-    fitting = [path for path in inside if export_kind(path) == (engine if engine in EXPORT_ENGINES else None)]
+    fitting = [path for path in inside if export_kind(path) == (engine if reads_an_export(engine) else None)]
     fitting = fitting or inside
     names = ", ".join(str(path) for path in inside[:5]) + (", ..." if len(inside) > 5 else "")
     raise InputFileError(f"{folder} holds model folders, not a model: {names}; pass one of them, e.g. "
@@ -176,25 +172,27 @@ def refuse_folder_of_models(folder: Path, engine: str) -> None:
 
 
 def not_an_export(model_dir: Path, engine: str, kind: str | None) -> str:
-    """Why ``model_dir`` cannot go to ``engine`` (``ctranslate2`` or ``onnxruntime``), and the command that works."""
-    what, export_format = EXPORT_ENGINES[engine], EXPORT_FORMATS[engine]
+    """Why ``model_dir`` cannot go to ``engine`` (one that reads its backend's export), and the command that works."""
+    wanted = BACKENDS[engine]
+    what = wanted.folder_name
     if kind is not None:
-        return (f"{model_dir} is {EXPORT_ENGINES[kind]} export, not {what} one: translate it with `--engine {kind}`.")
+        return (f"{model_dir} is {BACKENDS[kind].folder_name} export, not {what} one: translate it with "
+                f"`--engine {kind}`.")
     has_config = (model_dir / "config.json").is_file()
-    if engine == "ctranslate2" and has_config and family_of(model_dir) == "rnn_seq2seq":
-        return (f"{model_dir} holds an RNN model, and CTranslate2 has no recurrent decoder: translate it with "
-                "`--engine torch` (add `--quantize int8` for speed), or export it with `--format onnx`.")
+    family = family_of(model_dir) if has_config else None
+    if family is not None and wanted.families is not None and family not in wanted.families:
+        return (wanted.refusal or "{model_dir} holds a " + family + " model, which the " + engine + " engine does "
+                "not decode: translate it with `--engine " + DEFAULT_ENGINE + "`.").format(model_dir=model_dir)
+    export = f"`encdec export --model {model_dir} --format {wanted.export_format}"
     if has_config:
-        suffix = "ct2" if engine == "ctranslate2" else "onnx"
-        output = model_dir.parent / f"{model_dir.name}-{suffix}"
+        output = model_dir.parent / f"{model_dir.name}-{wanted.output_suffix}"
         if export_kind(output) == engine:
             return (f"{model_dir} is a torch model folder, not {what} export; its export is {output}: pass "
                     f"`--model {output}`.")
-        return (f"{model_dir} is a torch model folder, not {what} export: export it first with `encdec export "
-                f"--model {model_dir} --format {export_format} --output {output}`, then pass `--model {output}`.")
-    record = EXPORT_INFO if engine == "ctranslate2" else ONNX_MANIFEST
-    return (f"{model_dir} is not {what} export of encdec (it has no {record}): export a model folder with "
-            f"`encdec export --model MODEL_DIR --format {export_format} --output NEW_DIR` and pass NEW_DIR.")
+        return (f"{model_dir} is a torch model folder, not {what} export: export it first with {export} --output "
+                f"{output}`, then pass `--model {output}`.")
+    return (f"{model_dir} is not {what} export of encdec (it has no {wanted.marker}): export a model folder with "
+            f"`encdec export --model MODEL_DIR --format {wanted.export_format} --output NEW_DIR` and pass NEW_DIR.")
 
 
 def read_json(path: Path, what: str) -> dict[str, Any]:
@@ -301,7 +299,7 @@ def config_and_size(model_dir_or_model: str | os.PathLike | PreTrainedModel) -> 
     return config, sum(math.prod(shape) for shape in shapes.values()), model_dir.resolve().name
 
 
-__all__ = ["EXPORT_INFO", "FAMILIES", "MODEL_FILES", "PIPELINE_TASK", "RECORD_FILES", "WEIGHTS_NAME", "WEIGHT_SUFFIXES",
+__all__ = ["FAMILIES", "MODEL_FILES", "PIPELINE_TASK", "RECORD_FILES", "WEIGHTS_NAME", "WEIGHT_SUFFIXES",
            "check_model_folder", "config_and_size", "decides_translations", "family_of", "model_identity", "read_json",
            "read_safetensors_shapes", "refuse_model_overwrite", "require_dir", "require_model_folder",
            "save_for_pipeline"]

@@ -224,7 +224,7 @@ def choose_threads(requested: int | None = None) -> ThreadChoice:
 
 
 def apply_threads(choice: ThreadChoice) -> None:
-    """Compute with ``choice.threads`` intra-op threads (torch, and CTranslate2, which takes torch's count)."""
+    """Compute with ``choice.threads`` intra-op threads (torch, and the engines that take torch's count)."""
     torch.set_num_threads(choice.threads)
 
 

@@ -6,8 +6,8 @@ answer at once. So its modules import only the standard library at the top, and 
 from ``encdec`` once its arguments have been parsed. (``python -m encdec`` imports the package first, so only the
 ``encdec`` command is instant.)
 
-- ``parser``: the subcommands, their flags and help (``build_parser``); the engine choices from encdec's engine
-  registry (``encdec/inference/engines/registry.py``, standard library only), read by its file location;
+- ``parser``: the subcommands, their flags and help (``build_parser``); the engine and export choices from encdec's
+  backend registry (``encdec/backends.py``, standard library only), read by its file location;
 - ``commands``: what each subcommand does (``cmd_*``), importing from ``encdec`` inside the function;
 - ``runner``: ``main`` and ``run``: the launcher and thread set-up, and user errors as one line.
 

@@ -247,35 +247,15 @@ def cmd_plot_attention(args: argparse.Namespace) -> None:
 
 
 def cmd_export(args: argparse.Namespace) -> None:
+    from encdec.backends import export_formats
     from encdec.errors import EncdecError
 
     if len(args.model) > 1:
         raise EncdecError(f"`encdec export` exports one model folder, got {len(args.model)} --model: an ensemble has "
                           "no single graph; export each member and translate with --engine torch for the ensemble.")
-    if args.format == "web":
-        from encdec.ship.web_export import export_web, site_bytes
-
-        out = export_web(args.model[0], args.output, quantize=args.quantization or "int8", overwrite=args.overwrite)
-        print(f"a site that translates in the browser written to {out} ({site_bytes(out)['total'] / 1e6:.1f} MB); "
-              f"serve it with `python -m http.server -d {out}` or `encdec serve ... --offline-site {out}`")
-        return
-    quantization = args.quantization or "float32"
-    if args.format == "onnx":
-        from encdec.ship.onnx_export import export_onnx
-
-        out = export_onnx(args.model[0], args.output, quantize=quantization, overwrite=args.overwrite)
-        print(f"ONNX model ({quantization}) written to {out}; translate with "
-              f"`encdec translate --engine onnxruntime --model {out}`")
-        return
-    from encdec.ship.export import export_ctranslate2
-
-    out = export_ctranslate2(args.model[0], args.output, quantization=quantization, overwrite=args.overwrite)
-    print(f"CTranslate2 model ({quantization}) written to {out}; translate with "
-          f"`encdec translate --engine ctranslate2 --model {out}`")
-    if quantization.startswith("int8"):  # the folder will compute in int8: say when that is the slower choice
-        from encdec.inference.engines import note_if_int8_is_slower, read_export_info
-
-        note_if_int8_is_slower("ctranslate2", read_export_info(out)["model_config"])
+    backend = export_formats()[args.format]  # the registry's: encdec_cli.parser offers its formats as --format
+    quantize = args.quantization or backend.export_quantize[0]
+    print(backend.export_function()(args.model[0], args.output, quantize=quantize, overwrite=args.overwrite))
 
 
 def cmd_serve(args: argparse.Namespace) -> None:

@@ -1,7 +1,7 @@
 """The ``encdec`` argument parser: every subcommand, its flags and their help, built with the standard library
-alone, so that ``encdec --help`` and a mistyped flag answer at once; the engine choices come from encdec's engine
-registry, a standard-library file read without importing encdec (``engine_registry``). Each subcommand's ``func`` is
-its ``encdec_cli.commands.cmd_*``."""
+alone, so that ``encdec --help`` and a mistyped flag answer at once; the engine and export choices come from
+encdec's backend registry, a standard-library file read without importing encdec (``engine_registry``). Each
+subcommand's ``func`` is its ``encdec_cli.commands.cmd_*``."""
 
 from __future__ import annotations
 
@@ -29,16 +29,16 @@ from .commands import (
     cmd_translate,
 )
 
-# encdec's engine declarations (src/encdec/inference/engines/registry.py, standard library only): where the choices of
-# --engine, --quantize and --dtype come from. Importing it as encdec.inference.engines.registry would run
+# encdec's backend declarations (src/encdec/backends.py, standard library only): where the choices of --engine,
+# --quantize, --dtype and `encdec export --format` come from. Importing it as encdec.backends would run
 # encdec/__init__.py, which imports torch and transformers (seconds); `encdec --help` reads the file by its location
 # instead, as a module of its own under this private name.
-ENGINE_REGISTRY = "encdec.inference.engines.registry"
+ENGINE_REGISTRY = "encdec.backends"
 PRIVATE_ENGINE_REGISTRY = "_encdec_cli_engine_registry"
 
 
 def engine_registry() -> ModuleType:
-    """encdec's engine registry: the module itself when encdec is imported already (one registry, in which an engine
+    """encdec's backend registry: the module itself when encdec is imported already (one registry, in which a backend
     registered at run time counts), else its file loaded without importing encdec."""
     for name in (ENGINE_REGISTRY, PRIVATE_ENGINE_REGISTRY):
         if name in sys.modules:
@@ -47,7 +47,7 @@ def engine_registry() -> ModuleType:
     path = Path(next(iter(package.submodule_search_locations)), *ENGINE_REGISTRY.split(".")[1:]).with_suffix(".py")
     spec = importlib.util.spec_from_file_location(PRIVATE_ENGINE_REGISTRY, path)
     module = importlib.util.module_from_spec(spec)
-    sys.modules[PRIVATE_ENGINE_REGISTRY] = module  # dataclasses looks the module up while it defines EngineSpec
+    sys.modules[PRIVATE_ENGINE_REGISTRY] = module  # dataclasses looks the module up while it defines Backend
     spec.loader.exec_module(module)
     return module
 
@@ -90,7 +90,7 @@ def proxy_list(value: str) -> list[str]:
 def add_serve_command(commands: argparse._SubParsersAction) -> None:
     p = commands.add_parser("serve", help="serve a model over HTTP: POST /translate, a web page with the alignment")
     p.add_argument("--model", required=True, action="append",
-                   help="a model folder (for --engine ctranslate2: one written by `encdec export`); repeat it to serve "
+                   help="a model folder (for an engine of `encdec export`'s: the folder it wrote); repeat it to serve "
                         "several, each as SRC-TGT=DIR (e.g. de-en=runs/a), optionally with its own ,engine=E "
                         ",quantize=Q ,dtype=D; a plain DIR takes its pair from its model card")
     add_engine_options(p, None, "as for `encdec translate`", "as for `encdec translate`")
@@ -188,11 +188,10 @@ LENGTH_PENALTY_HELP = ("beam search's length normalisation exponent: scores are 
 
 def add_decoding_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, action="append",
-                   help="model folder (for --engine ctranslate2: a folder written by `encdec export`); give it "
+                   help="model folder (for an engine of `encdec export`'s: the folder it wrote); give it "
                         "several times for an ensemble, which averages the models' log-probabilities at each step "
                         "(the models must share one tokenizer; torch engine)")
-    add_engine_options(p, engine_registry().engine_help(),
-                       "int8: dynamic int8 of the linear and LSTM/GRU layers (torch), int8 compute (ctranslate2)",
+    add_engine_options(p, engine_registry().engine_help(), engine_registry().quantize_help(),
                        "compute type (default float32)")
     p.add_argument("--num-beams", type=positive_int, default=None,
                    help="beam size; 1 = greedy; default: the model's generation_config.json (what `encdec train` "
@@ -329,19 +328,16 @@ def add_alignment_command(commands: argparse._SubParsersAction) -> None:
 
 
 def add_export_commands(commands: argparse._SubParsersAction) -> None:
-    p = commands.add_parser("export", help="export a model folder to CTranslate2 (Transformer) or ONNX (both "
-                                           "families), for --engine ctranslate2 / --engine onnxruntime")
+    registry = engine_registry()
+    export_help = registry.export_help()
+    p = commands.add_parser("export", help=export_help["command"])
     p.add_argument("--model", required=True, action="append", help="encdec model folder (one: an ensemble has no "
                                                                     "single graph)")
-    p.add_argument("--format", choices=["ctranslate2", "onnx", "web"], required=True,
-                   help="web: a static site that translates in the browser (the ONNX export, int8 by default, run by "
-                        "ONNX Runtime Web); serve it with any static file server")
+    p.add_argument("--format", choices=list(registry.export_formats()), required=True, help=export_help["format"])
     p.add_argument("--output", required=True, help="the new folder (engine files, tokenizer, generation defaults)")
-    p.add_argument("--quantization", "--quantize", dest="quantization",
-                   choices=["float32", "int8", "int8_float32", "bfloat16", "float16"], default=None,
-                   help="how the weights are stored (default float32): ctranslate2 takes every choice (it converts "
-                        "them at load time); onnx takes float32 or int8 (ONNX Runtime's dynamic quantization); web "
-                        "takes float32 or int8 (its default)")
+    p.add_argument("--quantization", "--quantize", dest="quantization", default=None,
+                   choices=registry.union([spec.export_quantize for spec in registry.export_formats().values()]),
+                   help=export_help["quantize"])
     p.add_argument("--overwrite", action="store_true")
     p.set_defaults(func=cmd_export)
     p = commands.add_parser("plot-attention", help="heatmap of source tokens against generated tokens")

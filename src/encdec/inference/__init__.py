@@ -3,8 +3,7 @@ translates with it: ``translate``, ``translate_n_best``, ``translate_detailed``,
 its options and decodes through ``encdec.inference.decoding``, as every command and the server do.
 
 Loading (``encdec.inference.loading``) checks the folder first (a missing or corrupt file is named) and the tokenizer
-against the model; ``load_engine`` builds the engine a name asks for from its registry entry
-(``encdec.inference.engines.registry``).
+against the model; ``load_engine`` builds the engine a name asks for from its backend (``encdec.backends``).
 """
 
 from __future__ import annotations
@@ -40,10 +39,9 @@ def load_engine(model_dir: str | os.PathLike | Sequence[str | os.PathLike], engi
                 quantize: str | None = None, dtype: str | None = None, device: str = "cpu"
                 ) -> tuple[Engine, PreTrainedTokenizerBase]:
     """An engine over ``model_dir`` and its tokenizer: a model folder for ``torch`` (in float32, ``dtype="bfloat16"``
-    or ``quantize="int8"``), a folder from ``encdec export --format ctranslate2`` for ``ctranslate2`` (``--format
-    onnx`` for ``onnxruntime``). Several model
-    folders make an ensemble (``load_ensemble``), decoded by an engine whose registry entry takes ensembles (torch).
-    ``engine`` is any name in ``encdec.inference.engines.registry``, whose entry gives the class that loads it."""
+    or ``quantize="int8"``), for an engine with an export of its own the folder its ``encdec export --format`` wrote.
+    Several model folders make an ensemble (``load_ensemble``), decoded by an engine whose backend takes ensembles
+    (torch). ``engine`` is any engine of ``encdec.backends``, whose backend gives the class that loads it."""
     model_dirs = [model_dir] if isinstance(model_dir, str | os.PathLike) else list(model_dir)
     spec = engine_spec(engine)
     if not model_dirs:
@@ -181,7 +179,7 @@ def translate_lines(model_dir_or_pipeline: str | os.PathLike | Sequence[str | os
     ``lines`` (a list, an open file, any iterable) is read ``chunk_size`` lines at a time, so a large file is never
     held whole; ``iter_translated_lines`` also hands the outputs on chunk by chunk. A blank line gives an empty output
     without running the model, so the output stays aligned with the input. ``model_dir_or_pipeline``: a model folder
-    (an exported folder for ``engine="ctranslate2"``), several model folders (an ensemble), or a loaded pipeline
+    (the export of an engine that reads one), several model folders (an ensemble), or a loaded pipeline
     (this package's, or the copy that ``pipeline(model=..., trust_remote_code=True)`` loads), whose model and
     tokenizer are used. ``engine``, ``quantize`` and ``dtype`` are those of ``load_engine``; ``options`` those of
     ``translate``.

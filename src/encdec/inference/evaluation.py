@@ -105,7 +105,7 @@ def evaluate_model(
     are checked before any translation. ``num_beams``, ``max_new_tokens`` and ``length_penalty`` left at ``None`` keep
     the model's generation config (``max_new_tokens``: else 2 x the longest source of a batch + 10); all recorded.
     :param engine, quantize, dtype: those of ``inference.load_engine`` (recorded); ``model_dir`` is an exported
-        folder for ``engine="ctranslate2"``, or several model folders for an ensemble (``encdec.inference.ensemble``)
+        folder for an engine that reads one, or several model folders for an ensemble (``encdec.inference.ensemble``)
     """
     models = [model_dir] if isinstance(model_dir, str | os.PathLike) else list(model_dir)
     output_file = check_output_file(output_file, overwrite, [source_file, reference_file], models)

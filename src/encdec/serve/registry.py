@@ -43,15 +43,15 @@ class ModelSpec:
     @classmethod
     def parse(cls, value: str) -> ModelSpec:
         found = MODEL_SPEC.match(value.strip())
+        choices = option_choices()  # the backends' registry: engine, quantize and dtype
+        known = ", ".join(f"{key}={'|'.join(values)}" for key, values in choices.items())
         if not found:
             raise EncdecError(f"--model {value!r} is not DIR or SRC-TGT=DIR (language codes such as de-en=runs/de-en: "
                               "ISO 639 codes of 2 or 3 lowercase letters, optionally _Script or _REGION as in zh_Hant; "
-                              "optionally followed by ,engine=ctranslate2 ,quantize=int8 or ,dtype=bfloat16).")
+                              f"optionally followed by ,engine=E ,quantize=Q or ,dtype=D: {known}).")
         options = tuple(tuple(item.split("=", 1)) for item in found["options"].split(",") if item)
-        choices = option_choices()  # the engines' registry: engine, quantize and dtype
         for name, choice in options:
             if choice not in choices.get(name, ()):
-                known = ", ".join(f"{key}={'|'.join(values)}" for key, values in choices.items())
                 raise EncdecError(f"--model {value!r}: {name}={choice} is not an option; the options are {known}.")
         return cls(found["dir"], found["source"], found["target"], options)
 

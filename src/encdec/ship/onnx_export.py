@@ -39,6 +39,7 @@ from ..errors import EncdecError
 from ..folders import model_identity, require_model_folder
 from ..inference import load_model_and_tokenizer
 from ..inference.engines.onnx_layout import (
+    BACKEND,
     DECODER_FILE,
     EMPTY,
     ENCODER_FILE,
@@ -53,7 +54,7 @@ from ..io_utils import refuse_existing, refuse_overlap, replace_folder
 from ..tokenization import TOKENIZER_FILES
 from .onnx_graphs import SOURCE_INPUTS, GraphNames, graph_modules, graph_names
 
-QUANTIZE_CHOICES = ("float32", "int8")
+QUANTIZE_CHOICES = BACKEND.export_quantize  # float32, int8
 TOLERANCE = 1e-4  # float32: the largest |logit| (and encoder output) difference to torch accepted
 INT8_TOLERANCE = 0.1  # int8: the largest |logit| difference accepted, as a share of the reference logits' range
 COPIED_FILES = ("config.json", "generation_config.json", "special_tokens_map.json", "added_tokens.json",
@@ -109,6 +110,13 @@ def export_onnx(model_dir: str | os.PathLike, output_dir: str | os.PathLike, qua
 
     replace_folder(write, output_dir)
     return output_dir
+
+
+def export_command(model_dir: str | os.PathLike, output_dir: str | os.PathLike, quantize: str, overwrite: bool) -> str:
+    """``encdec export --format onnx`` (its backend's ``exporter``): export, and the line it prints."""
+    out = export_onnx(model_dir, output_dir, quantize=quantize, overwrite=overwrite)
+    return f"ONNX model ({quantize}) written to {out}; translate with `encdec translate --engine {BACKEND.name} " \
+           f"--model {out}`"
 
 
 def trace_batch(config: Any, lengths: tuple[int, ...], seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -367,5 +375,5 @@ def mismatch(file: str, what: str, found: float, tolerance: float, weights: str)
 
 
 __all__ = ["INT8_SCHEME", "INT8_SCHEMES", "INT8_TOLERANCE", "QUANTIZE_CHOICES", "TOLERANCE", "ExportCheckFailed",
-           "Int8Scheme", "check_export", "export_onnx", "quantize_graphs", "require_onnx", "saturating_weights",
-           "write_graphs"]
+           "Int8Scheme", "check_export", "export_command", "export_onnx", "quantize_graphs", "require_onnx",
+           "saturating_weights", "write_graphs"]

@@ -32,6 +32,7 @@ from pathlib import Path
 
 from transformers import GenerationConfig
 
+from ..backends import BACKENDS
 from ..errors import EncdecError
 from ..folders import require_model_folder
 from ..io_utils import refuse_existing, refuse_overlap, replace_folder
@@ -40,7 +41,7 @@ from .onnx_export import export_onnx
 RUNTIME = "web_runtime"  # package data: what `make web` builds
 RUNTIME_FILES = ("index.html", "encdec.js", "encdec-worker.js", "ort-wasm.wasm.gz", "web-runtime.json")
 MODEL_FOLDER = "model"
-QUANTIZE = ("float32", "int8")
+QUANTIZE = BACKENDS["web"].export_quantize  # int8 (the default), float32
 # the generation settings beyond greedy and beam search (logits processors, sampling, group beam search), each with
 # the values that leave decoding as it is: unset (None, as a GenerationConfig built in code has it) or the neutral
 # value that a saved config spells out (transformers writes `do_sample: false`, `repetition_penalty: 1.0`, ...)
@@ -99,6 +100,13 @@ def export_web(model_dir: str | os.PathLike, output_dir: str | os.PathLike, quan
     return output_dir
 
 
+def export_command(model_dir: str | os.PathLike, output_dir: str | os.PathLike, quantize: str, overwrite: bool) -> str:
+    """``encdec export --format web`` (its backend's ``exporter``): write the site, and the line it prints."""
+    out = export_web(model_dir, output_dir, quantize=quantize, overwrite=overwrite)
+    return (f"a site that translates in the browser written to {out} ({site_bytes(out)['total'] / 1e6:.1f} MB); "
+            f"serve it with `python -m http.server -d {out}` or `encdec serve ... --offline-site {out}`")
+
+
 def site_bytes(site: str | os.PathLike) -> dict[str, int]:
     """What a site weighs: the bytes of its runtime files, of its model folder, and in all (what a browser fetches
     to translate, every file once)."""
@@ -108,4 +116,4 @@ def site_bytes(site: str | os.PathLike) -> dict[str, int]:
     return {"runtime": runtime, "model": model, "total": runtime + model}
 
 
-__all__ = ["QUANTIZE", "export_web", "runtime_folder", "site_bytes"]
+__all__ = ["QUANTIZE", "export_command", "export_web", "runtime_folder", "site_bytes"]

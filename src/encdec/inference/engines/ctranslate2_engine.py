@@ -1,5 +1,6 @@
-"""The CTranslate2 engine: a folder written by ``encdec export --format ctranslate2`` (``encdec.ship.export``), decoded
-by CTranslate2 (an optional extra, ``encdec[ct2]``), with its weights computed in float32, int8 or bfloat16. It maps
+"""The CTranslate2 engine: a folder written by ``encdec export --format ctranslate2``
+(``encdec.ship.ctranslate2_export``), decoded by CTranslate2 (an optional extra, ``encdec[ct2]``), with its weights
+computed in float32, int8 or bfloat16. It maps
 the decoding options CTranslate2 has (beam size, length penalty, max new tokens, number of returned sequences,
 sampling) and refuses the others in one line that names the option. The ``ctranslate2`` module is imported only
 when this engine (or an export) is used (``require_ctranslate2``).
@@ -16,14 +17,16 @@ from typing import Any
 import torch
 from transformers import AutoTokenizer, GenerationConfig, PreTrainedTokenizerBase
 
+from ...backends import BACKENDS
 from ...errors import EncdecError
-from ...folders import EXPORT_INFO, read_json, require_model_folder
+from ...folders import read_json, require_model_folder
 from ...models.configuration_transformer_seq2seq import TransformerSeq2SeqConfig
 from .int8 import note_if_int8_is_slower, note_once, saturation_note
 from .interface import Engine, check_positions, check_precision
-from .registry import ENGINE_REGISTRY
 
-CT2_INSTALL = ENGINE_REGISTRY["ctranslate2"].install
+BACKEND = BACKENDS["ctranslate2"]  # its declaration in encdec.backends: this engine, its export and its folders
+CT2_INSTALL = BACKEND.install
+EXPORT_INFO = BACKEND.marker  # encdec_export.json: what `encdec export --format ctranslate2` records in its folder
 # generate() options CTranslate2's translate_batch has, under its names
 CT2_OPTIONS = {"num_beams": "beam_size", "length_penalty": "length_penalty", "num_return_sequences": "num_hypotheses",
                "top_k": "sampling_topk", "top_p": "sampling_topp", "temperature": "sampling_temperature",
@@ -57,7 +60,7 @@ def require_ctranslate2() -> Any:
 
 def read_export_info(export_dir: str | os.PathLike) -> dict[str, Any]:
     """``encdec_export.json`` of an exported folder; a clear error when ``export_dir`` is not one."""
-    export_dir = require_model_folder(export_dir, engine="ctranslate2")
+    export_dir = require_model_folder(export_dir, engine=BACKEND.name)
     return read_json(export_dir / EXPORT_INFO, "the export record")
 
 

@@ -1,5 +1,5 @@
-"""The interface every inference engine implements (``Engine``), the registry entry of an engine by name
-(``engine_spec``), and the precision check all of them make (``check_precision``)."""
+"""The interface every inference engine implements (``Engine``), the backend of an engine by name (``engine_spec``:
+its declaration in ``encdec.backends``), and the precision check all of them make (``check_precision``)."""
 
 from __future__ import annotations
 
@@ -11,29 +11,29 @@ from typing import Any, ClassVar
 import torch
 from transformers import GenerationConfig, PretrainedConfig, PreTrainedTokenizerBase
 
+from ...backends import Backend, engines
 from ...errors import EncdecError
-from .registry import ENGINE_REGISTRY, EngineSpec
 
 
-def engine_spec(name: str) -> EngineSpec:
-    """The registered engine ``name`` (registry.py); a one-line error that lists the engines otherwise."""
-    if name not in ENGINE_REGISTRY:
-        raise EncdecError(f"`engine` must be one of {list(ENGINE_REGISTRY)}, got {name!r}.")
-    return ENGINE_REGISTRY[name]
+def engine_spec(name: str) -> Backend:
+    """The backend of the engine ``name`` (``encdec.backends``); a one-line error that lists the engines otherwise."""
+    if name not in engines():
+        raise EncdecError(f"`engine` must be one of {list(engines())}, got {name!r}.")
+    return engines()[name]
 
 
 class Engine(ABC):
     """What turns a batch of source ids into output ids and scores a given output. ``encdec.inference.decoding``
     decodes through these members alone, the same for every engine. What an engine supports (alignments, ensembles,
-    quantize modes, dtypes, model families) is its registry entry, ``spec``: callers ask it, not the engine's name."""
+    quantize modes, dtypes, model families) is its backend, ``spec``: callers ask it, not the engine's name."""
 
-    name: ClassVar[str]  # its entry in registry.py
+    name: ClassVar[str]  # its backend's name in encdec.backends
     config: PretrainedConfig  # the model's config: special tokens, positions, sizes
     generation_config: GenerationConfig  # the model's decoding defaults
 
     @property
-    def spec(self) -> EngineSpec:
-        """What this engine supports, as registry.py declares it."""
+    def spec(self) -> Backend:
+        """What this engine supports, as its backend declares it."""
         return engine_spec(self.name)
 
     @classmethod
@@ -70,7 +70,7 @@ class Engine(ABC):
         """
 
 
-def check_precision(spec: EngineSpec, quantize: str | None, dtype: str | None) -> None:
+def check_precision(spec: Backend, quantize: str | None, dtype: str | None) -> None:
     """``quantize`` and ``dtype`` are among those ``spec`` supports, and not both asked."""
     if quantize is not None and quantize not in spec.quantize:
         raise EncdecError(f"`quantize` must be one of {list(spec.quantize)} (or none), got {quantize!r}.")
@@ -84,7 +84,7 @@ def check_precision(spec: EngineSpec, quantize: str | None, dtype: str | None) -
 def check_positions(limit: int | None, source_length: int, max_new_tokens: int, export: str) -> None:
     """An exported Transformer holds ``limit`` positions (``max_position_embeddings``), for sources and targets
     alike (None: no limit): a one-line error for a source or a budget beyond them. ``export``: its name in the
-    message (``CTranslate2``, ``ONNX``)."""
+    message (its backend's format)."""
     if limit is None:
         return
     if source_length > limit:

@@ -23,8 +23,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ...backends import BACKENDS
 from ...errors import InputFileError
-from ...folders import ONNX_MANIFEST as MANIFEST
+
+BACKEND = BACKENDS["onnxruntime"]  # its declaration in encdec.backends: the engine, its export and its folders
+MANIFEST = BACKEND.marker  # encdec_onnx.json: the manifest that marks an ONNX export folder
 
 FORMAT = "encdec-onnx"
 VERSION = 1
@@ -160,5 +163,5 @@ def parse(data: dict[str, Any]) -> OnnxLayout:
                       check=dict(data.get("check", {})))
 
 
-__all__ = ["DECODER_FILE", "EMPTY", "ENCODER_FILE", "EXPORT_ID_KEY", "FORMAT", "MANIFEST", "OPSET", "VERSION",
-           "WEIGHTS", "Graph", "OnnxLayout", "StateEntry", "read_layout"]
+__all__ = ["BACKEND", "DECODER_FILE", "EMPTY", "ENCODER_FILE", "EXPORT_ID_KEY", "FORMAT", "MANIFEST", "OPSET",
+           "VERSION", "WEIGHTS", "Graph", "OnnxLayout", "StateEntry", "read_layout"]

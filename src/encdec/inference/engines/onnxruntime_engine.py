@@ -43,11 +43,10 @@ from ...models.rnn_cache import StateLayer
 from ...tokenization import check_tokenizer_matches_model
 from .int8 import CPU_CLASSES, cpu_class, note_once
 from .interface import Engine, check_positions, check_precision
-from .onnx_layout import EMPTY, EXPORT_ID_KEY, MANIFEST, OnnxLayout, read_layout
-from .registry import ENGINE_REGISTRY
+from .onnx_layout import BACKEND, EMPTY, EXPORT_ID_KEY, MANIFEST, OnnxLayout, read_layout
 
-ORT_INSTALL = ENGINE_REGISTRY["onnxruntime"].install
-REDO = "export the model again with `encdec export --format onnx`"
+ORT_INSTALL = BACKEND.install
+REDO = f"export the model again with `encdec export --format {BACKEND.export_format}`"
 
 
 class OnnxRuntimeMissing(EncdecError):

@@ -29,9 +29,10 @@ from typing import Any
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from ..errors import EncdecError
-from ..folders import EXPORT_INFO, require_model_folder
+from ..folders import require_model_folder
 from ..inference import load_model_and_tokenizer
-from ..inference.engines import require_ctranslate2
+from ..inference.engines.ctranslate2_engine import BACKEND, EXPORT_INFO, read_export_info, require_ctranslate2
+from ..inference.engines.int8 import note_if_int8_is_slower
 from ..io_utils import atomic_write_json, refuse_existing, refuse_overlap
 
 try:  # an optional extra: encdec[ct2]
@@ -42,7 +43,7 @@ except ImportError:  # the converter class below still defines; creating one rai
     ctranslate2 = None
     Converter = object
 
-QUANTIZATIONS = ("float32", "int8", "int8_float32", "bfloat16", "float16")
+QUANTIZATIONS = BACKEND.export_quantize  # float32, int8, int8_float32, bfloat16, float16
 RNN_REFUSAL = ("CTranslate2 has no recurrent (LSTM/GRU) decoder, so RNN models cannot be exported to it; for fast "
                "CPU inference of an RNN model use torch's dynamic int8 instead: `encdec translate --quantize int8`.")
 
@@ -200,10 +201,21 @@ def export_ctranslate2(model_dir: str | os.PathLike, output_dir: str | os.PathLi
     return output_dir
 
 
+def export_command(model_dir: str | os.PathLike, output_dir: str | os.PathLike, quantize: str, overwrite: bool) -> str:
+    """``encdec export --format ctranslate2`` (its backend's ``exporter``): export, and the line it prints (with the
+    note when int8 weights measured slower than float32 for a model this small)."""
+    out = export_ctranslate2(model_dir, output_dir, quantization=quantize, overwrite=overwrite)
+    if quantize.startswith("int8"):  # the folder will compute in int8: say when that is the slower choice
+        note_if_int8_is_slower(BACKEND.name, read_export_info(out)["model_config"])
+    return (f"CTranslate2 model ({quantize}) written to {out}; translate with "
+            f"`encdec translate --engine {BACKEND.name} --model {out}`")
+
+
 def export_info(model: PreTrainedModel, quantization: str, model_dir: Path) -> dict[str, Any]:
     """What ``encdec_export.json`` records: the engine, the weights' type, and the source model's config."""
     return {"engine": "ctranslate2", "ctranslate2_version": ctranslate2.__version__, "quantization": quantization,
             "source_folder": str(model_dir.resolve()), "model_config": model.config.to_dict()}
 
 
-__all__ = ["EncdecTransformerConverter", "QUANTIZATIONS", "RNN_REFUSAL", "export_ctranslate2", "vocabulary_tokens"]
+__all__ = ["EncdecTransformerConverter", "QUANTIZATIONS", "RNN_REFUSAL", "export_command", "export_ctranslate2",
+           "vocabulary_tokens"]
