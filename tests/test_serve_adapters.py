@@ -17,6 +17,7 @@ from encdec.serve.adapter import Adapter
 from encdec.serve.core import Plan, translate_parts
 from encdec.serve.limits import Overloaded
 from encdec.serve.server import create_app, load_models
+from encdec_cli import build_parser
 from test_serve import Server, request
 from tiny_model_folders import build_model_folders
 
@@ -70,6 +71,16 @@ def test_a_toy_api_is_one_class_and_one_line(folders, monkeypatch) -> None:
     assert libre[2]["access-control-allow-origin"] == "*"
     assert too_many[:2] == (400, {"problem": "sentences: 3 sentences exceed the limit of 2 per request; send them in "
                                              "several requests."})
+
+
+def test_serve_s_help_names_every_api_of_the_list(monkeypatch, capsys) -> None:
+    """``encdec serve --help`` says what each listed API is, in the list's words."""
+    monkeypatch.setattr(apis, "ADAPTERS", [*apis.ADAPTERS, apis.API(__name__, "a toy API (under /toy/)")])
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "--help"])
+    summary = " ".join(capsys.readouterr().out.split())
+    assert [api.summary in summary for api in apis.ADAPTERS] == [True] * 3
+    assert "LibreTranslate's API (under /libretranslate/)" in summary
 
 
 def code_names(path: Path) -> set[str]:

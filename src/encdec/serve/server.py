@@ -42,7 +42,7 @@ except ImportError as missing:  # the CLI prints this as one line
     raise EncdecError(f"`encdec serve` needs FastAPI and uvicorn; install the extra with `{SERVE_INSTALL}`.") \
         from missing
 from .app import create_app  # noqa: E402 (needs FastAPI, checked above)
-from .held_batches import HOLD_ENV, release_on_stdin  # noqa: E402
+from .held_batches import release_on_stdin  # noqa: E402
 from .schema import ErrorResponse, TranslateResponse, request_schema  # noqa: E402
 
 API_KEY_ENV = "ENCDEC_API_KEY"
@@ -161,6 +161,6 @@ def serve(models: str | list[str], engine: str = "torch", quantize: str | None =
         sys.exit(STARTUP_FAILURE)
 
 
-__all__ = ["API_KEY_ENV", "HOLD_ENV", "SERVE_INSTALL", "EncdecServer", "ErrorResponse", "TranslateResponse",
+__all__ = ["API_KEY_ENV", "SERVE_INSTALL", "EncdecServer", "ErrorResponse", "TranslateResponse",
            "build_service", "check_bind", "check_port", "create_app", "load_models", "request_schema", "serve",
            "server_config"]
