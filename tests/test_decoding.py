@@ -18,7 +18,8 @@ from encdec.inference import load_engine
 from encdec.inference.decoding import DecodeLimits, DecodeOptions, resolve_options
 from encdec.recipes.distill import DistillConfig, TeacherSettings, translate_sources
 from encdec.serve import TranslationService
-from encdec.serve.libretranslate import alternatives_of, decode_options
+from encdec.serve.core import decode_options
+from encdec.serve.libretranslate.api import alternatives_of
 from encdec.serve.server import request_schema
 from tiny_model_folders import build_model_folders
 

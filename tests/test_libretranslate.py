@@ -14,9 +14,11 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from encdec.inference import default_beams, load_engine, load_model_and_tokenizer, translate, translate_detailed
-from encdec.serve import BatchRecord, ServeLimits
-from encdec.serve.libretranslate import CORS_HEADERS, html_parts
-from encdec.serve.server import HOLD_ENV, create_app, load_models
+from encdec.serve import ServeLimits
+from encdec.serve.core import html_parts
+from encdec.serve.held_batches import HOLD_ENV, BatchRecord
+from encdec.serve.libretranslate import CORS_HEADERS
+from encdec.serve.server import create_app, load_models
 from test_serve import ServeProcess, Server, assert_local_and_found, chromium_driver, page_requests, request
 from tiny_model_folders import date_data
 
@@ -237,7 +239,7 @@ def test_both_apis_under_concurrent_clients_batch_as_translating_alone(pairs, te
                 batcher.release()
             answers = [future.result(timeout=60) for future in asked]
     assert answers == [expected[pair][i] for _, pair, i in calls]
-    assert {name: list(batcher.record) for name, batcher in batchers.items()} == {
+    assert {name: list(batcher.decisions) for name, batcher in batchers.items()} == {
         "de-en": [BatchRecord(24, "expected", 1)], "en-de": [BatchRecord(24, "expected", 1)]}
     assert json.dumps(answers)  # plain strings
 

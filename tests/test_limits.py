@@ -23,9 +23,10 @@ import pytest
 
 from encdec.errors import EncdecError
 from encdec.serve import ServeLimits
+from encdec.serve.held_batches import HOLD_ENV
 from encdec.serve.keys import KeyDatabase
 from encdec.serve.limits import SWEEP_EVERY, Access, RateLimiter, redact_keys
-from encdec.serve.server import HOLD_ENV, EncdecServer, check_bind, create_app, load_models, server_config
+from encdec.serve.server import EncdecServer, check_bind, create_app, load_models, server_config
 from test_serve import Server, only_batcher, request
 from test_translate_file import multipart
 from tiny_model_folders import build_model_folders

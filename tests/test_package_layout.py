@@ -244,7 +244,7 @@ def test_an_old_module_name_is_the_module_at_its_new_name(old: str) -> None:
 def test_the_served_names_import_from_their_old_module() -> None:
     from encdec.serving import DynamicBatcher, ServedModels, TranslationService
 
-    from encdec.serve import batcher, registry, service
+    from encdec.serve import batcher, served_models, service
 
-    assert (DynamicBatcher, ServedModels, TranslationService) == (batcher.DynamicBatcher, registry.ServedModels,
+    assert (DynamicBatcher, ServedModels, TranslationService) == (batcher.DynamicBatcher, served_models.ServedModels,
                                                                    service.TranslationService)

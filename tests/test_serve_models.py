@@ -19,6 +19,7 @@ from encdec.errors import EncdecError
 from encdec.folders import save_for_pipeline
 from encdec.inference import load_engine, load_model_and_tokenizer, translate
 from encdec.serve import ModelSpec, RequestError, ServedModels
+from encdec.serve.libretranslate.api import languages
 from encdec.serve.server import build_service, create_app, load_models
 from encdec.ship.ctranslate2_export import export_ctranslate2
 from test_serve import Server, request
@@ -88,7 +89,7 @@ def test_pairs_come_from_the_argument_or_the_card_and_route_requests(folder, tmp
     assert models.pick("de", "en").service.model_dir == de_en
     assert models.pick("en", "de").service.model_dir == en_de
     assert models.pick(model="fr-en").source == "fr"
-    assert models.languages() == [{"code": "de", "name": "German", "targets": ["en"]},
+    assert languages(models) == [{"code": "de", "name": "German", "targets": ["en"]},
                                   {"code": "en", "name": "English", "targets": ["de"]},
                                   {"code": "fr", "name": "French", "targets": ["en"]}]
     with pytest.raises(RequestError, match="^target: no model translates de into fr; the served ones are de-en, "
@@ -107,7 +108,7 @@ def test_one_model_is_served_as_before_and_named_by_its_folder(folder) -> None:
     models = load(str(folder))
     only = models.pick()
     assert (only.name, only.source, only.target) == ("dates", None, None)
-    assert models.languages() == []
+    assert languages(models) == []
 
 
 def test_two_models_for_one_pair_and_a_contradicted_card_are_refused(folder, tmp_path) -> None:

@@ -10,8 +10,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from encdec.serve import ServeLimits, TranslationService
-from encdec.serve import libretranslate as lt
+from encdec.serve import ServeLimits, TranslationService, core
+from encdec.serve.libretranslate import api as lt
 from encdec.serve.server import build_service, create_app, load_models
 from test_serve import Server, request
 from tiny_model_folders import build_model_folders
@@ -70,7 +70,7 @@ BIG_REQUESTS = [("/libretranslate/translate", {"q": BIG, "source": "de", "target
 
 
 def test_health_answers_while_big_texts_are_split(server, clients, monkeypatch) -> None:
-    entered, release = held(monkeypatch, lt, "split_parts")
+    entered, release = held(monkeypatch, core, "split_parts")
     sent = [clients.submit(request, server.url + path, body, timeout=WAIT) for path, body in BIG_REQUESTS]
     health_while_held(server, entered, len(BIG_REQUESTS), release)
     assert [future.result(timeout=WAIT)[0] for future in sent] == [200] * len(BIG_REQUESTS)

@@ -20,7 +20,7 @@ import pytest
 from encdec.cli import main
 from encdec.errors import EncdecError
 from encdec.serve import ServeLimits
-from encdec.serve.files import FileSettings, FileStore
+from encdec.serve.libretranslate.files import FileSettings, FileStore
 from encdec.serve.server import create_app, load_models
 from test_libretranslate import URL
 from test_sentences import PARAGRAPH, SENTENCES

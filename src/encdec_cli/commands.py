@@ -259,7 +259,7 @@ def cmd_export(args: argparse.Namespace) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> None:
-    from encdec.serve.files import FileSettings
+    from encdec.serve.libretranslate.files import FileSettings
     from encdec.serve.server import serve
     from encdec.serve.service import ServeLimits
 

@@ -35,19 +35,27 @@ from .commands import (
 # instead, as a module of its own under this private name.
 ENGINE_REGISTRY = "encdec.backends"
 PRIVATE_ENGINE_REGISTRY = "_encdec_cli_engine_registry"
+SERVED_APIS = "encdec.serve.apis"  # the APIs of `encdec serve`, read the same way for its summary
+PRIVATE_SERVED_APIS = "_encdec_cli_served_apis"
 
 
 def engine_registry() -> ModuleType:
     """encdec's backend registry: the module itself when encdec is imported already (one registry, in which a backend
     registered at run time counts), else its file loaded without importing encdec."""
-    for name in (ENGINE_REGISTRY, PRIVATE_ENGINE_REGISTRY):
-        if name in sys.modules:
-            return sys.modules[name]
+    return standalone(ENGINE_REGISTRY, PRIVATE_ENGINE_REGISTRY)
+
+
+def standalone(name: str, private: str) -> ModuleType:
+    """The module ``name`` of encdec (standard library only) when encdec is imported already, else its file loaded
+    under the name ``private`` without importing encdec."""
+    for found in (name, private):
+        if found in sys.modules:
+            return sys.modules[found]
     package = importlib.util.find_spec("encdec")  # finds the package without running its __init__
-    path = Path(next(iter(package.submodule_search_locations)), *ENGINE_REGISTRY.split(".")[1:]).with_suffix(".py")
-    spec = importlib.util.spec_from_file_location(PRIVATE_ENGINE_REGISTRY, path)
+    path = Path(next(iter(package.submodule_search_locations)), *name.split(".")[1:]).with_suffix(".py")
+    spec = importlib.util.spec_from_file_location(private, path)
     module = importlib.util.module_from_spec(spec)
-    sys.modules[PRIVATE_ENGINE_REGISTRY] = module  # dataclasses looks the module up while it defines Backend
+    sys.modules[private] = module  # dataclasses looks the module up while it defines a dataclass
     spec.loader.exec_module(module)
     return module
 
@@ -88,7 +96,9 @@ def proxy_list(value: str) -> list[str]:
 
 
 def add_serve_command(commands: argparse._SubParsersAction) -> None:
-    p = commands.add_parser("serve", help="serve a model over HTTP: POST /translate, a web page with the alignment")
+    summary = "serve models over HTTP: " + "; ".join(api.summary for api in standalone(SERVED_APIS,
+                                                                                       PRIVATE_SERVED_APIS).ADAPTERS)
+    p = commands.add_parser("serve", help=summary, description=summary + ".")
     p.add_argument("--model", required=True, action="append",
                    help="a model folder (for an engine of `encdec export`'s: the folder it wrote); repeat it to serve "
                         "several, each as SRC-TGT=DIR (e.g. de-en=runs/a), optionally with its own ,engine=E "

@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import itertools
 import queue
-import sys
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 from .limits import QueueFull
@@ -40,67 +38,47 @@ RECENT_BATCHES = 4  # the batches whose sizes say how many jobs to expect
 RECORD_LENGTH = 10_000  # batches kept in ``DynamicBatcher.record``: a server that runs for months stays flat
 
 
-@dataclass(frozen=True)
-class BatchRecord:
-    """Why the batcher ran a batch when it did: ``why`` is ``expected`` (as many jobs as it expected were queued:
-    ``expected`` is that number, 1 for a lone client), ``waited`` (the oldest job had waited ``max_wait_ms``) or
-    ``stopping`` (``stop()`` drains the queue). Tests read the decision here instead of timing the answer."""
-
-    size: int
-    why: str
-    expected: int
-
-
 class DynamicBatcher:
     """A worker thread that decodes queued jobs in batches of equal keys (see the module docstring).
 
-    ``stop()`` finishes every job already submitted before the thread ends. ``record`` says what ran and why.
+    ``stop()`` finishes every job already submitted before the thread ends. ``record`` holds the sizes of the last
+    ``RECORD_LENGTH`` batches (what ``expected`` reads).
 
     ``max_queue`` bounds the texts submitted and not yet answered (``depth``): a submit that would pass it raises
     ``QueueFull`` instead of queueing without bound (one into an empty batcher always passes, whatever its size).
-
-    A batcher made with ``held=True`` (a test hook: ``encdec serve`` does so only under ``ENCDEC_TEST_HOLD_BATCHES``,
-    see ``encdec.serve.server``) queues jobs without running any until ``release()``: a test can hold requests in flight
-    at a known point, see them queued (``held``, ``wait_held``), then let them run as one batch. Otherwise the gate
-    is open from the start and costs nothing.
     """
 
     def __init__(self, run_batch: Callable[[list[Queued]], list[Any]], max_batch_size: int, max_wait_ms: float,
-                 held: bool = False, name: str = "model", max_queue: int | None = None) -> None:
+                 name: str = "model", max_queue: int | None = None) -> None:
         self.run_batch, self.name, self.max_queue = run_batch, name, max_queue
         self.depth = 0  # jobs submitted and not yet answered
         self.max_batch_size, self.max_wait = max_batch_size, max_wait_ms / 1000
         self.queue: queue.Queue = queue.Queue()
         self.thread = threading.Thread(target=self.loop, name=f"encdec-batcher-{name}", daemon=True)
-        self.record: deque[BatchRecord] = deque(maxlen=RECORD_LENGTH)
+        self.record: deque[int] = deque(maxlen=RECORD_LENGTH)
         self.lock = threading.Lock()
-        self.submitted = threading.Condition(self.lock)  # notified on every submit, for ``wait_held``
-        self.gate = threading.Event()  # the worker takes no job while it is clear (held)
-        if not held:
-            self.gate.set()
         self.closed = False
         self.free_since = 0.0  # when the last batch ended
 
     @property
     def batches(self) -> list[int]:
         """The sizes of the batches run, oldest first (of the last ``RECORD_LENGTH``)."""
-        return [batch.size for batch in tuple(self.record)]  # a copy at once: the worker may append meanwhile
+        return list(tuple(self.record))  # a copy at once: the worker may append meanwhile
 
     def start(self) -> None:
         self.thread.start()
 
     def stop(self) -> None:
-        """Take no more jobs, finish the submitted ones (a held batcher is released), end the thread."""
+        """Take no more jobs, finish the submitted ones, end the thread."""
         with self.lock:
             if self.closed:
                 return
             self.closed = True
             self.queue.put(_STOP)  # after every job submitted so far: the queue is first in, first out
-        self.release()
         self.thread.join()
 
     def submit(self, jobs: list[Queued]) -> list[Future]:
-        with self.submitted:
+        with self.lock:
             if self.closed or not self.thread.is_alive():
                 raise RuntimeError("the batcher is not running (the server is shutting down)")
             if self.max_queue is not None and self.depth and self.depth + len(jobs) > self.max_queue:
@@ -108,36 +86,16 @@ class DynamicBatcher:
             self.depth += len(jobs)
             for job in jobs:
                 self.queue.put(job)
-            self.submitted.notify_all()
-            held = self.held
-        if held:  # the test hook's signal to a test that reads the server's output
-            print(f"encdec serve: test hold: {held} job(s) held by the batcher of {self.name}", file=sys.stderr,
-                  flush=True)
         return [job.future for job in jobs]
-
-    @property
-    def held(self) -> int:
-        """How many jobs a held batcher holds (0 once released)."""
-        return 0 if self.gate.is_set() else self.queue.qsize()
-
-    def wait_held(self, count: int, timeout: float) -> bool:
-        """Wait until a held batcher holds ``count`` jobs (or ``timeout`` seconds pass); whether it does."""
-        with self.submitted:
-            return self.submitted.wait_for(lambda: self.held >= count, timeout)
-
-    def release(self) -> None:
-        """Let a held batcher run: it takes every queued job at once, then batches as usual."""
-        self.gate.set()
 
     @property
     def expected(self) -> int:
         """How many jobs a batch waits for: one while requests come one at a time (the last few batches had one
         job each), so a lone client never waits; a full batch once they come together."""
         recent = itertools.islice(reversed(self.record), RECENT_BATCHES)
-        return self.max_batch_size if max((batch.size for batch in recent), default=1) > 1 else 1
+        return self.max_batch_size if max(recent, default=1) > 1 else 1
 
     def loop(self) -> None:
-        self.gate.wait()  # open unless held (a test hook)
         pending: dict[tuple, list[Queued]] = {}
         stopping = False
         while pending or not stopping:
@@ -155,8 +113,9 @@ class DynamicBatcher:
             self.run(batch, why)
 
     def ready(self, pending: dict[tuple, list[Queued]], stopping: bool) -> tuple[tuple, str] | None:
-        """The key of the batch to run now, the oldest first, and why (``BatchRecord.why``): one with the expected
-        number of jobs, or whose first job has waited ``max_wait_ms``, or any while stopping; None to wait."""
+        """The key of the batch to run now, the oldest first, and why: ``expected`` (it has the expected number of
+        jobs), ``waited`` (its first job has waited ``max_wait_ms``) or ``stopping`` (any, while stopping); None to
+        wait."""
         now, expected = time.monotonic(), self.expected
 
         def why(jobs: list[Queued]) -> str | None:
@@ -193,7 +152,8 @@ class DynamicBatcher:
                 pending.setdefault(item.key, []).append(item)
 
     def run(self, batch: list[Queued], why: str) -> None:
-        self.record.append(BatchRecord(len(batch), why, self.expected))
+        """Decode ``batch`` (``why``: the reason ``ready`` gave) and answer its jobs."""
+        self.record.append(len(batch))
         try:
             answers = self.run_batch(batch)
         except Exception as error:  # every waiting request gets an answer, an error one if need be
@@ -213,4 +173,4 @@ class DynamicBatcher:
             self.depth -= len(batch)
 
 
-__all__ = ["RECORD_LENGTH", "BatchRecord", "DynamicBatcher", "Queued"]
+__all__ = ["RECORD_LENGTH", "DynamicBatcher", "Queued"]

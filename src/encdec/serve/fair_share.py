@@ -1,7 +1,7 @@
 """A large request's jobs fed to a model's batcher a few at a time, so that other clients' requests run between
-them (``encdec.serve.files``: a translated file's sentences).
+them (a translated file's sentences).
 
-``FairShare`` stands in for a ``DynamicBatcher`` where ``libretranslate.translate_parts`` submits: it answers with
+``FairShare`` stands in for a ``DynamicBatcher`` where ``core.translate_parts`` submits: it answers with
 the jobs' futures at once and feeds the jobs to the batcher in chunks of ``chunk`` jobs, at most ``WINDOW`` chunks
 waiting or decoding at a time; a chunk that finds the queue full (``--max-queue``, filled by other clients) waits
 for room and tries again instead of being refused. So a file holds at most half the queue (and two batches), other

@@ -1,13 +1,13 @@
 """Who may use a server, and how much: API keys (the single ``--api-key``, the key database of ``--api-keys-db``),
 requests a minute (``--req-limit``, or a key's own), characters a text (``--char-limit``, or a key's own), and the
 refusals that say "not now" (``Overloaded``: 429 over a request limit, 503 when a model's queue is full), each with
-the seconds to wait in ``Retry-After``. Plain Python: ``encdec.serve.server`` and ``encdec.serve.libretranslate``
-turn these into their APIs' answers.
+the seconds to wait in ``Retry-After``. Plain Python: each API's adapter (``encdec.serve.adapter``) turns these into
+its answers.
 
 Requests are counted per key for a key of the database (its ``req_limit``), else per client address (``--req-limit``),
 by the generic cell rate algorithm (GCRA, ITU-T I.371; a token bucket that holds one time per client): "N a minute"
 lets a client that has been quiet send N requests at once, then one every 60/N seconds. A request of several texts
-costs one per text (as LibreTranslate counts a list ``q``), and at most N, so that any request can pass once the
+costs one per text, and at most N, so that any request can pass once the
 client has waited a minute.
 
 The client address is the peer's: proxy headers (``X-Forwarded-For``) count only from the proxies of
@@ -45,20 +45,19 @@ SWEEP_EVERY = 1024  # hits between two sweeps of the clients that are back to a 
 QUEUE_RETRY_AFTER = 1  # seconds a client waits after a full queue (503)
 KEYS_RETRY_AFTER = 1  # seconds a client waits when the key database is held by another process (503)
 BROKEN_RETRY_AFTER = 30  # seconds a client waits when the key database cannot be used (503, until it is fixed)
-SUGGESTION_CHARS = 5_000  # characters of q and of s in a suggestion, without a character limit
 KEY_PARAMETERS = {"apikey", "key", "token", "accesstoken", "secret", "password"}  # lower case, without - and _
 logger = logging.getLogger("encdec.serve")
 
 
 class Overloaded(Exception):
-    """A request refused for now: ``status`` (429 or 503), ``message`` (the native API's words), ``lt_message``
-    (LibreTranslate's), and ``retry_after`` seconds for the ``Retry-After`` header."""
+    """A request refused for now: ``status`` (429 or 503), ``message`` (what and why, and when to retry) and
+    ``retry_after`` seconds for the ``Retry-After`` header."""
 
     status = 503
 
-    def __init__(self, message: str, lt_message: str, retry_after: int) -> None:
+    def __init__(self, message: str, retry_after: int) -> None:
         super().__init__(message)
-        self.message, self.lt_message, self.retry_after = message, lt_message, retry_after
+        self.message, self.retry_after = message, retry_after
 
     @property
     def headers(self) -> dict[str, str]:
@@ -66,16 +65,15 @@ class Overloaded(Exception):
 
 
 class OverLimit(Overloaded):
-    """Over a request limit: 429, and LibreTranslate's "Slowdown: N per 1 minute" (``libretranslate/app.py``'s 429
-    handler, around flask-limiter's description of the limit)."""
+    """Over a request limit of ``limit`` requests a minute: 429."""
 
     status = 429
 
     def __init__(self, limit: int, wait: float, per_key: bool) -> None:
         seconds = max(1, math.ceil(wait))
         whose = "for this API key (its limit in the key database)" if per_key else "per client address (--req-limit)"
-        super().__init__(f"more than {limit} requests a minute {whose}; retry after {seconds} s.",
-                         f"Slowdown: {limit} per 1 minute", seconds)
+        super().__init__(f"more than {limit} requests a minute {whose}; retry after {seconds} s.", seconds)
+        self.limit = limit
 
 
 class QueueFull(Overloaded):
@@ -86,12 +84,12 @@ class QueueFull(Overloaded):
     def __init__(self, name: str, waiting: int, max_queue: int) -> None:
         message = (f"the server is busy: {waiting} texts wait for the model {name}, the most it queues (--max-queue "
                    f"{max_queue}); retry after {QUEUE_RETRY_AFTER} s.")
-        super().__init__(message, message, QUEUE_RETRY_AFTER)
+        super().__init__(message, QUEUE_RETRY_AFTER)
 
 
 class KeysUnavailable(Overloaded):
     """The key database cannot answer now: held by another process (``busy``; a moment's wait), or unusable (gone,
-    unreadable, unwritable: the operator must fix it): 503, in the same words in both APIs."""
+    unreadable, unwritable: the operator must fix it): 503."""
 
     status = 503
 
@@ -100,7 +98,7 @@ class KeysUnavailable(Overloaded):
         what = ("is held by another process" if error.busy else
                 f"cannot be used ({error.reason}; the server log says more)")
         message = f"the server's API key database (--api-keys-db) {what}; retry after {retry} s."
-        super().__init__(message, message, retry)
+        super().__init__(message, retry)
 
 
 class RateLimiter:
@@ -131,7 +129,7 @@ class RateLimiter:
 class Access:
     """A server's keys and limits: ``api_key`` (one key for everyone), ``database`` (keys with limits of their own),
     ``req_limit`` (requests a minute per client address, for requests without a key of the database), ``char_limit``
-    (characters a text), ``suggestions`` (LibreTranslate's ``POST /suggest`` stores them in ``database``). A key is
+    (characters a text), ``suggestions`` (suggested translations taken, stored in ``database``). A key is
     required when either kind is given."""
 
     def __init__(self, api_key: str | None = None, database: KeyDatabase | None = None,
@@ -203,26 +201,8 @@ class Access:
             return None
         return next(((i, len(text), limit) for i, text in enumerate(texts) if len(text) > limit), None)
 
-    def over_request(self, texts: list[str], key: ApiKey | None) -> tuple[int, int] | None:
-        """(characters, limit) of a request whose texts together exceed the character limit (the key's, else the
-        server's), as LibreTranslate counts a request (``sum(len(text) for text in q)``), or None."""
-        limit = self.char_limit_for(key)
-        characters = sum(len(text) for text in texts)
-        return None if limit is None or characters <= limit else (characters, limit)
-
-    def file_cost(self, texts: list[str], key: ApiKey | None) -> int:
-        """What a file of ``texts`` costs in requests, as LibreTranslate charges ``/translate_file``: its size over
-        the character limit (LibreTranslate's bytes; here the characters of its texts, not of its markup or
-        packaging), at least 1; 1 without a character limit."""
-        limit = self.char_limit_for(key)
-        return 1 if limit is None else max(1, sum(len(text) for text in texts) // limit)
-
-    def suggestion_limit(self, key: ApiKey | None) -> int:
-        """The characters that ``q`` and ``s`` of a suggestion may each have: the character limit, else
-        ``SUGGESTION_CHARS``."""
-        return self.char_limit_for(key) or SUGGESTION_CHARS
-
     async def suggest(self, q: str, s: str, source: str, target: str) -> None:
+        """Store a suggested translation ``s`` of ``q`` in the key database (under ``--suggestions``)."""
         await self.database_call(self.database.add_suggestion, q, s, source, target)
 
 

@@ -1,5 +1,5 @@
 """The request service: an engine, its tokenizer and the server's limits, which checks a request into jobs and decodes
-a batch of them. Plain Python and threads; ``encdec.serve.server`` puts HTTP (FastAPI) in front of it, and
+a batch of them. Plain Python and threads; ``encdec.serve.core`` and the APIs put HTTP (FastAPI) in front of it, and
 ``encdec.serve.batcher`` groups the jobs into batches.
 
 A batch gives each text what translating it alone gives: the server checks a request's options into a
@@ -43,11 +43,12 @@ DEFAULT_MAX_SOURCE_TOKENS = 1024  # for models without a position limit (the RNN
 
 
 class RequestError(EncdecError):
-    """A request the server refuses (HTTP 422): ``field`` is the request field at fault, e.g. ``text[2]``."""
+    """A request the server refuses (the native API's 422): ``field`` is the request field at fault, e.g. ``text[2]``,
+    and ``reason`` what is wrong with it and the fix; each API's adapter says it in its own words."""
 
     def __init__(self, field: str, message: str) -> None:
         super().__init__(f"{field}: {message}")
-        self.field = field
+        self.field, self.reason = field, message
 
 
 @dataclass(frozen=True)

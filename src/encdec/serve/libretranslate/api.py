@@ -10,59 +10,54 @@ limits.
   tags are kept and the text between them translated), ``alternatives`` (up to that many other translations, from
   beam search; the translation itself is the same with or without them), ``api_key``; JSON or form-encoded.
   ``source: "auto"`` detects the language of ``q`` among the served source languages with a model into ``target``
-  (``encdec.serve.detection``) and says which in ``detectedLanguage``. Every text is cut into its lines and
-  sentences (``encdec.inference.sentences``), which are decoded as jobs of their own; a sentence over the source
-  limit is cut to it, with a warning in the log, and the text is put back together around the translations.
+  (``libretranslate.detection``) and says which in ``detectedLanguage``. The serving core (``encdec.serve.core``) cuts
+  every text into its lines and sentences, which are decoded as jobs of their own; a sentence over the source limit
+  is cut to it, with a warning in the log, and the text is put back together around the translations.
 - ``POST /detect``: ``q`` (a string or a list), ``api_key``: the served source languages it is most likely in.
-- ``POST /translate_file`` and ``GET /download_file/<id>/<name>``: ``encdec.serve.files``.
+- ``POST /translate_file`` and ``GET /download_file/<id>/<name>``: ``libretranslate.files``.
 - ``GET /languages``, ``GET /frontend/settings``, ``GET /health``; ``POST /suggest`` (``q``, ``s``, ``source``,
   ``target``), stored in the key database under ``--suggestions``.
 - The key and the request limit apply to ``/translate``, ``/detect``, ``/translate_file`` and ``/suggest``, as
   LibreTranslate's ``access_check`` and limiter apply them; the character limit to ``/translate``, per request (the
   texts of ``q`` together, as LibreTranslate counts them), and to ``q`` and ``s`` of ``/suggest`` (a file's
-  characters count as requests: ``encdec.serve.files``). The keys and limits: ``encdec.serve.limits``.
+  characters count as requests: ``libretranslate.files``). The keys and limits: ``encdec.serve.limits``.
 - Every error is ``{"error": "..."}`` with LibreTranslate's status: 400 for a bad request, 403 for a wrong API key,
-  404 for a path that is no endpoint (``encdec.serve.libretranslate_routes``: repeated slashes count as one), 429
+  404 for a path that is no endpoint (``libretranslate.routes``: repeated slashes count as one), 429
   over a request limit (``Slowdown: ...``, with ``Retry-After``), 503 with a full queue.
 - CORS headers as LibreTranslate sends them, on every answer under the prefix, so that browser clients work.
 """
 
 from __future__ import annotations
 
-import asyncio
 import copy
-import html
 import json
-from html.parser import HTMLParser
 from typing import Any
 
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from ..inference.decoding import DecodeOptions
-from ..inference.sentences import Parts, join, line_parts, pieces_to_translate, split_parts
-from ..version import __version__
+from ...version import __version__
+from ..core import FORMATS, Plan, TooManySentences, plain_texts, translate_parts
+from ..keys import ApiKey
+from ..limits import Access, client_address
+from ..offload import lone_surrogate, off_loop, too_deep
+from ..schema import printable
+from ..served_models import LANGUAGE_NAMES, ServedModel, ServedModels
+from ..service import RequestError
 from .detection import DetectionError, detect_source, served_sources
 from .detection import detect as detect_languages
-from .keys import ApiKey
-from .libretranslate_routes import add_preflights, route_as_libretranslate
-from .limits import Access, client_address
-from .offload import lone_surrogate, off_loop, too_deep
-from .registry import LANGUAGE_NAMES, ServedModel, ServedModels
-from .schema import printable
-from .service import RequestError, TranslationService
+from .routes import add_preflights, merge_slashes
 
 PREFIX = "/libretranslate"
 CORS_HEADERS = {"Access-Control-Allow-Origin": "*", "Access-Control-Allow-Headers": "Authorization, Content-Type",
                 "Access-Control-Expose-Headers": "Authorization", "Access-Control-Allow-Methods": "GET, POST",
                 "Access-Control-Allow-Credentials": "true", "Access-Control-Max-Age": str(60 * 60 * 24 * 20)}
-FORMATS = ("text", "html")
 ERROR_SCHEMA = {"content": {"application/json": {"schema": {  # LibreTranslate's error answer, for /docs
     "type": "object", "properties": {"error": {"type": "string"}}, "required": ["error"]}}}}
-NO_TRANSLATION = {"script", "style"}  # HTML elements whose content is not text to translate
 TEXTS = {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}],
          "description": "A text, or a list of texts"}
 STRING = {"type": "string"}
+SUGGESTION_CHARS = 5_000  # characters of q and of s in a suggestion, without a character limit
 
 
 def request_body(fields: dict[str, Any], required: list[str],
@@ -82,6 +77,50 @@ class Refusal(Exception):
         self.status = status
 
 
+def over_request(access: Access, texts: list[str], key: ApiKey | None) -> tuple[int, int] | None:
+    """(characters, limit) of a request whose texts together exceed the character limit (the key's, else the
+    server's), as LibreTranslate counts a request (``sum(len(text) for text in q)``), or None."""
+    limit = access.char_limit_for(key)
+    characters = sum(len(text) for text in texts)
+    return None if limit is None or characters <= limit else (characters, limit)
+
+
+def file_cost(access: Access, texts: list[str], key: ApiKey | None) -> int:
+    """What a file of ``texts`` costs in requests, as LibreTranslate charges ``/translate_file``: its size over the
+    character limit (LibreTranslate's bytes; here the characters of its texts, not of its markup or packaging), at
+    least 1; 1 without a character limit."""
+    limit = access.char_limit_for(key)
+    return 1 if limit is None else max(1, sum(len(text) for text in texts) // limit)
+
+
+def refusal(error: RequestError) -> Refusal:
+    """The serving core's refusal of a request (``core.TooManySentences``, or a text's ``RequestError``) in
+    LibreTranslate's words."""
+    if isinstance(error, TooManySentences):
+        return Refusal(f"Invalid request: {error.count} sentences exceed the limit of {error.limit} per request; send "
+                       "them in several requests")
+    return Refusal(f"Invalid request: q{error.field.removeprefix('text')}: {error.reason}")
+
+
+async def translate_texts(model: ServedModel, batcher: Any, texts: list[str], plan: Plan) -> list[list[str]]:
+    """``core.translate_parts``, its refusals in LibreTranslate's words."""
+    try:
+        return await translate_parts(model, batcher, texts, plan)
+    except RequestError as error:
+        raise refusal(error) from None
+
+
+def languages(models: ServedModels) -> list[dict[str, Any]]:
+    """``GET /languages``: every served language, source or target, with its name and the codes it is translated
+    into; none for a language served only as a target."""
+    targets: dict[str, list[str]] = {}
+    for served in models.models.values():
+        if served.source:
+            targets.setdefault(served.source, []).append(served.target)
+            targets.setdefault(served.target, [])
+    return [{"code": code, "name": name_of(code), "targets": sorted(codes)} for code, codes in sorted(targets.items())]
+
+
 def name_of(code: str) -> str:
     return LANGUAGE_NAMES.get(code, code)
 
@@ -98,65 +137,6 @@ def choose(models: ServedModels, source: str, target: str) -> ServedModel:
             return model
     raise Refusal(f"{name_of(target)} ({target}) is not available as a target language from {name_of(source)} "
                   f"({source})")
-
-
-class Segments(HTMLParser):
-    """HTML cut into markup (kept as written), text (between tags, entities decoded: to translate when it is not
-    blank) and raw content (of script and style elements, kept as written)."""
-
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.parts: list[tuple[str, str]] = []  # (markup | text | raw, the piece)
-        self.skipping = 0
-
-    def add(self, kind: str, piece: str) -> None:
-        if kind == "text" and self.parts and self.parts[-1][0] == "text":  # "Tom & Jerry <3" comes in three calls
-            self.parts[-1] = ("text", self.parts[-1][1] + piece)
-        else:
-            self.parts.append((kind, piece))
-
-    def handle_starttag(self, tag: str, attrs: Any) -> None:
-        self.add("markup", self.get_starttag_text() or "")
-        self.skipping += tag in NO_TRANSLATION
-
-    def handle_startendtag(self, tag: str, attrs: Any) -> None:
-        self.add("markup", self.get_starttag_text() or "")
-
-    def handle_endtag(self, tag: str) -> None:
-        self.add("markup", f"</{tag}>")
-        self.skipping -= tag in NO_TRANSLATION and self.skipping > 0
-
-    def handle_data(self, data: str) -> None:
-        self.add("raw" if self.skipping else "text", data)
-
-    def handle_comment(self, data: str) -> None:
-        self.add("markup", f"<!--{data}-->")
-
-    def handle_decl(self, decl: str) -> None:
-        self.add("markup", f"<!{decl}>")
-
-    def unknown_decl(self, data: str) -> None:  # <![CDATA[x]]> comes as "CDATA[x"; <![if x]> as "if x"
-        self.add("markup", f"<![{data}]]>" if data.startswith("CDATA[") else f"<![{data}]>")
-
-    def handle_pi(self, data: str) -> None:
-        self.add("markup", f"<?{data}>")
-
-
-def html_parts(text: str) -> list[tuple[bool, str]]:
-    """(to translate, piece) of an HTML text: text between tags to translate (entities decoded), everything else
-    as it is to be written back (markup and script as written, blank text with its entities)."""
-    parser = Segments()
-    parser.feed(text)
-    parser.close()
-    return [(True, piece) if kind == "text" and piece.strip() else
-            (False, html.escape(piece, quote=False) if kind == "text" else piece) for kind, piece in parser.parts]
-
-
-def plain_texts(texts: list[str], text_format: str) -> list[str]:
-    """The texts without their markup: in HTML, the pieces of text between tags."""
-    if text_format == "text":
-        return texts
-    return [piece for text in texts for translate, piece in html_parts(text) if translate]
 
 
 async def read_body(request: Request) -> dict[str, Any]:
@@ -236,83 +216,6 @@ def check_request(body: dict[str, Any], max_texts: int) -> tuple[list[str], bool
     return texts, batch, text_format
 
 
-MAX_PIECES = 1024  # sentences one request may hold (a body of 1 MB could hold 500,000)
-
-
-def decode_options(service: TranslationService, alternatives: int) -> tuple[DecodeOptions, DecodeOptions | None]:
-    """The options of a request's translation, and of its alternatives if it asks for some. The translation is the
-    model's default decoding, whatever ``alternatives`` (what ``encdec translate`` and the native API give); the
-    alternatives come from the n-best list that ``encdec translate --n-best alternatives+1`` prints: every beam of a
-    search at least that wide (the model's beam, if wider), ordered by log P, each text once."""
-    if not alternatives:
-        return service.options(), None
-    return service.options(), service.options(num_beams=max(service.default_beams, alternatives + 1),
-                                              n_best=alternatives + 1, ranked=True)
-
-
-async def translate_parts(model: ServedModel, batcher: Any, texts: list[str], text_format: str,
-                          alternatives: int, options: DecodeOptions | None = None,
-                          max_pieces: int | None = MAX_PIECES) -> list[list[str]]:
-    """Each text's translation, then up to ``alternatives`` distinct others (``decode_options``): every sentence
-    of a piece to translate (a line, or the text between two tags; ``inference.sentences`` in the model's source
-    language) decoded by the model's batcher, the rest of the text kept around the translations; a sentence over the
-    source limit is cut to it, with a warning in the log. The k-th alternative of a text takes the k-th hypothesis
-    of each sentence (its translation where it has fewer); one equal to the translation or to an earlier one is
-    left out. ``options``: the translation's, instead of the model's default decoding. The cutting, tokenizing and
-    putting together run off the event loop (``encdec.serve.offload``)."""
-    main, others = decode_options(model.service, alternatives)
-    cut, jobs = await off_loop(sentence_jobs, model, texts, text_format, options or main, others, max_pieces)
-    answers = await asyncio.gather(*(asyncio.wrap_future(f) for f in batcher.submit(jobs)))
-    return await off_loop(put_together, cut, answers, text_format, alternatives, others is not None)
-
-
-def sentence_jobs(model: ServedModel, texts: list[str], text_format: str, main: DecodeOptions,
-                  others: DecodeOptions | None, max_pieces: int | None) -> tuple[list[Parts], list[Any]]:
-    """Each text cut into its parts (HTML, lines, sentences), and the jobs of its sentences: decoded with ``main``,
-    and with ``others`` (their n-best lists) too if given; refused over ``max_pieces`` sentences."""
-    cut = [split_parts(html_parts(text) if text_format == "html" else line_parts(text), model.source)
-           for text in texts]
-    todo = [(i, piece) for i, parts in enumerate(cut) for piece in pieces_to_translate([parts])]
-    if max_pieces is not None and len(todo) > max_pieces:
-        raise Refusal(f"Invalid request: {len(todo)} sentences exceed the limit of {max_pieces} per request; send "
-                      "them in several requests")
-    service, jobs = model.service, []
-    for i, piece in todo:
-        try:
-            jobs += service.jobs_for(piece, main, cut=True)
-            if others is not None:
-                jobs += service.jobs_for(piece, others, n_best_list=True, cut=True)
-        except RequestError as error:
-            raise Refusal(f"Invalid request: q{f'[{i}]' if len(texts) > 1 else ''}"
-                          f"{str(error).removeprefix('text')}") from None
-    return cut, jobs
-
-
-def put_together(cut: list[Parts], answers: list[dict[str, Any]], text_format: str, alternatives: int,
-                 n_best: bool) -> list[list[str]]:
-    """Each text's translation and alternatives (``translate_parts``) from its parts and its sentences' answers, in
-    the order of ``sentence_jobs``."""
-    found_answers, results = iter(answers), []
-    for parts in cut:
-        found = []  # per piece: its translation, and its n-best list
-        for translate, _ in parts:
-            if translate:
-                best = next(found_answers)["text"]
-                found.append((best, [item["text"] for item in next(found_answers)["n_best"]] if n_best else []))
-        text = assemble(parts, [best for best, _ in found], text_format)
-        versions = [assemble(parts, [listed[k] if k < len(listed) else best for best, listed in found], text_format)
-                    for k in range(alternatives + 1)]
-        results.append([text, *list(dict.fromkeys(v for v in versions if v != text))[:alternatives]])
-    return results
-
-
-def assemble(parts: list[tuple[bool, str]], translations: list[str], text_format: str) -> str:
-    """The text again, each piece to translate replaced by its translation (``sentences.join``), HTML-escaped in
-    HTML."""
-    return join(parts, [html.escape(text, quote=False) for text in translations] if text_format == "html"
-                else translations)
-
-
 class LibreTranslateAPI:
     """The routes under ``/libretranslate`` over ``models`` and their ``batchers``, with the keys and limits of
     ``access``; ``presented_key(headers)`` reads an API key from a request's headers (the body's ``api_key`` comes
@@ -352,21 +255,21 @@ class LibreTranslateAPI:
         add_preflights(router, ["/translate", "/detect", "/languages", "/frontend/settings", "/health", "/suggest",
                                 "/spec"])
         app.include_router(router)
-        route_as_libretranslate(app, PREFIX)  # repeated slashes as one; 404 and 405 as {"error": ...}
-        for refusal in (Refusal, DetectionError):  # the CORS headers: encdec.serve.server.Guard, on every answer
-            app.add_exception_handler(refusal, self.refused)
+        merge_slashes(app, PREFIX)  # repeated slashes as one (404 and 405 as {"error": ...}: the adapter)
+        for refused in (Refusal, DetectionError):  # the CORS headers: encdec.serve.guard.Guard, on every answer
+            app.add_exception_handler(refused, self.refused)
 
     async def translate(self, request: Request) -> JSONResponse:
         body = await read_body(request)
         key = await self.admit(body, request)
         texts, batch, text_format = check_request(body, self.limits.max_texts)
-        if (over := self.access.over_request(texts, key)) is not None:  # per request, in LibreTranslate's words
+        if (over := over_request(self.access, texts, key)) is not None:  # per request, in LibreTranslate's words
             raise Refusal(f"Invalid request: request ({over[0]}) exceeds text limit ({over[1]})")
         alternatives = alternatives_of(body, self.limits.max_beams - 1) if text_format == "text" else 0
         detected = await off_loop(lambda: detect_source(self.models, plain_texts(texts, text_format), body["target"])
                                   ) if body["source"] == "auto" else None
         model = choose(self.models, detected["language"] if detected else body["source"], body["target"])
-        results = await translate_parts(model, self.batchers[model.name], texts, text_format, alternatives)
+        results = await translate_texts(model, self.batchers[model.name], texts, Plan(text_format, alternatives))
         answer: dict[str, Any] = {"translatedText": [r[0] for r in results] if batch else results[0][0]}
         if alternatives:
             answer["alternatives"] = [r[1:] for r in results] if batch else results[0][1:]
@@ -383,7 +286,7 @@ class LibreTranslateAPI:
     async def admit(self, body: dict[str, Any], request: Request) -> ApiKey | None:
         """The request's key (None without one), checked as LibreTranslate checks it (missing: 400, wrong: 403),
         then the request counted against its limit (a list ``q`` counts a request a text, as in LibreTranslate).
-        ``/translate``, ``/detect``, ``/suggest`` and ``/translate_file`` (``encdec.serve.files``) call it; the key
+        ``/translate``, ``/detect``, ``/suggest`` and ``/translate_file`` (``libretranslate.files``) call it; the key
         database is read off the event loop (503 when it cannot say: ``limits.KeysUnavailable``)."""
         key = None
         if self.access.required:
@@ -399,7 +302,7 @@ class LibreTranslateAPI:
 
     async def suggest(self, request: Request) -> JSONResponse:
         """A suggested translation ``s`` of ``q``, stored in the key database (LibreTranslate's ``/suggest``); ``q``
-        and ``s`` each up to the character limit, else ``limits.SUGGESTION_CHARS``."""
+        and ``s`` each up to the character limit, else ``SUGGESTION_CHARS``."""
         if not self.access.suggestions:
             raise Refusal("Suggestions are disabled on this server.", 403)
         body = await read_body(request)
@@ -410,7 +313,7 @@ class LibreTranslateAPI:
                 raise Refusal(f"Invalid request: missing {name} parameter")
         if not all(isinstance(body[name], str) for name in fields):
             raise Refusal("Invalid request: q, s, source and target must be strings")
-        limit = self.access.suggestion_limit(key)
+        limit = self.access.char_limit_for(key) or SUGGESTION_CHARS
         for name in ("q", "s"):
             if len(body[name]) > limit:
                 raise Refusal(f"Invalid request: {name} ({len(body[name])}) exceeds text limit ({limit})")
@@ -418,7 +321,7 @@ class LibreTranslateAPI:
         return JSONResponse({"success": True})
 
     async def languages(self) -> JSONResponse:
-        return JSONResponse(self.models.languages())
+        return JSONResponse(languages(self.models))
 
     async def settings(self) -> JSONResponse:
         first = next((model for model in self.models.models.values() if model.source), None)
@@ -448,4 +351,5 @@ class LibreTranslateAPI:
         return JSONResponse({"error": printable(str(error))}, getattr(error, "status", 400))  # UTF-8 can encode it
 
 
-__all__ = ["CORS_HEADERS", "PREFIX", "LibreTranslateAPI", "html_parts", "request_body"]
+__all__ = ["CORS_HEADERS", "PREFIX", "LibreTranslateAPI", "Refusal", "file_cost", "languages", "over_request",
+           "refusal", "request_body", "translate_texts"]

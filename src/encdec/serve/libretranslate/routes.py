@@ -1,5 +1,5 @@
 """How requests under ``/libretranslate`` find their route, as on LibreTranslate's own server
-(``encdec.serve.libretranslate`` holds the routes themselves).
+(``libretranslate.api`` holds the routes themselves).
 
 - Repeated slashes count as one: ``/libretranslate//translate`` is ``/libretranslate/translate``. SearXNG and
   LibreTranslate's JavaScript client append ``/translate`` to the base URL they are given, so a base URL that ends
@@ -9,7 +9,7 @@
 - A path that is no endpoint is a 404 and a known path asked with another method a 405, both in LibreTranslate's
   error shape ``{"error": ...}``; the native API keeps its ``ErrorResponse``.
 - A browser's CORS preflight (``OPTIONS``, sent without a key) of an endpoint is a 200; the CORS headers come from
-  ``encdec.serve.server.Guard``, on every answer under the prefix.
+  ``encdec.serve.guard.Guard``, on every answer under the prefix (``libretranslate.adapter``).
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from typing import Any
 
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
-from starlette.exceptions import HTTPException as StarletteHTTPException
 
 SLASHES, RAW_SLASHES = re.compile("/{2,}"), re.compile(b"/{2,}")
 REASONS = {404: "Not Found", 405: "Method Not Allowed"}
@@ -50,20 +49,18 @@ async def preflight() -> Response:
     return Response(status_code=200)
 
 
-def route_as_libretranslate(app: FastAPI, prefix: str) -> None:
-    """Repeated slashes merged under ``prefix``, and its 404 and 405 in LibreTranslate's shape (the others' answers
-    are the app's own handler's)."""
+def merge_slashes(app: FastAPI, prefix: str) -> None:
+    """Repeated slashes merged under ``prefix`` before routing."""
     app.add_middleware(MergedSlashes, prefix=prefix)
 
-    async def not_routed(request: Request, error: Exception) -> Response:
-        if not request.url.path.startswith(prefix + "/") and request.url.path != prefix:
-            return await request.app.exception_handlers[StarletteHTTPException](request, error)
-        status = getattr(error, "status_code", 404)
-        return JSONResponse({"error": f"{REASONS[status]}: {request.method} {request.url.path}"}, status,
-                            headers=getattr(error, "headers", None))
 
-    for status in REASONS:
-        app.add_exception_handler(status, not_routed)
+def not_routed(request: Request, error: Exception, prefix: str) -> Response | None:
+    """A 404 or 405 under ``prefix`` in LibreTranslate's shape (None elsewhere: the server's own answer)."""
+    if not request.url.path.startswith(prefix + "/") and request.url.path != prefix:
+        return None
+    status = getattr(error, "status_code", 404)
+    return JSONResponse({"error": f"{REASONS[status]}: {request.method} {request.url.path}"}, status,
+                        headers=getattr(error, "headers", None))
 
 
-__all__ = ["MergedSlashes", "add_preflights", "route_as_libretranslate"]
+__all__ = ["MergedSlashes", "add_preflights", "merge_slashes", "not_routed"]

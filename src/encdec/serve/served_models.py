@@ -1,23 +1,23 @@
 """The models one server serves, by language pair: ``--model [SRC-TGT=]DIR[,engine=E]...`` parsed (``ModelSpec``),
-each model's pair checked against its model card (``served_as``), and the request's model found (``ServedModels``).
-LibreTranslate's ``/languages`` names the languages (``LANGUAGE_NAMES``)."""
+each loaded once (``load_models``), each model's pair checked against its model card (``served_as``), and the
+request's model found (``ServedModels``). ``LANGUAGE_NAMES``: the English names of common language codes."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from ..cards import LANGUAGE_CODE as CARD_LANGUAGE_CODE
 from ..errors import EncdecError
+from ..inference import load_engine
 from ..inference.engines import option_choices
-from .service import RequestError, TranslationService
+from .service import RequestError, ServeLimits, TranslationService
 
 LANGUAGE_CODE = CARD_LANGUAGE_CODE.pattern  # ISO 639-1 or 639-3, optionally a script or region: zh_Hant
 MODEL_SPEC = re.compile(rf"^(?:(?P<source>{LANGUAGE_CODE})-(?P<target>{LANGUAGE_CODE})=)?(?P<dir>[^,=]+)"
                         r"(?P<options>(?:,[a-z_]+=[^,]*)*)$")
-# English names of common language codes, for LibreTranslate's /languages; another code is named by itself
+# English names of common language codes, for the APIs that list languages by name; another code is named by itself
 LANGUAGE_NAMES = {
     "ar": "Arabic", "bg": "Bulgarian", "ca": "Catalan", "cs": "Czech", "da": "Danish", "de": "German",
     "el": "Greek", "en": "English", "es": "Spanish", "et": "Estonian", "eu": "Basque", "fa": "Persian",
@@ -123,16 +123,23 @@ class ServedModels:
     def names(self) -> str:
         return ", ".join(self.models)
 
-    def languages(self) -> list[dict[str, Any]]:
-        """LibreTranslate's ``GET /languages``: every served language, source or target, with its name and the codes
-        it is translated into; none for a language served only as a target."""
-        targets: dict[str, list[str]] = {}
-        for served in self.models.values():
-            if served.source:
-                targets.setdefault(served.source, []).append(served.target)
-                targets.setdefault(served.target, [])
-        return [{"code": code, "name": LANGUAGE_NAMES.get(code, code), "targets": sorted(codes)}
-                for code, codes in sorted(targets.items())]
+
+def build_service(model_dir: str, engine: str | None = "torch", quantize: str | None = None,
+                  dtype: str | None = None, limits: ServeLimits | None = None) -> TranslationService:
+    translator, tokenizer = load_engine(model_dir, engine or "torch", quantize=quantize, dtype=dtype)
+    return TranslationService(translator, tokenizer, limits, model_dir=model_dir)
 
 
-__all__ = ["LANGUAGE_NAMES", "ModelSpec", "ServedModel", "ServedModels", "served_as"]
+def load_models(models: str | list[str], engine: str = "torch", quantize: str | None = None,
+                dtype: str | None = None, limits: ServeLimits | None = None) -> ServedModels:
+    """The ``--model`` arguments (``[SRC-TGT=]DIR[,engine=E,quantize=Q,dtype=D]``), each loaded once, with the
+    command's engine options as defaults; every refusal (a malformed value, two models for one pair, a pair that the
+    card contradicts) comes before the server starts."""
+    specs = [ModelSpec.parse(value) for value in ([models] if isinstance(models, str) else models)]
+    defaults = {"engine": engine, "quantize": quantize, "dtype": dtype}
+    return ServedModels.load(specs, lambda model_dir, options: build_service(model_dir, limits=limits, **options),
+                             defaults)
+
+
+__all__ = ["LANGUAGE_NAMES", "ModelSpec", "ServedModel", "ServedModels", "build_service", "load_models",
+           "served_as"]

@@ -2,7 +2,7 @@
 and the file again with each text's translation in its place.
 
 - .txt and .html: the file is one text, translated as LibreTranslate's ``format`` ``text`` or ``html`` translates a
-  ``q`` (lines and sentences cut, tags and spacing kept: ``libretranslate.translate_parts``). UTF-8.
+  ``q`` (lines and sentences cut, tags and spacing kept: ``core.translate_parts``). UTF-8.
 - .docx (python-docx) and .odt (odfdo): each paragraph (and heading, table cell paragraph; in .docx also the headers
   and footers) is one text. A model translates sentences, and a sentence may run across a change of formatting, so
   the paragraph is translated whole (sentence by sentence) and its translation goes into the paragraph's first
@@ -15,7 +15,7 @@ Every document is read within ``Bounds`` (``encdec serve``'s file options): a .d
 unpacked size and its compression ratio are checked from its directory before any of it is unpacked
 (``check_archive``; zipfile reads no more of an entry than its declared size), then the paragraphs are counted
 before any is read, then the characters: over a bound is ``TooLarge`` (413), naming the option that raises it.
-``encdec.serve.document_worker`` reads and writes .docx and .odt files in worker processes.
+``libretranslate.document_worker`` reads and writes .docx and .odt files in worker processes.
 
 LibreTranslate (through argos-translate-files) also reads .odp, .pptx, .epub, .srt and .pdf; these are not offered.
 The libraries are imported when a file of their format comes, and ``available_formats`` lists only the formats whose
@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import EncdecError
+from ...errors import EncdecError
 
 RATIO_GRACE = 1_000_000  # bytes: an entry unpacked to less is not held to the compression ratio (small ones vary)
 

@@ -1,5 +1,5 @@
 """The language of a text, among the served source languages: LibreTranslate's ``POST /detect`` and ``source:
-"auto"`` (``encdec.serve.libretranslate``).
+"auto"`` (``libretranslate.api``).
 
 The identifier is py3langid's, a maintained fork of langid.py (Lui and Baldwin 2012, "langid.py: An Off-the-shelf
 Language Identification Tool"): a multinomial Naive Bayes classifier over byte n-grams whose model ships inside its
@@ -20,7 +20,7 @@ import threading
 from functools import lru_cache
 from typing import Any
 
-from .registry import ServedModels
+from ..served_models import ServedModels
 
 LIBRARY = "py3langid"
 CANDIDATES = 3  # the languages LibreTranslate's /detect lists

@@ -5,7 +5,7 @@
 ``documents.available_formats``), ``source``, ``target`` and ``api_key``. It reads the file's texts
 (``documents``, within the bounds of ``FileSettings``: a .docx or .odt in a worker process,
 ``document_worker``), translates them sentence by sentence on the model's batcher as the text API does
-(``libretranslate.translate_parts``), a few batches at a time so that other clients' requests run between them
+(``core.translate_parts``), a few batches at a time so that other clients' requests run between them
 (``fair_share``), writes the file again with the translations in place, and answers
 ``{"translatedFileUrl": "http://HOST/libretranslate/download_file/<id>/<name>"}``. The id is 128 random bits: as
 in LibreTranslate, downloading needs no key.
@@ -56,22 +56,24 @@ from filelock import FileLock, Timeout
 from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ..errors import EncdecError
-from .document_worker import DocumentPool, extract, rebuild
-from .documents import ARCHIVES, Bounds, DocumentError, available_formats, check_archive, read_document
-from .fair_share import FairShare
-from .libretranslate import (
+from ...errors import EncdecError
+from ..core import Plan
+from ..fair_share import FairShare
+from ..limits import client_address
+from .api import (
     ERROR_SCHEMA,
     PREFIX,
     STRING,
     LibreTranslateAPI,
     Refusal,
     choose,
+    file_cost,
     request_body,
-    translate_parts,
+    translate_texts,
 )
-from .libretranslate_routes import add_preflights
-from .limits import client_address
+from .document_worker import DocumentPool, extract, rebuild
+from .documents import ARCHIVES, Bounds, DocumentError, available_formats, check_archive, read_document
+from .routes import add_preflights
 
 logger = logging.getLogger("encdec.serve")
 
@@ -274,7 +276,7 @@ class FileAPI:
 
     @property
     def body_limits(self) -> dict[str, tuple[int, str]]:
-        """The server's body limit for this route (``server.Guard``): the largest file and the form around it."""
+        """The server's body limit for this route (``guard.Guard``): the largest file and the form around it."""
         return {f"{PREFIX}/translate_file": (self.settings.max_file_bytes + FORM_BYTES, "--max-file-bytes")}
 
     def mount(self, app: FastAPI) -> None:
@@ -320,11 +322,11 @@ class FileAPI:
         if not data.strip():
             raise Refusal("Invalid request: empty file")
         texts, text_format, write = await self.read_document(extension, data)
-        if (more := self.api.access.file_cost(texts, key) - 1) > 0:  # its characters, as LibreTranslate
+        if (more := file_cost(self.api.access, texts, key) - 1) > 0:  # its characters, as LibreTranslate
             self.api.access.admit(key, client_address(request.scope), more)
         share = FairShare(self.api.batchers[model.name])  # a few batches at a time: others' requests go between
         try:
-            results = await translate_parts(model, share, texts, text_format, 0, max_pieces=None)
+            results = await translate_texts(model, share, texts, Plan(text_format, max_pieces=None))
         finally:
             share.close()
         translated = await self.refused_as_lt(write([found[0] for found in results]))
@@ -360,7 +362,7 @@ class FileAPI:
         try:
             form = await request.form()
         except StarletteHTTPException as error:  # a body that is not multipart/form-data, or over the limit
-            if error.status_code == 413:  # sent in chunks, without a Content-Length (server.Guard stopped it)
+            if error.status_code == 413:  # sent in chunks, without a Content-Length (guard.Guard stopped it)
                 raise Refusal(f"Invalid request: the file is larger than the limit of "
                               f"{self.settings.max_file_bytes} bytes (--max-file-bytes)", 413) from None
             raise Refusal(f"Invalid request: {error.detail}") from None

@@ -1,0 +1,215 @@
+"""The serving core: the request path that every API of ``encdec serve`` shares, in no API's words. An API's adapter
+(``encdec.serve.apis``) reads its request, calls the core once, and writes the answer and the errors in its own
+dialect; the core raises only ``service.RequestError`` (a field and what is wrong with it).
+
+- ``answers``: a request of the native kind (texts and decoding options), one answer per text: each text a job
+  (``service.TranslationService.jobs``), or with ``split_sentences`` sentence by sentence (``translate_parts``), a
+  sentence over ``--max-source-tokens`` then cut to it, with a warning in the log, where a text over it is refused.
+- ``translate_parts``: each text cut into its parts (``text``: its lines; ``html``: the text between tags, entities
+  decoded, ``html_parts``), each part into its sentences (``inference.sentences``, in the model's source language),
+  every sentence a job on the model's batcher, and the text put back together around the translations; with
+  ``alternatives``, up to that many other versions from the sentences' n-best lists.
+
+A request crosses into the engine once each way: one pass on the CPU threads (``encdec.serve.offload``) resolves its
+options, cuts its texts and tokenizes them into jobs; the batcher decodes them (``decoding.decode_batch``); one pass
+puts the texts together.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import html
+from dataclasses import dataclass
+from html.parser import HTMLParser
+from typing import Any
+
+from ..inference.decoding import DecodeOptions
+from ..inference.sentences import Parts, join, line_parts, pieces_to_translate, split_parts
+from .offload import off_loop
+from .served_models import ServedModel
+from .service import RequestError, TranslationService
+
+ONE_TRANSLATION = ("n_best", "return_scores", "return_alignments")  # what a text put together from sentences lacks
+MAX_PIECES = 1024  # sentences one request may hold (a body of 1 MB could hold 500,000)
+NO_TRANSLATION = {"script", "style"}  # HTML elements whose content is not text to translate
+FORMATS = ("text", "html")
+
+
+class TooManySentences(RequestError):
+    """A request of more sentences than ``MAX_PIECES``: ``count`` and ``limit``."""
+
+    def __init__(self, count: int, limit: int) -> None:
+        super().__init__("text", f"{count} sentences exceed the limit of {limit} per request; send them in several "
+                                 "requests.")
+        self.count, self.limit = count, limit
+
+
+class Segments(HTMLParser):
+    """HTML cut into markup (kept as written), text (between tags, entities decoded: to translate when it is not
+    blank) and raw content (of script and style elements, kept as written)."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.parts: list[tuple[str, str]] = []  # (markup | text | raw, the piece)
+        self.skipping = 0
+
+    def add(self, kind: str, piece: str) -> None:
+        if kind == "text" and self.parts and self.parts[-1][0] == "text":  # "Tom & Jerry <3" comes in three calls
+            self.parts[-1] = ("text", self.parts[-1][1] + piece)
+        else:
+            self.parts.append((kind, piece))
+
+    def handle_starttag(self, tag: str, attrs: Any) -> None:
+        self.add("markup", self.get_starttag_text() or "")
+        self.skipping += tag in NO_TRANSLATION
+
+    def handle_startendtag(self, tag: str, attrs: Any) -> None:
+        self.add("markup", self.get_starttag_text() or "")
+
+    def handle_endtag(self, tag: str) -> None:
+        self.add("markup", f"</{tag}>")
+        self.skipping -= tag in NO_TRANSLATION and self.skipping > 0
+
+    def handle_data(self, data: str) -> None:
+        self.add("raw" if self.skipping else "text", data)
+
+    def handle_comment(self, data: str) -> None:
+        self.add("markup", f"<!--{data}-->")
+
+    def handle_decl(self, decl: str) -> None:
+        self.add("markup", f"<!{decl}>")
+
+    def unknown_decl(self, data: str) -> None:  # <![CDATA[x]]> comes as "CDATA[x"; <![if x]> as "if x"
+        self.add("markup", f"<![{data}]]>" if data.startswith("CDATA[") else f"<![{data}]>")
+
+    def handle_pi(self, data: str) -> None:
+        self.add("markup", f"<?{data}>")
+
+
+def html_parts(text: str) -> list[tuple[bool, str]]:
+    """(to translate, piece) of an HTML text: text between tags to translate (entities decoded), everything else
+    as it is to be written back (markup and script as written, blank text with its entities)."""
+    parser = Segments()
+    parser.feed(text)
+    parser.close()
+    return [(True, piece) if kind == "text" and piece.strip() else
+            (False, html.escape(piece, quote=False) if kind == "text" else piece) for kind, piece in parser.parts]
+
+
+def plain_texts(texts: list[str], text_format: str) -> list[str]:
+    """The texts without their markup: in HTML, the pieces of text between tags."""
+    if text_format == "text":
+        return texts
+    return [piece for text in texts for translate, piece in html_parts(text) if translate]
+
+
+def decode_options(service: TranslationService, alternatives: int) -> tuple[DecodeOptions, DecodeOptions | None]:
+    """The options of a request's translation, and of its alternatives if it asks for some. The translation is the
+    model's default decoding, whatever ``alternatives`` (what ``encdec translate`` and the native API give); the
+    alternatives come from the n-best list that ``encdec translate --n-best alternatives+1`` prints: every beam of a
+    search at least that wide (the model's beam, if wider), ordered by log P, each text once."""
+    if not alternatives:
+        return service.options(), None
+    return service.options(), service.options(num_beams=max(service.default_beams, alternatives + 1),
+                                              n_best=alternatives + 1, ranked=True)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How a request's texts are translated part by part: ``text_format`` (``text`` or ``html``), up to
+    ``alternatives`` other versions, ``decoding`` (options a caller asked for, else the model's default decoding)
+    and at most ``max_pieces`` sentences (None: no bound)."""
+
+    text_format: str = "text"
+    alternatives: int = 0
+    decoding: dict[str, Any] | None = None
+    max_pieces: int | None = MAX_PIECES
+
+
+async def translate_parts(model: ServedModel, batcher: Any, texts: list[str], plan: Plan | None = None
+                          ) -> list[list[str]]:
+    """Each text's translation, then up to ``plan.alternatives`` distinct others (``decode_options``): every
+    sentence of a piece to translate (a line, or the text between two tags; ``inference.sentences`` in the model's
+    source language) decoded by the model's batcher, the rest of the text kept around the translations; a sentence
+    over the source limit is cut to it, with a warning in the log. The k-th alternative of a text takes the k-th
+    hypothesis of each sentence (its translation where it has fewer); one equal to the translation or to an earlier
+    one is left out."""
+    plan = plan or Plan()
+    cut, jobs, listed = await off_loop(sentence_jobs, model, texts, plan)
+    answers = await decoded(batcher, jobs)
+    return await off_loop(put_together, cut, answers, plan.text_format, plan.alternatives, listed)
+
+
+async def decoded(batcher: Any, jobs: list[Any]) -> list[dict[str, Any]]:
+    """The answers of ``jobs``, submitted to ``batcher`` (a ``DynamicBatcher``, or a ``FairShare`` in front of one)."""
+    return await asyncio.gather(*(asyncio.wrap_future(future) for future in batcher.submit(jobs)))
+
+
+def sentence_jobs(model: ServedModel, texts: list[str], plan: Plan) -> tuple[list[Parts], list[Any], bool]:
+    """Each text cut into its parts (HTML, lines, sentences), the jobs of its sentences (decoded with the plan's
+    options, and for its alternatives with their n-best lists too), and whether those lists were asked; refused over
+    ``plan.max_pieces`` sentences."""
+    service = model.service
+    main, others = decode_options(service, plan.alternatives)
+    main = main if plan.decoding is None else service.options(**plan.decoding)
+    cut = [split_parts(html_parts(text) if plan.text_format == "html" else line_parts(text), model.source)
+           for text in texts]
+    todo = [(i, piece) for i, parts in enumerate(cut) for piece in pieces_to_translate([parts])]
+    if plan.max_pieces is not None and len(todo) > plan.max_pieces:
+        raise TooManySentences(len(todo), plan.max_pieces)
+    jobs = []
+    for i, piece in todo:
+        try:
+            jobs += service.jobs_for(piece, main, cut=True)
+            if others is not None:
+                jobs += service.jobs_for(piece, others, n_best_list=True, cut=True)
+        except RequestError as error:
+            raise RequestError(f"text[{i}]" if len(texts) > 1 else "text", error.reason) from None
+    return cut, jobs, others is not None
+
+
+def put_together(cut: list[Parts], answers: list[dict[str, Any]], text_format: str, alternatives: int,
+                 n_best: bool) -> list[list[str]]:
+    """Each text's translation and alternatives (``translate_parts``) from its parts and its sentences' answers, in
+    the order of ``sentence_jobs``."""
+    found_answers, results = iter(answers), []
+    for parts in cut:
+        found = []  # per piece: its translation, and its n-best list
+        for translate, _ in parts:
+            if translate:
+                best = next(found_answers)["text"]
+                found.append((best, [item["text"] for item in next(found_answers)["n_best"]] if n_best else []))
+        text = assemble(parts, [best for best, _ in found], text_format)
+        versions = [assemble(parts, [listed[k] if k < len(listed) else best for best, listed in found], text_format)
+                    for k in range(alternatives + 1)]
+        results.append([text, *list(dict.fromkeys(v for v in versions if v != text))[:alternatives]])
+    return results
+
+
+def assemble(parts: list[tuple[bool, str]], translations: list[str], text_format: str) -> str:
+    """The text again, each piece to translate replaced by its translation (``sentences.join``), HTML-escaped in
+    HTML."""
+    return join(parts, [html.escape(text, quote=False) for text in translations] if text_format == "html"
+                else translations)
+
+
+async def answers(served: ServedModel, batcher: Any, request: dict[str, Any]) -> list[dict[str, Any]]:
+    """One answer per text of ``request`` (the text, ``split_sentences`` and the decoding fields of ``POST
+    /translate``): its translation, with the scores, n-best list and alignment it asked for; with
+    ``split_sentences``, its translation put together from its sentences'."""
+    request = dict(request)
+    if not request.pop("split_sentences", False):
+        jobs = await off_loop(served.service.jobs, **request)
+        return served.service.per_text(jobs, await decoded(batcher, jobs))
+    _, texts = served.service.texts(request.pop("text"))
+    for name in ONE_TRANSLATION:
+        if request.get(name):
+            raise RequestError(name, "split_sentences gives one translation per text, put together from its "
+                                     f"sentences', without scores, alignments or n-best lists; leave out {name} or "
+                                     "split_sentences.")
+    results = await translate_parts(served, batcher, texts, Plan(decoding=request))
+    return [{"text": found[0]} for found in results]
+
+
+__all__ = ["FORMATS", "MAX_PIECES", "Plan", "TooManySentences", "answers", "decode_options", "html_parts",
+           "plain_texts", "translate_parts"]
