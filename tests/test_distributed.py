@@ -332,7 +332,7 @@ def test_the_main_process_is_the_only_one_or_rank_0_of_a_launch(monkeypatch, ran
 
 @pytest.mark.parametrize("rank", [0, 1])
 def test_rank_and_world_come_from_the_same_answer(monkeypatch, rank: int) -> None:
-    """``rank_and_world`` (what ``corpus.Shard`` shares chunks by) is (0, 1) without a launcher, with no process
+    """``rank_and_world`` (what ``processes.Shard`` shares chunks by) is (0, 1) without a launcher, with no process
     group joined, and Accelerate's state's under one; ``launched`` reads the launcher's variables alone (what the
     command line says before a command starts)."""
     monkeypatch.delenv("WORLD_SIZE", raising=False)

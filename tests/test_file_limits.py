@@ -18,13 +18,13 @@ import zipfile
 import psutil
 import pytest
 
-from encdec.cli import main
 from encdec.errors import EncdecError
 from encdec.serve import document_worker
 from encdec.serve.document_worker import DocumentPool, WorkerDied, extract
 from encdec.serve.documents import Bounds, TooLarge, read_document
 from encdec.serve.files import FileSettings, FileStore
 from encdec.serve.server import HOLD_ENV
+from encdec_cli import main
 from test_libretranslate import URL
 from test_sentences import SENTENCES
 from test_serve import ServeProcess, request
