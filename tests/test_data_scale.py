@@ -27,7 +27,7 @@ from encdec.data import tokenizing as tokenizing_module
 from encdec.errors import EncdecError, InputFileError
 from encdec.tokenization import train_tokenizer
 from encdec.training import CHECKPOINT_SUBDIR, load_run_config, train
-from encdec.training import tokenizer as training_tokenizer  # get_tokenizer trains through it
+from encdec.training import run as training_run  # get_tokenizer trains through it
 from test_training import run_config
 
 
@@ -97,8 +97,8 @@ def test_a_rerun_reuses_the_trained_tokenizer_until_the_data_or_its_settings_cha
     data = {"format": "text", "data_dir": str(tmp_path / "data"), "source_lang": "src", "target_lang": "tgt",
             "splits": {"train": "train"}, "cache_dir": str(tmp_path / "cache")}
     trained = []
-    original = training_tokenizer.train_tokenizer
-    monkeypatch.setattr(training_tokenizer, "train_tokenizer", lambda *a, **k: trained.append(1) or original(*a, **k))
+    original = training_run.train_tokenizer
+    monkeypatch.setattr(training_run, "train_tokenizer", lambda *a, **k: trained.append(1) or original(*a, **k))
 
     def run(name: str, **tokenizer) -> Path:
         out = tmp_path / name

@@ -35,7 +35,7 @@ from .loading import (
     load_text_pair,
 )
 from .text_files import write_aligned_splits, write_data_folder
-from .tokenizing import (
+from .token_ids import (
     OVERLONG,
     default_cache_dir,
     format_report,

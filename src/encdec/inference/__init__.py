@@ -2,8 +2,8 @@
 translates with it: ``translate``, ``translate_n_best``, ``translate_detailed``, ``translate_lines``... Each resolves
 its options and decodes through ``encdec.inference.decoding``, as every command and the server do.
 
-Loading (``encdec.inference.loading``) checks the folder first (a missing or corrupt file is named) and the tokenizer
-against the model; ``load_engine`` builds the engine a name asks for from its registry entry
+Loading (``encdec.inference.model_loading``) checks the folder first (a missing or corrupt file is named) and the
+tokenizer against the model; ``load_engine`` builds the engine a name asks for from its registry entry
 (``encdec.inference.engines.registry``).
 """
 
@@ -33,7 +33,7 @@ from .decoding import (
     resolve_options,
 )
 from .engines import TorchEngine, engine_spec, engines_that
-from .loading import load_ensemble, load_model_and_tokenizer
+from .model_loading import load_ensemble, load_model_and_tokenizer
 
 
 def load_engine(model_dir: str | os.PathLike | Sequence[str | os.PathLike], engine: str = "torch",

@@ -28,7 +28,7 @@ from .config import (
 from .model import POST_LN_SAFE_WARMUP, build_model, build_model_config, check_positions, post_ln_warmup_warning
 from .publish import dataset_name, save_final_folder
 from .results import average_or_best, check_averaging, final_results
-from .run import build_trainer, train, train_holding_the_lock
+from .run import build_trainer, get_tokenizer, tokenize_splits, train, train_holding_the_lock, training_texts
 from .run_folder import (
     CHECKPOINT_SUBDIR,
     SNAPSHOT_SUBDIR,
@@ -40,7 +40,6 @@ from .run_folder import (
     run_inputs,
     strip_options,
 )
-from .tokenizer import get_tokenizer, tokenize_splits, training_texts
 from .trainer import EncdecTrainer, SamplerEpoch
 
 __all__ = [
