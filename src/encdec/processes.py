@@ -19,7 +19,7 @@ raised on every process alike.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -69,7 +69,6 @@ def rank_and_world() -> tuple[int, int]:
     return state.process_index, state.num_processes
 
 
-
 class Shard:
     """This process's place among the processes of a launch (``accelerate launch``, ``torchrun``): its rank, how many
     there are (``rank_and_world``), its device; ``gather`` hands every process every process's
@@ -82,6 +81,11 @@ class Shard:
     @property
     def is_main(self) -> bool:
         return self.rank == 0
+
+    def mine(self, round_: Sequence[Any]) -> Any:
+        """This process's item of one round of ``world`` items, round-robin: process p takes item p (None when the
+        round, the last one, has fewer items than there are processes)."""
+        return round_[self.rank] if self.rank < len(round_) else None
 
     def gather(self, result: Any) -> list[Any]:
         if self.world == 1:
@@ -101,7 +105,6 @@ class Shard:
         holder = [value]
         dist.broadcast_object_list(holder, src=0)
         return holder[0]
-
 
 
 def on_main(shard: Shard, make: Callable[[], Any]) -> Any:

@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterator
 
 from ..errors import EncdecError
 from ..io_utils import batched
-from ..processes import Shard, on_main
+from ..processes import Shard
 from .output import ChunkFile, StreamOutput, difference, file_identity
 from .progress import Progress
 from .readers import Chunk, file_chunks, open_chunks, paired_chunks, stream_chunks
@@ -58,7 +58,7 @@ def run_rounds(chunks: Iterator[Chunk], work: Callable[[Chunk], str], output: Ch
                shard: Shard, progress: Progress, collect: list[str] | None) -> None:
     """``run_chunks``' loop: one round of ``shard.world`` chunks at a time."""
     for round_ in batched(chunks, shard.world):
-        mine = round_[shard.rank] if shard.rank < len(round_) else None
+        mine = shard.mine(round_)
         try:
             result = (True, work(mine) if mine is not None else None)
         except (EncdecError, ValueError, OSError) as error:
@@ -76,6 +76,5 @@ def run_rounds(chunks: Iterator[Chunk], work: Callable[[Chunk], str], output: Ch
                 progress.update(len(chunk.lines))
 
 
-
-__all__ = ["Chunk", "ChunkFile", "Progress", "Shard", "StreamOutput", "difference", "file_chunks", "file_identity",
-           "on_main", "open_chunks", "paired_chunks", "run_chunks", "stream_chunks"]
+__all__ = ["Chunk", "ChunkFile", "Progress", "StreamOutput", "difference", "file_chunks", "file_identity",
+           "open_chunks", "paired_chunks", "run_chunks", "stream_chunks"]

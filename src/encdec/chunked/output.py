@@ -238,5 +238,4 @@ class StreamOutput:
         pass
 
 
-
 __all__ = ["ChunkFile", "StreamOutput", "difference", "file_identity"]

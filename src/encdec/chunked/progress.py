@@ -46,5 +46,4 @@ class Progress:
             print(f"{self.what}: done, {self.describe()}", file=sys.stderr, flush=True)
 
 
-
 __all__ = ["PROGRESS_EVERY_SECONDS", "Progress"]

@@ -78,7 +78,6 @@ def stream_chunks(raw: Iterable[bytes], name: str, chunk_size: int, idle: float 
             return
 
 
-
 def open_chunks(input_path: str | os.PathLike | None, chunk_size: int, skip: int = 0,
                 stdin: BinaryIO | Iterable[bytes] | None = None) -> tuple[Iterator[Chunk], int | None]:
     """The chunks of ``input_path`` (from line ``skip``), or of ``stdin`` when it is None, and the total number of
@@ -91,7 +90,6 @@ def open_chunks(input_path: str | os.PathLike | None, chunk_size: int, skip: int
         return stream_chunks(stdin, "standard input", chunk_size), None
     path = Path(input_path)
     return file_chunks(path, chunk_size, skip), count_lines(path)
-
 
 
 __all__ = ["PIPE_IDLE_SECONDS", "Chunk", "file_chunks", "open_chunks", "paired_chunks", "stream_chunks"]
