@@ -23,7 +23,7 @@ from encdec.data import (
     token_batches,
     tokenize_dataset,
 )
-from encdec.data import tokenizing as tokenizing_module
+from encdec.data import token_ids as token_ids_module
 from encdec.errors import EncdecError, InputFileError
 from encdec.tokenization import train_tokenizer
 from encdec.training import CHECKPOINT_SUBDIR, load_run_config, train
@@ -67,8 +67,8 @@ def test_tokenization_is_cached_and_a_changed_file_is_tokenized_again(tmp_path, 
     source, target = write_pairs(tmp_path / "data", make_date_pairs(40, seed=4))
     cache = tmp_path / "cache"
     calls = []
-    original = tokenizing_module._tokenize
-    monkeypatch.setattr(tokenizing_module, "_tokenize", lambda *a, **k: calls.append(1) or original(*a, **k))
+    original = token_ids_module._tokenize
+    monkeypatch.setattr(token_ids_module, "_tokenize", lambda *a, **k: calls.append(1) or original(*a, **k))
 
     def tokenize(**settings):
         return tokenize_dataset(load_text_pair(source, target), tokenizer, cache_dir=cache, **settings)

@@ -170,7 +170,7 @@ def _decode(model: PreTrainedModel | Engine, tokenizer: PreTrainedTokenizerBase,
     return source_ids, decode_sources(engine, tokenizer, source_ids, options, batch_size, show_progress)
 
 
-CHUNK_SIZE = 1000  # lines read, translated and handed on at a time (inference.corpus streams files in such chunks)
+CHUNK_SIZE = 1000  # lines read, translated and handed on at a time (encdec.chunked streams files in such chunks)
 
 
 def translate_lines(model_dir_or_pipeline: str | os.PathLike | Sequence[str | os.PathLike] | Pipeline,

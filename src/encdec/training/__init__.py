@@ -4,12 +4,12 @@ No model code lives here. The run config has five sections, each a dataclass (``
 in ``configs/*.yaml``. One module per concern:
 
 - ``config``: the run config's schema and loading; ``model``: the new model and the checks made before training;
-- ``tokenizer``: the run's tokenizer (reused when it can be) and the tokenized splits;
 - ``arguments``: ``Seq2SeqTrainingArguments`` from the run config; ``trainer``: ``EncdecTrainer``;
 - ``callbacks``: Ctrl-C, the training clock, the checkpoint stopping point;
 - ``run_folder``: the output folder, the checkpoint to resume and the resume hint;
 - ``results``: the final weights (best checkpoint or average) and their scores; ``publish``: the model folder;
-- ``run``: ``train``, which puts them together.
+- ``run``: ``train``, which puts them together, with the run's tokenizer (reused when it can be, else trained with
+  ``encdec.tokenization``) and its tokenized splits.
 
 Every name importable from ``encdec.training`` before it became a package still is, from here.
 """
