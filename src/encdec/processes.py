@@ -71,8 +71,8 @@ def rank_and_world() -> tuple[int, int]:
 
 class Shard:
     """This process's place among the processes of a launch (``accelerate launch``, ``torchrun``): its rank, how many
-    there are (``rank_and_world``), its device; ``gather`` hands every process every process's
-    result for one round of chunks."""
+    there are (``rank_and_world``), its device; ``mine`` is its item of a round, ``gather`` hands every process every
+    process's result for one round of chunks."""
 
     def __init__(self) -> None:
         self.rank, self.world = rank_and_world()  # rank 0 is the main process
