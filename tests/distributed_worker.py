@@ -37,12 +37,12 @@ from transformers import (
 import encdec  # noqa: F401  (registers the Auto classes)
 from cpu_fsdp import fsdp_units, save_full_model, shard_model, wrap_fsdp1
 from encdec import TransformerSeq2SeqConfig
-from encdec.cli import main as encdec_main
 from encdec.data import load_data
 from encdec.metrics import build_compute_metrics
 from encdec.processes import cpu_processes, process_state
 from encdec.tokenization import load_tokenizer
 from encdec.training import EncdecTrainer, load_run_config, tokenize_splits, training_arguments
+from encdec_cli import main as encdec_main
 from toy import TINY_MODELS, TWO_LAYER_TRANSFORMER, collate, toy_examples, toy_model
 
 # the tiny models the worker trains (over the toy vocabulary): two Transformer layers a side, tied RNN embeddings

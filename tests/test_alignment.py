@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from encdec.cli import main
 from encdec.data import MONTHS, WEEKDAYS
 from encdec.errors import EncdecError
 from encdec.folders import save_for_pipeline
@@ -32,6 +31,7 @@ from encdec.inference.alignment import (
     word_of_tokens,
 )
 from encdec.tokenization import special_token_ids, train_tokenizer
+from encdec_cli import main
 from tiny_model_folders import DATE_RNN, DATE_TRANSFORMER, train_on_dates
 from toy import tiny_model
 

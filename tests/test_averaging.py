@@ -13,10 +13,10 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import AutoModelForSeq2SeqLM
 
-from encdec.cli import main
 from encdec.errors import EncdecError, OverwriteError
 from encdec.folders import check_model_folder
 from encdec.training.averaging import average_checkpoints
+from encdec_cli import main
 from tiny_model_folders import FAMILIES, date_tokenizer, save_folder
 from toy import folder_model
 

@@ -1,4 +1,4 @@
-"""The ``encdec`` command line, in process through ``encdec.cli.main``: every subcommand once on tiny models, and every
+"""The ``encdec`` command line, in process through ``encdec_cli.main``: every subcommand once on tiny models, and every
 user error as one line ``encdec <cmd>: error: ...`` (naming the thing and the fix) with exit status 2 and no
 traceback. Nothing a user wrote is replaced without ``--overwrite``."""
 
@@ -22,10 +22,10 @@ from huggingface_hub import HfApi, ModelCard
 from transformers import AutoTokenizer
 from transformers.utils import logging as hf_logging
 
-from encdec.cli import main
 from encdec.data import load_data, make_date_pairs
 from encdec.folders import check_model_folder, save_for_pipeline
 from encdec.training import load_run_config
+from encdec_cli import main
 from test_hub import UPLOAD
 from tiny_model_folders import FAMILIES, REPO_ROOT, date_tokenizer, write_tiny_run_config
 from toy import TINY_MODELS, folder_model

@@ -1,7 +1,7 @@
-"""Corpus-scale translation (encdec.inference.corpus): streaming from a pipe, resuming after kill -9 to the same bytes
-(one process or two, before and after), two processes equal to one, refused resumes, a line that is not UTF-8, memory
-that does not grow with the input, and n-best lists, scores and alignments aligned across chunk boundaries, ordered by
-their scores, each text once unless ``--keep-duplicates``.
+"""Corpus-scale translation (encdec.inference.corpus, on encdec.chunked): streaming from a pipe, resuming after kill -9
+to the same bytes (one process or two, before and after), two processes equal to one, refused resumes, a line that is
+not UTF-8, memory that does not grow with the input, and n-best lists, scores and alignments aligned across chunk
+boundaries, ordered by their scores, each text once unless ``--keep-duplicates``.
 
 The kill -9 tests stop the run at a known point (``ENCDEC_STOP_AT=chunk:N``, ``encdec.stop_points``: right after its
 N-th chunk is on disk) and kill it there, so the lines done at the kill are known exactly, on any machine."""
@@ -21,24 +21,16 @@ from pathlib import Path
 
 import pytest
 
-from encdec.cli import main
+from encdec.chunked import ChunkFile, Progress, difference, open_chunks, paired_chunks, run_chunks
 from encdec.data import make_date_pairs
 from encdec.errors import EncdecError
 from encdec.inference import load_engine, translate_n_best_ids
-from encdec.inference.corpus import (
-    ChunkFile,
-    Progress,
-    Shard,
-    TranslationOutput,
-    difference,
-    open_chunks,
-    open_output,
-    paired_chunks,
-    run_chunks,
-)
+from encdec.inference.corpus import TranslationOutput, open_output
 from encdec.inference.engines import TorchEngine
 from encdec.io_utils import count_lines
+from encdec.processes import Shard
 from encdec.stop_points import STOP_ENV
+from encdec_cli import main
 from test_distributed import STOP_DEADLINE, launch, launch_until_stopped, run_until_stopped
 from tiny_model_folders import DATE_TRANSFORMER, date_data, save_folder, train_on_dates
 
@@ -377,7 +369,7 @@ def test_difference_names_the_first_change_and_paired_chunks_pair_lines(tmp_path
 
 
 class Clock:
-    """``encdec.inference.corpus``'s ``time`` module in a test: its clocks read what the test sets, so the seconds that
+    """``encdec.chunked.output``'s ``time`` module in a test: its clocks read what the test sets, so the seconds that
     ``ChunkFile`` records are exact."""
 
     def __init__(self) -> None:
@@ -395,7 +387,7 @@ def test_the_seconds_spent_carry_over_a_resume(tmp_path, monkeypatch) -> None:
     6.5 s. A record of an older encdec, without the count, leaves it unknown (None) instead of counting the last
     attempt alone."""
     clock = Clock()
-    monkeypatch.setattr("encdec.inference.corpus.time", clock)
+    monkeypatch.setattr("encdec.chunked.output.time", clock)
     out = tmp_path / "out.txt"
     state_path = tmp_path / "out.txt.partial.json"
     first = ChunkFile(out, {"options": {}})

@@ -23,11 +23,11 @@ from encdec.data import (
     token_batches,
     tokenize_dataset,
 )
-from encdec.data import tokenizing as tokenizing_module
+from encdec.data import token_ids as token_ids_module
 from encdec.errors import EncdecError, InputFileError
 from encdec.tokenization import train_tokenizer
 from encdec.training import CHECKPOINT_SUBDIR, load_run_config, train
-from encdec.training import tokenizer as training_tokenizer  # get_tokenizer trains through it
+from encdec.training import run as training_run  # get_tokenizer trains through it
 from test_training import run_config
 
 
@@ -67,8 +67,8 @@ def test_tokenization_is_cached_and_a_changed_file_is_tokenized_again(tmp_path, 
     source, target = write_pairs(tmp_path / "data", make_date_pairs(40, seed=4))
     cache = tmp_path / "cache"
     calls = []
-    original = tokenizing_module._tokenize
-    monkeypatch.setattr(tokenizing_module, "_tokenize", lambda *a, **k: calls.append(1) or original(*a, **k))
+    original = token_ids_module._tokenize
+    monkeypatch.setattr(token_ids_module, "_tokenize", lambda *a, **k: calls.append(1) or original(*a, **k))
 
     def tokenize(**settings):
         return tokenize_dataset(load_text_pair(source, target), tokenizer, cache_dir=cache, **settings)
@@ -97,8 +97,8 @@ def test_a_rerun_reuses_the_trained_tokenizer_until_the_data_or_its_settings_cha
     data = {"format": "text", "data_dir": str(tmp_path / "data"), "source_lang": "src", "target_lang": "tgt",
             "splits": {"train": "train"}, "cache_dir": str(tmp_path / "cache")}
     trained = []
-    original = training_tokenizer.train_tokenizer
-    monkeypatch.setattr(training_tokenizer, "train_tokenizer", lambda *a, **k: trained.append(1) or original(*a, **k))
+    original = training_run.train_tokenizer
+    monkeypatch.setattr(training_run, "train_tokenizer", lambda *a, **k: trained.append(1) or original(*a, **k))
 
     def run(name: str, **tokenizer) -> Path:
         out = tmp_path / name

@@ -12,7 +12,6 @@ import pytest
 from transformers import GenerationConfig
 
 import encdec.inference.corpus
-from encdec.cli import main
 from encdec.errors import OptionError
 from encdec.inference import load_engine
 from encdec.inference.decoding import DecodeLimits, DecodeOptions, resolve_options
@@ -21,6 +20,7 @@ from encdec.serve import TranslationService
 from encdec.serve.core import decode_options
 from encdec.serve.libretranslate.api import alternatives_of
 from encdec.serve.server import request_schema
+from encdec_cli import main
 from tiny_model_folders import build_model_folders
 
 DEFAULTS = {"num_beams": 2, "length_penalty": 0.7, "max_new_tokens": 9}  # the test model's generation config

@@ -50,7 +50,7 @@ from distributed_worker import DDP_VARIANTS, TOKEN_BATCHING, WORKER_MODELS, eval
 from encdec import processes as processes_module
 from encdec.data import load_data, pair_lengths, token_batches
 from encdec.folders import check_model_folder
-from encdec.processes import cpu_processes, is_main_process, launched, rank_and_world
+from encdec.processes import Shard, cpu_processes, is_main_process, launched, rank_and_world
 from encdec.stop_points import STOP_ENV
 from encdec.tokenization import load_tokenizer
 from encdec.training import CHECKPOINT_SUBDIR, TOKENIZER_SUBDIR, load_run_config, tokenize_splits, train
@@ -332,7 +332,7 @@ def test_the_main_process_is_the_only_one_or_rank_0_of_a_launch(monkeypatch, ran
 
 @pytest.mark.parametrize("rank", [0, 1])
 def test_rank_and_world_come_from_the_same_answer(monkeypatch, rank: int) -> None:
-    """``rank_and_world`` (what ``corpus.Shard`` shares chunks by) is (0, 1) without a launcher, with no process
+    """``rank_and_world`` (what ``Shard`` shares chunks by, round-robin) is (0, 1) without a launcher, with no process
     group joined, and Accelerate's state's under one; ``launched`` reads the launcher's variables alone (what the
     command line says before a command starts)."""
     monkeypatch.delenv("WORLD_SIZE", raising=False)
@@ -342,8 +342,12 @@ def test_rank_and_world_come_from_the_same_answer(monkeypatch, rank: int) -> Non
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("RANK", str(rank))
     monkeypatch.setattr(processes_module, "process_state",
-                        lambda: SimpleNamespace(process_index=rank, num_processes=2, is_main_process=rank == 0))
+                        lambda: SimpleNamespace(process_index=rank, num_processes=2, is_main_process=rank == 0,
+                                                device="cpu"))
     assert rank_and_world() == launched() == (rank, 2)
+    shard = Shard()  # the work shared out by rank: process p takes item p of each round of 2
+    assert (shard.rank, shard.world, shard.is_main) == (rank, 2, rank == 0)
+    assert shard.mine(["a", "b"]) == "ab"[rank] and shard.mine(["a"]) == ("a" if rank == 0 else None)
     assert launched({"RANK": "3", "WORLD_SIZE": "4"}) == (3, 4) and launched({}) == (0, 1)
 
 

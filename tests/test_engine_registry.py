@@ -16,7 +16,6 @@ import pytest
 import torch
 from transformers import AutoTokenizer, GenerationConfig
 
-from encdec.cli import build_parser, main
 from encdec.errors import EncdecError
 from encdec.inference import load_engine, translate, translate_detailed
 from encdec.inference.decoding import require_alignments
@@ -35,6 +34,7 @@ from encdec.inference.engines import (
 from encdec.inference.engines.ctranslate2_engine import CT2_INSTALL, CTranslate2Engine
 from encdec.serve import ModelSpec, RequestError, TranslationService
 from encdec.serve.server import load_models
+from encdec_cli import build_parser, main
 from toy import BOS, EOS, PAD, digit_tokenizer
 
 ENGINE_FLAGS = {"--engine": "engine", "--quantize": "quantize", "--dtype": "dtype"}

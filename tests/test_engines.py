@@ -18,11 +18,10 @@ import torch
 from torch import nn
 from torch.ao.nn.quantized import dynamic as dynamic_int8
 
-from encdec import engines
-from encdec.cli import main
 from encdec.errors import EncdecError, OverwriteError
 from encdec.folders import save_for_pipeline
 from encdec.inference import (
+    engines,
     load_engine,
     load_model_and_tokenizer,
     translate,
@@ -34,6 +33,7 @@ from encdec.inference.engines import CPU_CLASSES, INT8_MEASURED, TorchEngine, in
 from encdec.inference.engines.ctranslate2_engine import CTranslate2Engine, CTranslate2Missing
 from encdec.inference.evaluation import evaluate_model
 from encdec.ship.ctranslate2_export import EncdecTransformerConverter, export_ctranslate2, vocabulary_tokens
+from encdec_cli import main
 from tiny_model_folders import DATE_RNN as RNN
 from tiny_model_folders import DATE_TRANSFORMER as TRANSFORMER
 from tiny_model_folders import build_model_folders, date_data, train_on_dates
@@ -354,8 +354,8 @@ def test_torch_inference_never_loads_ctranslate2() -> None:
     """Its OpenMP runtime would share the process with torch's: translating with torch must not import it."""
     import subprocess
 
-    code = ("import sys, encdec.cli, encdec.inference, encdec.inference.evaluation; "
-            "encdec.cli.build_parser(); print('ctranslate2' in sys.modules)")
+    code = ("import sys, encdec_cli, encdec.inference, encdec.inference.evaluation; "
+            "encdec_cli.build_parser(); print('ctranslate2' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                           timeout=120).stdout == "False\n"
 

@@ -21,12 +21,12 @@ import torch
 from transformers import GenerationMixin
 
 from encdec import EnsembleForSeq2SeqLM
-from encdec.cli import main
 from encdec.errors import EncdecError
 from encdec.folders import save_for_pipeline
 from encdec.inference import load_ensemble, translate, translate_detailed
 from encdec.inference.ensemble import check_same_tokenizer, tokenizer_difference
 from encdec.tokenization import train_tokenizer
+from encdec_cli import main
 from tiny_model_folders import DATE_RNN, DATE_TRANSFORMER, date_data, train_on_dates
 
 DECODINGS = {

@@ -18,13 +18,13 @@ import zipfile
 import psutil
 import pytest
 
-from encdec.cli import main
 from encdec.errors import EncdecError
 from encdec.serve.held_batches import HOLD_ENV
 from encdec.serve.libretranslate import document_worker
 from encdec.serve.libretranslate.document_worker import DocumentPool, WorkerDied, extract
 from encdec.serve.libretranslate.documents import Bounds, TooLarge, read_document
 from encdec.serve.libretranslate.files import FileSettings, FileStore
+from encdec_cli import main
 from test_libretranslate import URL
 from test_sentences import SENTENCES
 from test_serve import ServeProcess, request

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from encdec.cli import main
 from encdec.errors import OverwriteError
 from encdec.ship.ctranslate2_export import export_ctranslate2
+from encdec_cli import main
 from tiny_model_folders import build_model_folders
 
 

@@ -15,11 +15,11 @@ from transformers import AutoModelForSeq2SeqLM
 
 import encdec
 from encdec.cards import card_template, render_model_card, write_model_card
-from encdec.cli import main
 from encdec.errors import EncdecError, InputFileError, OverwriteError
 from encdec.folders import check_model_folder, model_identity, refuse_model_overwrite, save_for_pipeline
 from encdec.inference import load_pipeline, translate_lines
 from encdec.ship.hub import push_model
+from encdec_cli import main
 from remote_code import assert_same_as_encdec, load_without_encdec
 from tiny_model_folders import FAMILIES, date_tokenizer, save_folder, write_tiny_run_config
 from toy import TINY_MODELS, folder_model

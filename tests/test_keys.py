@@ -13,10 +13,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from encdec.cli import main
 from encdec.errors import EncdecError
 from encdec.serve.keys import SCHEMA_VERSION, ApiKey, KeyDatabase
 from encdec.serve.server import create_app, load_models
+from encdec_cli import main
 from test_serve import ServeProcess, Server, request
 from tiny_model_folders import build_model_folders
 

@@ -14,10 +14,10 @@ import urllib.request
 
 import pytest
 
-from encdec.cli import main
 from encdec.serve import ServeLimits
 from encdec.serve.keys import KeyDatabase
 from encdec.serve.server import create_app, load_models
+from encdec_cli import main
 from test_libretranslate import URL
 from test_libretranslate_routes import ENGLISH, GERMAN
 from test_serve import Server, request

@@ -14,7 +14,7 @@ import torch
 import yaml
 from safetensors.torch import load_file
 
-from encdec.cli import main
+from encdec_cli import main
 from tiny_model_folders import REPO_ROOT
 
 MULTI30K = Path(os.environ.get("MULTI30K_DIR", REPO_ROOT / "data" / "multi30k"))  # scripts/fetch_multi30k.py

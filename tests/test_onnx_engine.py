@@ -18,7 +18,6 @@ import pytest
 import torch
 
 from encdec.backends import BACKENDS
-from encdec.cli import main
 from encdec.errors import EncdecError, InputFileError
 from encdec.folders import save_for_pipeline
 from encdec.inference import load_engine, translate, translate_detailed, translate_lines, translate_n_best
@@ -26,6 +25,7 @@ from encdec.inference.engines.onnx_layout import DECODER_FILE, ENCODER_FILE, MAN
 from encdec.inference.engines.onnxruntime_engine import OnnxRuntimeEngine
 from encdec.serve.server import load_models
 from encdec.ship.onnx_export import export_onnx
+from encdec_cli import main
 from toy import digit_tokenizer, trained_rnn_variant
 
 # one model a family, and an RNN whose decoder graph takes one token a call (Bahdanau) beside one that takes many

@@ -13,12 +13,12 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
-from encdec.cli import main
 from encdec.errors import EncdecError, InputFileError, OverwriteError
 from encdec.folders import save_for_pipeline
 from encdec.inference.engines.onnx_layout import DECODER_FILE, ENCODER_FILE, MANIFEST, read_layout
 from encdec.ship import onnx_export
 from encdec.ship.onnx_export import ExportCheckFailed, check_export, export_onnx, write_graphs
+from encdec_cli import main
 from toy import RNN_VARIANTS, TEST_TRANSFORMER, TOY_IDS, VARIANT_RNN, digit_tokenizer, tiny_model
 
 TRANSFORMER_SWITCHES = {

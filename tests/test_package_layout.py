@@ -8,7 +8,6 @@ stage imports only the stages below it. The old flat module names (``encdec.MOVE
 from __future__ import annotations
 
 import ast
-import importlib
 import subprocess
 import sys
 from pathlib import Path
@@ -168,14 +167,17 @@ def reachable(graph: dict[str, set[str]], start: set[str]) -> set[str]:
 STAGES = {
     "models": {"models"},  # nothing else of encdec: trust_remote_code copies of these files load without the package
     "shared": {"shared", "models"},  # folders.py saves a model through the models' pipeline class
+    "chunked": {"shared", "chunked"},  # long jobs run in chunks (streamed, resumable, shared out): for any stage above
     "data": {"shared", "models", "data"},
     "metrics": {"shared", "metrics"},
     "training": {"shared", "models", "data", "metrics", "training"},
-    "inference": {"shared", "models", "data", "metrics", "inference"},
+    "inference": {"shared", "models", "chunked", "data", "metrics", "inference"},
     "serve": {"shared", "models", "data", "inference", "serve"},
     "ship": {"shared", "models", "data", "inference", "ship"},
-    "recipes": {"shared", "models", "data", "metrics", "training", "inference", "serve", "ship", "recipes"},
-    "package": {"shared", "models", "data", "metrics", "training", "inference", "serve", "ship", "recipes"},
+    "recipes": {"shared", "models", "chunked", "data", "metrics", "training", "inference", "serve", "ship",
+                "recipes"},
+    "package": {"shared", "models", "chunked", "data", "metrics", "training", "inference", "serve", "ship",
+                "recipes"},
 }
 
 
@@ -228,23 +230,3 @@ def test_models_and_data_reach_nothing_above_them() -> None:
     assert not {name for name in reachable(graph, below) if stage_of(name) in above}
     inside = {name for name in graph if name.startswith("encdec.training.")}
     assert not {name for name in inside if "encdec.training" in graph[name]}
-
-
-@pytest.mark.parametrize("old", sorted(encdec.MOVED))
-def test_an_old_module_name_is_the_module_at_its_new_name(old: str) -> None:
-    """``encdec.engines`` and ``encdec.inference.engines`` are one module object (a monkeypatch of either is seen
-    through both), and the old name has no file of its own left."""
-    new = encdec.MOVED[old]
-    assert importlib.import_module(old) is importlib.import_module(new)
-    assert sys.modules[old] is sys.modules[new] and sys.modules[old].__name__ == new
-    path = PACKAGE.parent / old.replace(".", "/")
-    assert not path.with_suffix(".py").exists() and not path.is_dir(), f"{old} still has a file of its own"
-
-
-def test_the_served_names_import_from_their_old_module() -> None:
-    from encdec.serving import DynamicBatcher, ServedModels, TranslationService
-
-    from encdec.serve import batcher, served_models, service
-
-    assert (DynamicBatcher, ServedModels, TranslationService) == (batcher.DynamicBatcher, served_models.ServedModels,
-                                                                   service.TranslationService)

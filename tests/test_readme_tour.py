@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from encdec.cli import main
+from encdec_cli import main
 from test_demo import assert_serves
 from test_hub import fake_hub, uploaded  # noqa: F401 (a fixture)
 

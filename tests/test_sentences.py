@@ -10,8 +10,9 @@ import logging
 
 import pytest
 
-from encdec.cli import main
+from encdec.cards import model_languages
 from encdec.inference.sentences import card_source_language, join, sentences, split_text
+from encdec_cli import main
 from test_libretranslate import URL, alone, serve
 from test_serve import request
 
@@ -138,3 +139,23 @@ def test_the_language_comes_from_the_model_card(tmp_path) -> None:
     (tmp_path / "README.md").write_text("---\nlanguage:\n- de\n- en\n---\n# a model\n", encoding="utf-8")
     assert card_source_language(tmp_path) == "de"
     assert card_source_language(tmp_path / "missing") is None
+
+
+@pytest.mark.parametrize(("metadata", "languages"), [
+    ("language:\n- de\n- en\n", ("de", "en")),
+    ("language:\n- de\n- en\n- fr\n- uk\n", ("de", "en", "fr", "uk")),
+    ("language: de\n", ("de",)),
+    ("license: mit\n", ()),
+    ("language: [de, en\n", ()),  # unreadable: logged, and no languages
+], ids=["pair", "four", "one", "none", "broken"])
+def test_a_model_s_languages_are_read_in_one_place_any_number_of_them(tmp_path, caplog, metadata: str,
+                                                                      languages: tuple) -> None:
+    """``encdec.cards.model_languages`` reads them from the card in its order; ``--split-sentences`` takes a pair's
+    first as the source language, and a card of any other number names no source."""
+    (tmp_path / "README.md").write_text(f"---\n{metadata}---\n# a model\n", encoding="utf-8")
+    with caplog.at_level(logging.WARNING, logger="encdec.cards"):
+        assert model_languages(tmp_path) == languages
+    assert card_source_language(tmp_path) == (languages[0] if len(languages) == 2 else None)
+    broken = "[" in metadata
+    assert any("could not read the model card" in r.getMessage() for r in caplog.records) == broken
+    assert model_languages(tmp_path / "missing") == model_languages(None) == ()

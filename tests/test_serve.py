@@ -40,7 +40,6 @@ import torch
 import uvicorn
 
 from encdec.cards import write_model_card
-from encdec.cli import main
 from encdec.errors import EncdecError
 from encdec.folders import save_for_pipeline
 from encdec.inference import load_engine, load_model_and_tokenizer, translate, translate_detailed
@@ -49,6 +48,7 @@ from encdec.serve import DecodeOptions, DynamicBatcher, Job, RequestError, Serve
 from encdec.serve.held_batches import HOLD_ENV, BatchRecord, HeldBatcher
 from encdec.serve.server import EncdecServer, ErrorResponse, build_service, check_bind, create_app
 from encdec.ship.ctranslate2_export import export_ctranslate2
+from encdec_cli import main
 from tiny_model_folders import DATE_RNN as RNN
 from tiny_model_folders import DATE_TRANSFORMER as TRANSFORMER
 from tiny_model_folders import date_data, train_on_dates

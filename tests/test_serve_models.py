@@ -13,7 +13,6 @@ import torch
 from huggingface_hub import ModelCard
 
 from encdec.cards import data_languages, write_model_card
-from encdec.cli import main
 from encdec.data import make_date_pairs
 from encdec.errors import EncdecError
 from encdec.folders import save_for_pipeline
@@ -22,6 +21,7 @@ from encdec.serve import ModelSpec, RequestError, ServedModels
 from encdec.serve.libretranslate.api import languages
 from encdec.serve.server import build_service, create_app, load_models
 from encdec.ship.ctranslate2_export import export_ctranslate2
+from encdec_cli import main
 from test_serve import Server, request
 from tiny_model_folders import DATE_RNN, DATE_TRANSFORMER, date_data, train_on_dates, write_tiny_run_config
 from toy import TINY_MODELS
@@ -118,6 +118,19 @@ def test_two_models_for_one_pair_and_a_contradicted_card_are_refused(folder, tmp
         load(str(de_en), f"de-en={other}")
     with pytest.raises(EncdecError, match=f"^{re.escape(CONTRADICTED.format(de_en))}$"):
         load(f"fr-en={de_en}")
+
+
+def test_a_card_of_several_languages_serves_any_two_of_them(folder, tmp_path) -> None:
+    """A card that names more than two languages (a model of several) names no pair of its own: the model is served
+    by its folder's name, or as any pair of its languages; a pair outside them is refused, naming the card's."""
+    many = copy_with_card(folder, tmp_path, "many", ["de", "en", "fr"])
+    assert list(load(str(many)).models) == ["many"]
+    models = load(f"fr-de={many}", f"en-fr={many}")
+    assert [(model.name, model.source, model.target) for model in models.models.values()] == [
+        ("fr-de", "fr", "de"), ("en-fr", "en", "fr")]
+    with pytest.raises(EncdecError, match=f"^{re.escape(f'--model uk-en={many}: its model card names the languages')}"
+                                          " de, en, fr; give two of them, or fix the card.$"):
+        load(f"uk-en={many}")
 
 
 def test_cards_record_the_language_pair_of_the_data(folder, tmp_path) -> None:

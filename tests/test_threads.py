@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from encdec import threads
-from encdec.cli import main
 from encdec.threads import choose_threads
+from encdec_cli import main
 
 
 @pytest.fixture

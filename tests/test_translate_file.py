@@ -17,11 +17,11 @@ import docx
 import odfdo
 import pytest
 
-from encdec.cli import main
 from encdec.errors import EncdecError
 from encdec.serve import ServeLimits
 from encdec.serve.libretranslate.files import FileSettings, FileStore
 from encdec.serve.server import create_app, load_models
+from encdec_cli import main
 from test_libretranslate import URL
 from test_sentences import PARAGRAPH, SENTENCES
 from test_serve import Server, request

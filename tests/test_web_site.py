@@ -25,9 +25,9 @@ from pathlib import Path
 
 import pytest
 
-from encdec.cli import main
 from encdec.errors import EncdecError
 from encdec.inference import translate_lines
+from encdec_cli import main
 from test_serve import Server, assert_local_and_found, chromium_driver, page_requests
 from tiny_model_folders import date_data
 

@@ -5,15 +5,8 @@ Importing the package registers every model family with ``AutoConfig``, ``AutoMo
 the code files for ``trust_remote_code`` loading. It also registers the ``seq2seq-generation`` pipeline task.
 
 The package is laid out by stage (docs/architecture.md): ``models/`` and ``data/``, then ``training/``, ``inference/``,
-``serve/`` and ``ship/``, with ``recipes/`` for the jobs that chain them and shared helpers at the root. Modules that
-once sat at the root keep their import paths (``encdec.engines``, ``encdec.serving``...): ``MOVED`` names where each
-went, and importing the old name gives the very module that lives there now.
+``serve/`` and ``ship/``, with ``recipes/`` for the jobs that chain them and shared helpers at the root.
 """
-
-import importlib
-import importlib.abc
-import importlib.machinery
-import sys
 
 from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
 from transformers.pipelines import PIPELINE_REGISTRY
@@ -52,47 +45,6 @@ for _family in _FAMILIES:
 # `pipeline("seq2seq-generation", model=..., tokenizer=...)`; saving through the pipeline writes `custom_pipelines`
 PIPELINE_REGISTRY.register_pipeline("seq2seq-generation", pipeline_class=Seq2SeqGenerationPipeline,
                                     pt_model=AutoModelForSeq2SeqLM, type="text")
-
-# where the modules of the flat layout before 0.2 live now; the old name is an alias of the new module
-MOVED = {
-    "encdec.alignment": "encdec.inference.alignment",
-    "encdec.averaging": "encdec.training.averaging",
-    "encdec.corpus": "encdec.inference.corpus",
-    "encdec.decoding": "encdec.inference.decoding",
-    "encdec.demo": "encdec.recipes.demo",
-    "encdec.distill": "encdec.recipes.distill",
-    "encdec.engines": "encdec.inference.engines",
-    "encdec.ensemble": "encdec.inference.ensemble",
-    "encdec.evaluation": "encdec.inference.evaluation",
-    "encdec.export": "encdec.ship.ctranslate2_export",
-    "encdec.fetch": "encdec.data.fetch",
-    "encdec.hub": "encdec.ship.hub",
-    "encdec.libretranslate": "encdec.serve.libretranslate",
-    "encdec.plotting": "encdec.inference.plotting",
-    "encdec.server": "encdec.serve.server",
-    "encdec.serving": "encdec.serve",
-}
-
-
-class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Imports an old module name (``MOVED``) as the module that lives at the new one, so that ``encdec.engines`` and
-    ``encdec.inference.engines`` are one module object: an attribute set on either (a test's monkeypatch) is seen
-    through both. The new module is imported, not copied; only its name in ``sys.modules`` is added."""
-
-    def find_spec(self, name: str, path: object = None, target: object = None) -> importlib.machinery.ModuleSpec | None:
-        return importlib.machinery.ModuleSpec(name, self) if name in MOVED else None
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> object:
-        module = importlib.import_module(MOVED[spec.name])
-        spec.loader_state = module.__spec__  # the import system is about to set the alias's spec on the module
-        return module
-
-    def exec_module(self, module: object) -> None:
-        module.__spec__ = module.__spec__.loader_state  # type: ignore[attr-defined]  # its own again (reload uses it)
-
-
-if not any(isinstance(finder, _MovedModules) for finder in sys.meta_path):
-    sys.meta_path.append(_MovedModules())
 
 __all__ = [
     "EnsembleForSeq2SeqLM",

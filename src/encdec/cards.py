@@ -1,5 +1,6 @@
 """Model cards: the README.md of a model folder, rendered from its family's template, with BLEU/chrF in the
-Hub's ``model-index``.
+Hub's ``model-index``; and read back: ``model_languages`` is the one place a model's languages are read (any number of
+them, in the card's order).
 
 The templates are ``encdec/model_cards/<family>.md`` (package data, so that an installed encdec renders cards too).
 They are Jinja2 templates (Jinja2 comes with torch) rendered with ``StrictUndefined``: a misspelt placeholder fails
@@ -8,6 +9,7 @@ instead of printing nothing.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from collections.abc import Mapping
@@ -23,6 +25,8 @@ from .errors import EncdecError
 from .folders import FAMILIES, PIPELINE_TASK, config_and_size, read_json, require_dir
 from .io_utils import atomic_write_text, refuse_existing
 from .version import __version__
+
+logger = logging.getLogger(__name__)
 
 
 def card_template(family: str) -> str:
@@ -123,6 +127,33 @@ def data_languages(data: Mapping[str, Any]) -> list[str] | None:
     return pair if codes and pair[0] != pair[1] else None
 
 
+def read_card(model_dir: str | os.PathLike | None) -> ModelCardData | None:
+    """The metadata of the card (README.md) of the model folder ``model_dir``, or None when it has none. A card that
+    cannot be read (hand-edited) is logged and read as none: a card never stops a command or the server."""
+    path = Path(model_dir) / "README.md" if model_dir is not None else None
+    if path is None or not path.is_file():
+        return None
+    try:
+        return ModelCard.load(path).data
+    except Exception as error:  # noqa: BLE001 (a broken metadata block: ValueError or a YAML error)
+        logger.warning("could not read the model card %s: %s", path, error)
+        return None
+
+
+def card_languages(data: ModelCardData | None) -> tuple[str, ...]:
+    """The languages a card's metadata names (the Hub's ``language``: one code or a list of them), in order."""
+    language = data.language if data is not None else None
+    return tuple(language) if isinstance(language, list) else (language,) if language else ()
+
+
+def model_languages(model_dir: str | os.PathLike | None) -> tuple[str, ...]:
+    """The languages of the model in the folder ``model_dir``, as its card names them, in order: ``(source,
+    target)`` for a model that ``encdec train`` trained on a language pair (``data_languages``), as many as a card
+    names for a model of several; () without a card, or when it names none. ``encdec translate --split-sentences``
+    takes its source language from here, ``encdec serve`` the pair it serves a model as."""
+    return card_languages(read_card(model_dir))
+
+
 def training_summary(train_metrics: Mapping[str, Any]) -> dict[str, Any]:
     """The model card's training rows, from Trainer's final training metrics."""
     summary = {"optimiser steps": train_metrics.get("global_step"), "epochs": train_metrics.get("epoch"),
@@ -164,5 +195,5 @@ def record_scores_in_card(model_dir: str | os.PathLike, results: Mapping[str, An
                             languages=data_languages(run.get("config", {}).get("data", {})))
 
 
-__all__ = ["card_template", "data_languages", "record_scores_in_card", "render_model_card", "training_summary",
-           "write_model_card"]
+__all__ = ["card_languages", "card_template", "data_languages", "model_languages", "read_card", "record_scores_in_card",
+           "render_model_card", "training_summary", "write_model_card"]

@@ -1,5 +1,9 @@
 """Named stopping points for the tests of resumable jobs: a test stops a run at a known place, then kills it there.
 
+This module is the package's one fault-injection point outside the server (docs/testing.md): the product path reaches
+a point through ``stop_point(NAME)`` alone, every point is named in ``POINTS`` below, and without ``ENCDEC_STOP_AT``
+a point only counts its arrivals.
+
 A ``kill -9`` test must kill a job between two of its writes, and which two must not depend on how fast the machine
 is: a test that polls for "the first chunk is written, the last is not" races the job and fails (or tests nothing)
 on a fast or a slow machine. With ``ENCDEC_STOP_AT=NAME:N`` in its environment, a process that reaches stopping point

@@ -1,4 +1,7 @@
-"""Train and load the joint source/target subword vocabulary with the `tokenizers` library.
+"""Tokenizers: train and load the joint source/target subword vocabulary with the `tokenizers` library, and check one
+against a model. The package's one home for tokenizers; the modules that use one are named for what they do with it:
+``encdec.data.token_ids`` turns a dataset's text pairs into token ids, ``encdec.training.run.get_tokenizer`` picks a
+training run's tokenizer (configured, cached or trained here).
 
 The result is a ``PreTrainedTokenizerFast`` (saved as a folder that ``AutoTokenizer.from_pretrained`` loads),
 with ``<pad>``, ``<s>``, ``</s>`` and ``<unk>`` at ids 0-3 and ``</s>`` appended to every encoded text.

@@ -4,7 +4,7 @@
 - ``loading``: text, TSV/CSV, JSON Lines, Hub and built-in data -> a ``DatasetDict`` of ``source``/``target``
   strings, memory-mapped through ``datasets``' Arrow cache (``load_data(DataSpec(...))`` reads a run config's
   ``data`` section);
-- ``tokenizing``: text -> ``input_ids`` / ``attention_mask`` / ``labels`` for ``DataCollatorForSeq2Seq``, on
+- ``token_ids``: text -> ``input_ids`` / ``attention_mask`` / ``labels`` for ``DataCollatorForSeq2Seq``, on
   several processes, cached by data, tokenizer and length settings;
 - ``batching``: batches by tokens (``training.max_tokens``), a batch sampler for the Trainer and accelerate;
 - ``text_files``: splits -> aligned ``{split}.{src,tgt}`` text files (``encdec data``, ``encdec distill``'s sources).
@@ -35,7 +35,7 @@ from .loading import (
     load_text_pair,
 )
 from .text_files import write_aligned_splits, write_data_folder
-from .tokenizing import (
+from .token_ids import (
     OVERLONG,
     default_cache_dir,
     format_report,

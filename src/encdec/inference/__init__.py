@@ -2,8 +2,8 @@
 translates with it: ``translate``, ``translate_n_best``, ``translate_detailed``, ``translate_lines``... Each resolves
 its options and decodes through ``encdec.inference.decoding``, as every command and the server do.
 
-Loading (``encdec.inference.loading``) checks the folder first (a missing or corrupt file is named) and the tokenizer
-against the model; ``load_engine`` builds the engine a name asks for from its backend (``encdec.backends``).
+Loading (``encdec.inference.model_loading``) checks the folder first (a missing or corrupt file is named) and the
+tokenizer against the model; ``load_engine`` builds the engine a name asks for from its backend (``encdec.backends``).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from .decoding import (
     resolve_options,
 )
 from .engines import TorchEngine, engine_spec, engines_that
-from .loading import load_ensemble, load_model_and_tokenizer
+from .model_loading import load_ensemble, load_model_and_tokenizer
 
 
 def load_engine(model_dir: str | os.PathLike | Sequence[str | os.PathLike], engine: str = "torch",
@@ -168,7 +168,7 @@ def _decode(model: PreTrainedModel | Engine, tokenizer: PreTrainedTokenizerBase,
     return source_ids, decode_sources(engine, tokenizer, source_ids, options, batch_size, show_progress)
 
 
-CHUNK_SIZE = 1000  # lines read, translated and handed on at a time (inference.corpus streams files in such chunks)
+CHUNK_SIZE = 1000  # lines read, translated and handed on at a time (encdec.chunked streams files in such chunks)
 
 
 def translate_lines(model_dir_or_pipeline: str | os.PathLike | Sequence[str | os.PathLike] | Pipeline,

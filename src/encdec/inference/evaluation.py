@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from ..chunked import Chunk, Progress, file_identity, open_chunks, paired_chunks, run_chunks
 from ..errors import InputFileError
 from ..folders import refuse_model_overwrite
 from ..io_utils import (
@@ -27,19 +28,10 @@ from ..io_utils import (
     require_file,
 )
 from ..metrics import load_metric
+from ..processes import Shard, on_main
 from . import CHUNK_SIZE, effective_length_penalty, load_engine, load_model_and_tokenizer, max_source_length
 from .alignment import choose_layer, default_layer, encode_pairs, parse_pharaoh, record_layer
-from .corpus import (
-    Chunk,
-    Progress,
-    Shard,
-    file_identity,
-    on_main,
-    open_chunks,
-    open_output,
-    paired_chunks,
-    run_chunks,
-)
+from .corpus import open_output
 from .decoding import DecodeOptions, align, decode_lines, resolve_options
 
 logger = logging.getLogger(__name__)
@@ -100,7 +92,7 @@ def evaluate_model(
     write them as JSON to ``output_file`` (atomically) when given, holding its writer lock for the whole run
     (``output_lock``: a second run into the same file is refused).
 
-    Prints nothing but the progress (on stderr; the source is streamed in chunks, ``encdec.inference.corpus``). Input
+    Prints nothing but the progress (on stderr; the source is streamed in chunks, ``encdec.chunked``). Input
     problems raise ``InputFileError``; an existing ``output_file`` raises ``OverwriteError`` unless ``overwrite``; both
     are checked before any translation. ``num_beams``, ``max_new_tokens`` and ``length_penalty`` left at ``None`` keep
     the model's generation config (``max_new_tokens``: else 2 x the longest source of a batch + 10); all recorded.
@@ -163,7 +155,7 @@ def input_paths(models: Sequence[str | os.PathLike], source_file: str | os.PathL
 
 def translate_test_set(model: Any, tokenizer: Any, source_file: str | os.PathLike, options: DecodeOptions,
                        batch_size: int, chunk_size: int, show_progress: bool, shard: Shard) -> list[str]:
-    """The translations of a test set, streamed in chunks with progress (``encdec.inference.corpus``, shared out over
+    """The translations of a test set, streamed in chunks with progress (``encdec.chunked``, shared out over
     the processes of a launch); the main process gets them all, in order. Over-long sources are cut, and counted."""
     over, chunks_out = [0], []
 
@@ -201,7 +193,7 @@ def align_file(model_dir: str | os.PathLike, source_file: str | os.PathLike, tar
     """``encdec align``: the Pharaoh word alignment of each (source, target) line pair, one line per pair, from the
     model's teacher-forced attention on decoder layer ``layer`` (default: ``alignment.default_layer``), averaged over
     its heads unless ``head`` names one (the alignment ``encdec translate --alignments`` gives). Streamed in
-    chunks as ``encdec translate`` is (``encdec.inference.corpus``): into ``output_file`` (resumable), to ``stdout``,
+    chunks as ``encdec translate`` is (``encdec.chunked``): into ``output_file`` (resumable), to ``stdout``,
     or, with neither, returned as one string."""
     source_file = require_file(source_file, "source file")
     check_line_counts(source_file, read_lines(target_file, "target file"), target_file, "target file")

@@ -22,12 +22,11 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 from typing import Any
 
 import sentencex
-from huggingface_hub import ModelCard
 
+from ..cards import model_languages
 from .decoding import DecodeOptions, decode_sources, encode, max_source_length
 
 logger = logging.getLogger("encdec.inference")
@@ -121,16 +120,10 @@ def decode_split(engine: Any, tokenizer: Any, lines: Sequence[str], options: Dec
 
 
 def card_source_language(model_dir: str | os.PathLike) -> str | None:
-    """The source language that a model folder's card names (its ``language`` metadata, ``[source, target]`` as
-    ``encdec train`` writes it), or None."""
-    path = Path(model_dir) / "README.md"
-    try:
-        languages = ModelCard.load(path).data.language if path.is_file() else None
-    except Exception as error:  # a hand-edited card: the language-independent rules
-        logger.warning("could not read the model card %s: %s", path, error)
-        return None
-    return languages[0] if isinstance(languages, list) and len(languages) == 2 else None
-
+    """The source language that a model folder's card names (``encdec.cards.model_languages``: a pair, ``[source,
+    target]`` as ``encdec train`` writes it), or None: a card of several languages names no one source."""
+    languages = model_languages(model_dir)
+    return languages[0] if len(languages) == 2 else None
 
 __all__ = ["Parts", "card_source_language", "decode_split", "fit", "join", "line_parts", "pieces_to_translate",
            "sentences", "split_parts", "split_text"]

@@ -38,16 +38,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..chunked import ChunkFile, difference
 from ..config_io import apply_overrides, from_dict, load_yaml
 from ..data import DataSpec, load_data, write_aligned_splits
 from ..errors import EncdecError
 from ..folders import model_identity
 from ..inference import CHUNK_SIZE
-from ..inference.corpus import ChunkFile, Shard, TranslationOutput, difference, on_main, translate_file
+from ..inference.corpus import TranslationOutput, translate_file
 from ..inference.engines import DEFAULT_ENGINE
 from ..inference.ensemble import check_same_tokenizer, tokenizer_difference
 from ..io_utils import WriterLock, atomic_output, atomic_write_json, batched, require_file
-from ..processes import is_main_process, process_state, rank_and_world
+from ..processes import Shard, is_main_process, on_main, process_state, rank_and_world
 from ..tokenization import load_tokenizer
 from ..training import RunConfig, load_run_config, train
 

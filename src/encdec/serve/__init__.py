@@ -2,8 +2,7 @@
 ``served_models`` (the served models, by language pair), ``core`` (the request path every API shares), ``keys`` and
 ``limits`` (API keys in SQLite; requests a minute, characters a text, a bounded queue), and the HTTP server
 (``server``, ``app``; needs ``encdec[serve]``) with the APIs that ``apis`` lists, each an adapter (``adapter``) in
-a module or folder of its own. ``encdec.serving``, the module these came from, names this package; the names
-below are its names."""
+a module or folder of its own."""
 
 from .batcher import RECORD_LENGTH, DynamicBatcher
 from .served_models import LANGUAGE_NAMES, ModelSpec, ServedModel, ServedModels, served_as

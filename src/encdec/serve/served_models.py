@@ -71,13 +71,17 @@ class ServedModel:
 
 
 def served_as(service: TranslationService, source: str | None = None, target: str | None = None) -> ServedModel:
-    """``service`` under its language pair: the one given, which its model card (if it names one) must agree with,
-    else the card's; named by the pair, or by its folder when neither gives one."""
-    languages = service.card.get("languages", [])
-    card_pair = tuple(languages) if len(languages) == 2 else None
+    """``service`` under its language pair: the one given, which its model card must agree with (the card's pair, or
+    two of the languages of a card that names more), else the card's pair; named by the pair, or by its folder when
+    neither gives one."""
+    languages = tuple(service.card.get("languages", []))  # encdec.cards.card_languages: any number of them
+    card_pair = languages if len(languages) == 2 else None
     if source and card_pair and card_pair != (source, target):
         raise EncdecError(f"--model {source}-{target}={service.model_dir}: its model card says "
                           f"{card_pair[0]}-{card_pair[1]}; give the card's pair, or fix the card.")
+    if source and len(languages) > 2 and not {source, target} <= set(languages):
+        raise EncdecError(f"--model {source}-{target}={service.model_dir}: its model card names the languages "
+                          f"{', '.join(languages)}; give two of them, or fix the card.")
     source, target = (source, target) if source else card_pair or (None, None)
     folder = service.model_dir.resolve().name if service.model_dir else "model"
     return ServedModel(f"{source}-{target}" if source else folder, source, target, service)

@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from huggingface_hub import ModelCard
 from transformers import PreTrainedTokenizerBase
 
+from ..cards import card_languages, read_card
 from ..errors import EncdecError, OptionError
 from ..inference.decoding import (
     LENGTH_PENALTY_RANGE,
@@ -256,16 +256,12 @@ class TranslationService:
 
     @functools.cached_property
     def card(self) -> dict[str, Any]:
-        """Languages and metrics from the model card's metadata (README.md), if the folder has one."""
-        path = self.model_dir / "README.md" if self.model_dir else None
-        if path is None or not path.is_file():
+        """Languages (``encdec.cards.card_languages``) and metrics from the model card's metadata (README.md), if
+        the folder has one."""
+        data = read_card(self.model_dir)
+        if data is None:
             return {}
-        try:
-            data = ModelCard.load(path).data
-        except Exception as error:  # a hand-edited card must not stop the server
-            logger.warning("could not read the model card %s: %s", path, error)
-            return {}
-        languages = data.language if isinstance(data.language, list) else [data.language] if data.language else []
+        languages = list(card_languages(data))
         metrics = [{"dataset": r.dataset_name, "split": r.dataset_split, "metric": r.metric_type,
                     "value": r.metric_value} for r in (data.eval_results or [])]
         return {"languages": languages, "metrics": metrics}

@@ -4,12 +4,12 @@ No model code lives here. The run config has five sections, each a dataclass (``
 in ``configs/*.yaml``. One module per concern:
 
 - ``config``: the run config's schema and loading; ``model``: the new model and the checks made before training;
-- ``tokenizer``: the run's tokenizer (reused when it can be) and the tokenized splits;
 - ``arguments``: ``Seq2SeqTrainingArguments`` from the run config; ``trainer``: ``EncdecTrainer``;
 - ``callbacks``: Ctrl-C, the training clock, the checkpoint stopping point;
 - ``run_folder``: the output folder, the checkpoint to resume and the resume hint;
 - ``results``: the final weights (best checkpoint or average) and their scores; ``publish``: the model folder;
-- ``run``: ``train``, which puts them together.
+- ``run``: ``train``, which puts them together, with the run's tokenizer (reused when it can be, else trained with
+  ``encdec.tokenization``) and its tokenized splits.
 
 Every name importable from ``encdec.training`` before it became a package still is, from here.
 """
@@ -28,7 +28,7 @@ from .config import (
 from .model import POST_LN_SAFE_WARMUP, build_model, build_model_config, check_positions, post_ln_warmup_warning
 from .publish import dataset_name, save_final_folder
 from .results import average_or_best, check_averaging, final_results
-from .run import build_trainer, train, train_holding_the_lock
+from .run import build_trainer, get_tokenizer, tokenize_splits, train, train_holding_the_lock, training_texts
 from .run_folder import (
     CHECKPOINT_SUBDIR,
     SNAPSHOT_SUBDIR,
@@ -40,7 +40,6 @@ from .run_folder import (
     run_inputs,
     strip_options,
 )
-from .tokenizer import get_tokenizer, tokenize_splits, training_texts
 from .trainer import EncdecTrainer, SamplerEpoch
 
 __all__ = [

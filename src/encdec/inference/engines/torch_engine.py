@@ -13,7 +13,7 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from ..loading import load_ensemble, load_model_and_tokenizer
+from ..model_loading import load_ensemble, load_model_and_tokenizer
 from .int8 import note_if_int8_is_slower
 from .interface import Engine, check_precision
 
