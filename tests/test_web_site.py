@@ -134,8 +134,8 @@ CLEAR_MARGIN = 0.002
 def sure_prefixes(site: Path, lines: list[str]) -> list[tuple[str, bool]]:
     """What every CPU's greedy search on the site's int8 graphs begins each line's translation with: the text of the
     tokens that ONNX Runtime in Python chooses (with `encdec translate`'s budget) before its first step whose best
-    logit leads the next by no more than ``CLEAR_MARGIN`` of the step's logits' range, and whether that is the whole translation (no step that
-    close, the end included). A blank line runs no model: ("", True)."""
+    logit leads the next by no more than ``CLEAR_MARGIN`` of the step's logits' range, and whether that is the whole
+    translation (no step that close, the end included). A blank line runs no model: ("", True)."""
     engine, tokenizer = load_engine(str(site / "model"), engine="onnxruntime")
     prefixes = []
     for line in lines:
