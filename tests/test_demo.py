@@ -13,6 +13,13 @@ import time
 import urllib.request
 from pathlib import Path
 
+import numpy as np
+import pytest
+
+from encdec.inference import plotting
+from encdec.recipes import demo
+from test_serve import request, serve_app
+
 
 def test_the_demo_runs_outside_the_repository(demo_run) -> None:
     tmp_path, done = demo_run  # `encdec demo --max-steps 2` in a folder of its own (conftest.py)
@@ -72,3 +79,23 @@ def assert_serves(command: list[str], cwd: Path, env: dict) -> None:
     finally:
         server.terminate()
         server.wait(timeout=60)
+
+
+@pytest.mark.parametrize("name", ["transformer", "lstm-bahdanau"])
+def test_the_demo_heatmap_is_the_alignment_the_page_draws(demo_workspace, name, monkeypatch, tmp_path) -> None:
+    """The matrix the demo plots for its example is the native API's alignment for the request the server's page
+    sends (its default beam size, scores and alignments asked), to the API's six decimals."""
+    plotted = {}
+    draw = plotting.plot_attention
+    monkeypatch.setattr(plotting, "plot_attention", lambda matrix, *args, **kwargs: plotted.setdefault(
+        "matrix", matrix) is not None and draw(matrix, *args, **kwargs))
+    model_dir = demo_workspace / "runs" / f"demo-{name}"
+    demo.plot_example(model_dir, tmp_path / "attention.png")
+    with serve_app(model_dir) as server:
+        _, info, _ = request(f"{server.url}/info")
+        _, body, _ = request(f"{server.url}/translate", {"text": [demo.EXAMPLE], "return_scores": True,
+                                                       "num_beams": info["defaults"]["num_beams"],
+                                                       "return_alignments": info["alignments"]})
+    weights = np.array(body["translations"][0]["alignment"]["weights"]).T  # (T, S), as plotted
+    assert plotted["matrix"].shape == weights.shape
+    np.testing.assert_allclose(plotted["matrix"], weights, atol=1e-6, rtol=0)

@@ -1,15 +1,18 @@
 """transformers' model contract, for both families and every RNN variant: output flags read from the config,
 ``return_dict=False`` as ``to_tuple()``, ``inputs_embeds`` = ``input_ids``, hidden states and attentions that are
 part of the graph, the fields ``generate`` documents, a croppable cache, continued generation, and assisted and
-prompt-lookup decoding that reproduce greedy decoding token for token."""
+prompt-lookup decoding that reproduce greedy decoding token for token; activation checkpointing through transformers'
+``GradientCheckpointingLayer``, as transformers' common tests ask of every model."""
 
 from __future__ import annotations
 
+import warnings
 from unittest import mock
 
 import pytest
 import torch
 from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache, LinearAttentionLayer
+from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.utils import ModelOutput
 
 from encdec import RNNSeq2SeqConfig
@@ -589,3 +592,103 @@ def test_transformer_assisted_and_prompt_lookup_decoding_equal_greedy(trained_ti
             assert torch.equal(model.generate(**kwargs, assistant_model=draft), greedy), f"{family} draft, row {i}"
         assert torch.equal(model.generate(**kwargs, prompt_lookup_num_tokens=2), greedy), f"prompt lookup, row {i}"
     assert rnn_crops["cropped"], "the RNN draft's cache was never cropped"
+
+
+# --- activation checkpointing -----------------------------------------------------------------------------------------
+# The four checks transformers' common tests make of every model that sets `supports_gradient_checkpointing`: the switch
+# reaches every `GradientCheckpointingLayer` and back; `every_n_layers` counts those layers; a training step runs
+# through their checkpoint function and gives every parameter a gradient; and (the invariant) the gradients are those
+# without checkpointing, with either of torch's checkpoint variants.
+
+
+def switch_checkpointing(model, on: bool, **kwargs) -> None:
+    """``activation_checkpointing_enable``/``_disable`` (5.23 on), ``gradient_checkpointing_*`` (the floor's names)."""
+    new = hasattr(model, "activation_checkpointing_enable")
+    name = ("activation" if new else "gradient") + ("_checkpointing_enable" if on else "_checkpointing_disable")
+    use_reentrant = kwargs.pop("use_reentrant", None)
+    if use_reentrant is not None:
+        kwargs[("activation" if new else "gradient") + "_checkpointing_kwargs"] = {"use_reentrant": use_reentrant}
+    getattr(model, name)(**kwargs)
+
+
+def is_checkpointing(model) -> bool:
+    """transformers' answer, under the running release's name."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        return model.is_activation_checkpointing if hasattr(model, "activation_checkpointing_enable") \
+            else model.is_gradient_checkpointing
+
+
+def checkpointing_layers(model) -> list[GradientCheckpointingLayer]:
+    return [module for module in model.modules() if isinstance(module, GradientCheckpointingLayer)]
+
+
+def flags(model) -> list[bool]:
+    return [module.gradient_checkpointing for module in model.modules() if hasattr(module, "gradient_checkpointing")]
+
+
+CHECKPOINTED = ["transformer-post-ln", "transformer-pre-ln", *SOME_RNNS]
+
+
+@pytest.mark.parametrize("name", CHECKPOINTED)
+def test_checkpointing_switches_every_checkpointing_layer_on_and_off(name: str) -> None:
+    model = build(name)
+    assert model.supports_gradient_checkpointing and checkpointing_layers(model)
+    assert not is_checkpointing(model) and not any(flags(model))
+    switch_checkpointing(model, True)
+    assert is_checkpointing(model) and all(flags(model))
+    assert all(callable(layer._gradient_checkpointing_func) for layer in checkpointing_layers(model))
+    switch_checkpointing(model, False)
+    assert not is_checkpointing(model) and not any(flags(model))
+
+
+@pytest.mark.parametrize("name", CHECKPOINTED)
+def test_every_n_layers_counts_the_checkpointing_layers(name: str) -> None:
+    model = build(name)
+    switch_checkpointing(model, True, every_n_layers=2)
+    layers = checkpointing_layers(model)
+    assert len(layers) >= 2 and [layer.gradient_checkpointing for layer in layers] == \
+        [index % 2 == 0 for index in range(len(layers))]
+
+
+def training_gradients(model, **kwargs) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """One training forward and backward with labels: the loss and every parameter's gradient."""
+    batch = inputs()
+    model.train().zero_grad()
+    loss = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                 labels=batch["decoder_input_ids"][:, 1:], **kwargs).loss
+    loss.backward()
+    return loss.detach(), {name: p.grad for name, p in model.named_parameters()}
+
+
+@pytest.mark.parametrize("use_reentrant", [None, False, True], ids=["default", "non-reentrant", "reentrant"])
+@pytest.mark.parametrize("name", CHECKPOINTED)
+def test_training_runs_through_the_checkpointing_layers(name: str, use_reentrant: bool | None) -> None:
+    """What transformers' ``test_training_gradient_checkpointing`` (and its ``_use_reentrant``, ``_use_reentrant_false``
+    and ``_use_reentrant_true`` variants) asks: a training step with checkpointing on gives every parameter a
+    gradient; and here besides, that the step ran through the ``GradientCheckpointingLayer``s' checkpoint function."""
+    model = build(name)
+    switch_checkpointing(model, True, use_reentrant=use_reentrant)
+    calls = []
+    for layer in checkpointing_layers(model):
+        def counted(*args, function=layer._gradient_checkpointing_func, **kwargs):
+            calls.append(1)
+            return function(*args, **kwargs)
+        layer._gradient_checkpointing_func = counted
+    _, grads = training_gradients(model)
+    assert calls and all(grad is not None for grad in grads.values()), [n for n, g in grads.items() if g is None]
+
+
+@pytest.mark.parametrize("every_n_layers", [1, 2])
+@pytest.mark.parametrize("use_reentrant", [False, True], ids=["non-reentrant", "reentrant"])
+@pytest.mark.parametrize("name", CHECKPOINTED)
+def test_checkpointing_gives_the_gradients_without_it(name: str, use_reentrant: bool, every_n_layers: int) -> None:
+    """Without dropout, the loss and gradients with checkpointing (every layer, or every other) are those without.
+    The reentrant variant's first run is under ``no_grad``, where torch's CPU LSTM kernel differs in the last bits."""
+    model = build(name, dropout=0.0)
+    loss, expected = training_gradients(model)
+    switch_checkpointing(model, True, use_reentrant=use_reentrant, every_n_layers=every_n_layers)
+    checkpointed_loss, checkpointed = training_gradients(model)
+    torch.testing.assert_close(checkpointed_loss, loss, atol=1e-6, rtol=0)
+    for parameter, grad in expected.items():
+        torch.testing.assert_close(checkpointed[parameter], grad, atol=1e-7, rtol=1e-5, msg=parameter)

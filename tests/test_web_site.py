@@ -7,8 +7,9 @@ the export refuses bad input in one line and overwrites nothing; ``encdec serve 
 
 The models are trained briefly on the built-in date task (trained models end their outputs at varied steps, and
 their beams compete). The float32 site is compared with the torch model; the int8 site (the default) with the same
-int8 graphs run by ONNX Runtime in Python, which decodes as the browser does: the same integer products on every CPU
-(7-bit weights), float parts that WebAssembly and x86 may round differently, so most lines, not every one.
+int8 graphs run by ONNX Runtime in Python, on what holds on every CPU: the same integer products (7-bit weights), float
+parts that WebAssembly and each CPU's kernels may round differently, so the same greedy choices wherever the best
+token leads by a clear margin (``CLEAR_MARGIN``): the same translation up to its first close call.
 """
 
 from __future__ import annotations
@@ -24,9 +25,11 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+import torch
 
 from encdec.errors import EncdecError
-from encdec.inference import translate_lines
+from encdec.inference import load_engine, translate_lines
+from encdec.inference.decoding import auto_max_new_tokens
 from encdec_cli import main
 from test_serve import Server, assert_local_and_found, chromium_driver, page_requests
 from tiny_model_folders import date_data
@@ -39,8 +42,6 @@ REPO = Path(__file__).resolve().parents[1]
 FAMILIES = ("transformer", "rnn")
 # what the page's library is given to translate: ordinary dates, a blank line, and characters the vocabulary lacks
 EXTRA_LINES = ["", "Friday, 1 Jan 1999!!", "«12/31/1999»"]
-# the share of the int8 site's lines equal to ONNX Runtime's in Python (on Multi30k: 193 of 200; here all, on this CPU)
-INT8_SITE_AGREEMENT = 0.8
 
 
 def require_runtime() -> None:
@@ -121,16 +122,59 @@ def onnx_translate(site: Path, lines: list[str], num_beams: int) -> list[str]:
     return translate_lines(str(site / "model"), lines, engine="onnxruntime", num_beams=num_beams, batch_size=1)
 
 
+# How far apart two CPUs' logits from the same int8 graphs can be, as a share of the range of a step's logits. With
+# 7-bit weights the integer products are the same on every CPU; only the float work around them (scales, requantized
+# activations, softmax, normalization) may round differently. docs/fast-inference.md ("int8 on every CPU") measured
+# the same graphs with VNNI and on AVX2 (under QEMU): their largest differences from torch's logits, as a share of
+# the range, were equal to the third decimal, so the two CPUs' logits differ by under 0.001 of the range. Twice that
+# is the margin (``CLEAR_MARGIN``) by which a greedy step's best logit must lead the next for every CPU to choose it.
+CLEAR_MARGIN = 0.002
+
+
+def sure_prefixes(site: Path, lines: list[str]) -> list[tuple[str, bool]]:
+    """What every CPU's greedy search on the site's int8 graphs begins each line's translation with: the text of the
+    tokens that ONNX Runtime in Python chooses (with `encdec translate`'s budget) before its first step whose best
+    logit leads the next by no more than ``CLEAR_MARGIN`` of the step's logits' range, and whether that is the whole
+    translation (no step that close, the end included). A blank line runs no model: ("", True)."""
+    engine, tokenizer = load_engine(str(site / "model"), engine="onnxruntime")
+    prefixes = []
+    for line in lines:
+        if not line.strip():
+            prefixes.append(("", True))
+            continue
+        source = tokenizer([line], return_tensors="pt")
+        budget = auto_max_new_tokens(source["input_ids"].size(1), engine.config)
+        out = engine.model.generate(**source, num_beams=1, do_sample=False, max_new_tokens=budget,
+                                    output_logits=True, return_dict_in_generate=True)
+        logits = torch.stack(out.logits)[:, 0]  # (steps, V)
+        top = logits.topk(2, dim=-1).values
+        margin = CLEAR_MARGIN * (logits.max(dim=-1).values - logits.min(dim=-1).values)
+        close = ((top[:, 0] - top[:, 1]) <= margin).nonzero()
+        sure = int(close[0, 0]) if len(close) else top.size(0)  # the steps every CPU takes alike
+        new = out.sequences[0, 1:]  # the decoder start token left out
+        prefixes.append((tokenizer.decode(new[:sure], skip_special_tokens=True).strip(), not len(close)))
+    return prefixes
+
+
+def assert_sure_prefixes(got: list[str], expected: list[str], prefixes: list[tuple[str, bool]]) -> None:
+    """Each line begins with its sure prefix, and is the whole expected text where no step was close; the prefixes
+    are most of what is expected, or this would check little."""
+    for page, python, (prefix, whole) in zip(got, expected, prefixes, strict=True):
+        assert page.startswith(prefix) and (page == python or not whole), (page, python, prefix)
+    assert sum(len(prefix) for prefix, _ in prefixes) >= 0.5 * sum(map(len, expected)), (prefixes, expected)
+
+
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("family", FAMILIES)
 def test_the_site_translates_as_encdec_translate_in_chromium(family, folders, sites, lines) -> None:
     """Greedy search gives `encdec translate`'s text on every line, beam search (3 beams) on four; the int8 site
-    gives what its graphs give in ONNX Runtime on most lines; nothing is fetched from anywhere but the site, nothing
-    404s."""
+    gives what its graphs give in ONNX Runtime up to each line's first close call (what holds on every CPU:
+    ``sure_prefixes``); nothing is fetched from anywhere but the site, nothing 404s."""
     expected = {1: translate_lines(str(folders[family]), lines, num_beams=1),
                 3: translate_lines(str(folders[family]), lines[:4], num_beams=3, batch_size=1)}
     assert len(set(expected[1][:10])) > 3  # the model answers each date differently: a wrong source would show
     int8 = onnx_translate(sites[family, "int8"], lines, num_beams=1)
+    prefixes = sure_prefixes(sites[family, "int8"], lines)
     driver = chromium_driver()
     try:
         with StaticServer(sites[family, "float32"]) as server:
@@ -142,7 +186,7 @@ def test_the_site_translates_as_encdec_translate_in_chromium(family, folders, si
         with StaticServer(sites[family, "int8"]) as server:
             assert open_site(driver, f"{server.url}/")["weights"] == "int8"
             got = page_translate(driver, lines, numBeams=1)
-            assert sum(a == b for a, b in zip(got, int8, strict=True)) >= INT8_SITE_AGREEMENT * len(lines), (got, int8)
+            assert_sure_prefixes(got, int8, prefixes)
             assert_local_and_found(page_requests(driver), server.url)
     finally:
         driver.quit()
@@ -311,7 +355,8 @@ def test_encdec_serve_serves_the_site_at_offline(folders, sites, lines) -> None:
             assert content_type(f"{server.url}/offline/model/encoder_model.onnx") == "application/octet-stream"
             open_site(driver, f"{server.url}/offline")
             assert driver.current_url == f"{server.url}/offline/"
-            assert page_translate(driver, lines[:3], numBeams=1) == expected
+            assert_sure_prefixes(page_translate(driver, lines[:3], numBeams=1), expected,
+                                 sure_prefixes(site, lines[:3]))
             assert_local_and_found(page_requests(driver), server.url)
     finally:
         driver.quit()

@@ -39,10 +39,14 @@ def attention_matrix(
     layer: int | str | None = None,
     head: int | None = None,
     mean: bool = False,
-    max_new_tokens: int = 64,
+    max_new_tokens: int | None = 64,
+    num_beams: int | None = 1,
 ) -> tuple[np.ndarray, list[str], list[str]]:
-    """Greedy-translate ``text`` and return its alignment, row t = the weights over the source when generating target
-    token t (see the module docstring for ``layer``, ``head`` and ``mean``).
+    """Translate ``text`` (greedy by default) and return its alignment, row t = the weights over the source when
+    generating target token t (see the module docstring for ``layer``, ``head`` and ``mean``). The matrix is the
+    best hypothesis' ``attention`` from ``decode_batch``, the one the native API's ``alignments`` field carries
+    transposed, so ``num_beams=None, max_new_tokens=None`` (the model's defaults, as the server fills them) plots
+    what the server's page draws for ``text``.
 
     :return: matrix (T, S) whose rows sum to 1, the S source tokens (with ``</s>``) and the T generated tokens
     """
@@ -53,11 +57,13 @@ def attention_matrix(
     source_ids = tokenizer([text], truncation=True, max_length=max_source_length(tokenizer, model.config)
                            )["input_ids"][0]
     max_positions = getattr(model.config, "max_position_embeddings", None)
-    if max_positions:  # the start token and the generated tokens must fit (learned positions cannot extrapolate)
+    if max_positions and max_new_tokens is not None:  # the start token and the generated tokens must fit (learned
+        # positions cannot extrapolate); None: the budget every front end gives by default, within the positions
         max_new_tokens = min(max_new_tokens, max_positions - 1)
     model.eval()
-    options = resolve_options(model.generation_config, num_beams=1, max_new_tokens=max_new_tokens, alignments=True,
-                              alignment_layer=MEAN if mean and layer is None else layer, alignment_head=head)
+    options = resolve_options(model.generation_config, num_beams=num_beams, max_new_tokens=max_new_tokens,
+                              alignments=True, alignment_layer=MEAN if mean and layer is None else layer,
+                              alignment_head=head)
     try:
         best = decode_batch(model, tokenizer, [source_ids], options)[0][0]
     except EncdecError as error:
@@ -103,8 +109,9 @@ def save_attention_plot(
     head: int | None = None,
     mean: bool = False,
     overwrite: bool = False,
-    max_new_tokens: int = 64,
+    max_new_tokens: int | None = 64,
     device: str = "cpu",
+    num_beams: int | None = 1,
 ) -> Path:
     """Translate ``text`` with the model folder ``model_dir`` and save its cross-attention heatmap to ``out_path``
     (format from the suffix: .png, .pdf, .svg, ...), atomically. Refuses to replace a file unless ``overwrite``."""
@@ -115,7 +122,8 @@ def save_attention_plot(
         raise EncdecError(f"Cannot save a plot as {out_path.name!r}: use one of the suffixes "
                           f"{', '.join('.' + f for f in sorted(supported))}.")
     model, tokenizer = load_model_and_tokenizer(model_dir, device)
-    matrix, source_tokens, target_tokens = attention_matrix(model, tokenizer, text, layer, head, mean, max_new_tokens)
+    matrix, source_tokens, target_tokens = attention_matrix(model, tokenizer, text, layer, head, mean, max_new_tokens,
+                                                            num_beams)
     figure = plot_attention(matrix, source_tokens, target_tokens,
                             title=f"{Path(model_dir).name}: {describe_selection(layer, head, mean)}")
     with atomic_output(out_path) as tmp:

@@ -105,7 +105,7 @@ def source_lengths(attention_mask: torch.Tensor | None, batch_size: int, length:
     return lengths.cpu()
 
 
-class RNNSeq2SeqEncoder(Checkpointing, nn.Module):
+class RNNSeq2SeqEncoder(Checkpointing):
     """Embedding, then a stacked (optionally bidirectional) LSTM/GRU over the packed source: h_i, h_T, c_T.
 
     Packing (``enforce_sorted=False``) keeps padding out: the outputs at padded positions are zero and the final
@@ -197,7 +197,7 @@ class RNNSeq2SeqEncoder(Checkpointing, nn.Module):
         return outputs, *final
 
 
-class RNNSeq2SeqDecoder(Checkpointing, nn.Module):
+class RNNSeq2SeqDecoder(Checkpointing):
     """Embedding, the bridge from the encoder's final states, and the decoder step, unrolled over the target. Under
     gradient checkpointing a fused step checkpoints its RNN layer by layer, and a token-by-token step is checkpointed
     whole, token by token, except in a call that returns hidden states or alignments (which the step records as it

@@ -7,7 +7,8 @@ Shape legend:
     Le / Ld  encoder / decoder layers                      De encoder output width (directions x He)
     A  attention width (H)     O  readout width
 
-This file is copied next to the weights by ``save_pretrained``: it imports only torch and single-dot siblings.
+This file is copied next to the weights by ``save_pretrained``: it imports only torch, transformers' public API and
+single-dot siblings.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import NamedTuple
 import torch
 from torch import nn
 from torch.func import functional_call
+from transformers.modeling_layers import GradientCheckpointingLayer
 
 from .attention import additive_attention_scores, masked_softmax
 from .configuration_rnn_seq2seq import RNNSeq2SeqConfig
@@ -87,13 +89,25 @@ def layer_tensors(rnn: nn.RNNBase, layer: int, inputs: torch.Tensor | nn.utils.r
     return (outputs, *final) if isinstance(final, tuple) else (outputs, final)
 
 
-class Checkpointing:
+class CheckpointedSegment(GradientCheckpointingLayer):
+    """A checkpointed segment as transformers knows one: a ``GradientCheckpointingLayer`` (transformers'
+    ``modeling_layers``), which ``activation_checkpointing_enable()`` (``gradient_checkpointing_enable()`` before
+    5.23) switches on, counts for ``every_n_layers`` and hands its checkpoint function, and which then runs its
+    ``forward`` through that function with the tensors as positional arguments (what both of torch's checkpoint
+    variants pass gradients through) and the rest as keywords. It holds no weights: ``run`` is the segment's work
+    (a layer of an RNN, or a decoder step), so the state dict and saved folders are those of before."""
+
+    def forward(self, *tensors: torch.Tensor | None, run: Callable) -> tuple:
+        return run(*tensors)
+
+
+class Checkpointing(nn.Module):
     """Gradient checkpointing (Chen et al. 2016, "Training Deep Nets with Sublinear Memory Cost", arXiv:1604.06174):
     a checkpointed segment keeps only its inputs for the backward pass and runs again there to rebuild the
     activations inside it, one more forward per segment for memory that no longer grows with what the segment
-    computes. transformers' ``gradient_checkpointing_enable()`` (``activation_checkpointing_enable()`` from 5.23)
-    switches it on in every module that has a ``gradient_checkpointing`` attribute and hands each its checkpoint
-    function (``torch.utils.checkpoint.checkpoint`` with the caller's ``gradient_checkpointing_kwargs``).
+    computes. transformers' ``activation_checkpointing_enable()`` (``gradient_checkpointing_enable()`` before 5.23)
+    switches it on in every module that has a ``gradient_checkpointing`` attribute: this module's flag, and its
+    ``segment``, a ``CheckpointedSegment`` through which each segment runs.
 
     While it is on in training, every RNN runs layer by layer (``run_rnn_layers``, the encoder's ``run_layers``),
     each layer a segment, with dropout between layers drawn from torch's generator, which the checkpoint restores
@@ -103,7 +117,10 @@ class Checkpointing:
     """
 
     gradient_checkpointing = False
-    training: bool
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.segment = CheckpointedSegment()
 
     @property
     def layerwise(self) -> bool:
@@ -112,8 +129,12 @@ class Checkpointing:
         return self.gradient_checkpointing and self.training
 
     def checkpoint_function(self) -> Callable | None:
-        """The checkpoint function while training with gradients; None otherwise (generation, evaluation)."""
-        return self._gradient_checkpointing_func if self.layerwise and torch.is_grad_enabled() else None
+        """``checkpoint(run, *tensors)`` through ``segment`` while training with gradients (the segment checkpoints
+        where transformers switched it on, and runs as is where ``every_n_layers`` left it off); None otherwise
+        (generation, evaluation)."""
+        if not (self.layerwise and torch.is_grad_enabled()):
+            return None
+        return lambda run, *tensors: self.segment(*tensors, run=run)
 
 
 def checkpointed_step(checkpoint: Callable, step: nn.Module, inputs: torch.Tensor, state: DecoderState,
@@ -355,7 +376,7 @@ class LinearTanhBridge(nn.Module):
 BRIDGES: dict[str, type[nn.Module]] = {"zero": ZeroBridge, "last": LastStateBridge, "linear_tanh": LinearTanhBridge}
 
 
-class DecoderStep(Checkpointing, nn.Module):
+class DecoderStep(Checkpointing):
     """The decoder without attention (Sutskever et al. 2014; Cho et al. 2014): s_t = RNN(E y_{t-1}, s_{t-1}), and
     the softmax reads s_t.
 

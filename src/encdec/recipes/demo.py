@@ -63,11 +63,17 @@ def run_one(name: str, runs_dir: Path, max_steps: int | None) -> dict:
                               test=config.data.builtin_test, seed=config.data.seed)["test"]
     outputs = [out["generated_text"] for out in translator(list(test["source"]), batch_size=100, num_beams=1)]
     hits = sum(o.strip() == t for o, t in zip(outputs, test["target"], strict=True))
-    png = save_attention_plot(model_dir, EXAMPLE, runs_dir / f"attention-{name}.png", mean=True, overwrite=True)
+    png = plot_example(model_dir, runs_dir / f"attention-{name}.png")
     return {"name": name, "dir": model_dir, "minutes": minutes, "exact_match": hits / len(test),
             "bleu": results["test"]["bleu"], "chrf": results["test"]["chrf"], "png": png,
             "examples": list(zip(test["source"][:5], outputs[:5], test["target"][:5], strict=True)),
             "example": translator(EXAMPLE)[0]["generated_text"]}
+
+
+def plot_example(model_dir: str | Path, out_path: Path) -> Path:
+    """The heatmap of ``EXAMPLE``: the alignment that the server's page draws for it (``encdec serve``, its default
+    beam size and budget, the alignment layer's heads averaged), so the picture and the page agree."""
+    return save_attention_plot(model_dir, EXAMPLE, out_path, num_beams=None, max_new_tokens=None, overwrite=True)
 
 
 def run_demo(runs_dir: Path, max_steps: int | None = None) -> None:
