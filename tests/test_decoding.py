@@ -177,7 +177,7 @@ def test_the_command_line_names_the_flag_of_an_option_out_of_range(folder, tmp_p
     source = tmp_path / "in.txt"
     source.write_text("3 March 2021\n")
     assert main(["translate", "--model", str(folder), "--input", str(source), "--output", str(tmp_path / "out.txt"),
-                 "--n-best", "0", "--quiet"]) == 2
+                 "--n-best", "3", "--num-beams", "2", "--quiet"]) == 2
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
-        "encdec translate: error: --n-best must be between 1 and the beam size (2), got 0; raise --num-beams.")
+        "encdec translate: error: --n-best must be between 1 and the beam size (2), got 3; raise --num-beams.")
     assert sorted(path.name for path in tmp_path.iterdir()) == ["in.txt"]  # refused before any chunk: nothing left

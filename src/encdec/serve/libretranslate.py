@@ -246,8 +246,7 @@ def decode_options(service: TranslationService, alternatives: int) -> tuple[Deco
     search at least that wide (the model's beam, if wider), ordered by log P, each text once."""
     if not alternatives:
         return service.options(), None
-    return service.options(), service.options(num_beams=max(service.default_beams, alternatives + 1),
-                                              n_best=alternatives + 1, ranked=True)
+    return service.options(), service.options(n_best=alternatives + 1, ranked=True)  # the beam widened to n_best
 
 
 async def translate_parts(model: ServedModel, batcher: Any, texts: list[str], text_format: str,

@@ -12,20 +12,13 @@ from .libretranslate import Refusal, translate_parts
 from .registry import ServedModel
 from .service import RequestError
 
-ONE_TRANSLATION = ("n_best", "return_scores", "return_alignments")  # what a text put together from sentences lacks
-
 
 async def translate_split(served: ServedModel, batcher: Any, request: dict[str, Any]) -> list[dict[str, str]]:
     """One answer per text of ``request`` (``POST /translate``'s fields, less the model's choice): its translation,
     put together from its sentences'."""
     service = served.service
     _, texts = service.texts(request.pop("text"))
-    for name in ONE_TRANSLATION:
-        if request.get(name):
-            raise RequestError(name, "split_sentences gives one translation per text, put together from its "
-                                     f"sentences', without scores, alignments or n-best lists; leave out {name} or "
-                                     "split_sentences.")
-    options = service.options(**request)
+    options = service.options(**request, split_sentences=True)  # which refuses n-best lists, scores and alignments
     try:
         results = await translate_parts(served, batcher, texts, "text", 0, options)
     except Refusal as error:  # too many sentences
