@@ -249,6 +249,19 @@ def test_sampling_options_map_to_ctranslate2(exports, dates) -> None:
     assert options["max_decoding_length"] == 20
 
 
+@pytest.mark.parametrize("num_beams", [1, 5])
+def test_no_repeat_ngram_size_maps_to_ctranslate2(num_beams, folders, exports, dates) -> None:
+    """CTranslate2's translate_batch takes `no_repeat_ngram_size` under that name: outputs as generate()'s."""
+    sources = [source for source, _ in dates[2][:100]]
+    torch_engine, tokenizer = load_engine(folders["paper"])
+    ct2_engine, ct2_tokenizer = load_engine(exports["paper"], "ctranslate2")
+    asked = {"num_beams": num_beams, "max_new_tokens": 16, "no_repeat_ngram_size": 2}
+    expected = translate(torch_engine, tokenizer, sources, **asked)
+    assert expected != translate(torch_engine, tokenizer, sources, num_beams=num_beams, max_new_tokens=16)
+    assert same_share(expected, translate(ct2_engine, ct2_tokenizer, sources, **asked)) >= 0.99
+    assert ct2_engine.options({"no_repeat_ngram_size": 2}, 10)["no_repeat_ngram_size"] == 2
+
+
 def test_ctranslate2_refuses_what_it_lacks(exports) -> None:
     engine, _ = load_engine(exports["paper"], "ctranslate2")
     with pytest.raises(EncdecError, match="no option 'num_beam_groups'"):

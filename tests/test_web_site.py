@@ -33,7 +33,9 @@ from tiny_model_folders import date_data
 
 pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
-from encdec.ship.web_export import RUNTIME_FILES, export_web, runtime_folder, site_bytes  # noqa: E402
+from encdec.inference.decoding import model_defaults  # noqa: E402
+from encdec.inference.options import AUTO_BUDGET  # noqa: E402
+from encdec.ship.web_export import DECODING_RULES, RUNTIME_FILES, export_web, runtime_folder, site_bytes  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 FAMILIES = ("transformer", "rnn")
@@ -276,12 +278,16 @@ def test_a_generation_config_is_refused_only_for_what_the_browser_cannot_decode(
         check_generation_config(model)
 
 
-def test_the_site_holds_the_runtime_and_the_model(sites) -> None:
-    """The files the page needs, the ONNX export under model/, the pinned packages recorded, and its weight."""
+def test_the_site_holds_the_runtime_and_the_model(folders, sites) -> None:
+    """The files the page needs, the ONNX export under model/ with the decoding rules the browser reads (the model's
+    defaults as encdec resolves them, the budget rule), the pinned packages recorded, and its weight."""
     site = sites["transformer", "int8"]
     assert all((site / name).is_file() for name in RUNTIME_FILES)
     manifest = json.loads((site / "model" / "encdec_onnx.json").read_text())
     assert manifest["weights"] == "int8" and manifest["family"] == "transformer_seq2seq"
+    rules = json.loads((site / "model" / DECODING_RULES).read_text())
+    assert rules["budget"] == AUTO_BUDGET and rules["max_beams"] == 16
+    assert rules["defaults"] == {**model_defaults(folders["transformer"]).describe(), "early_stopping": False}
     pinned = json.loads((site / "web-runtime.json").read_text())["packages"]
     lock = json.loads((REPO / "web" / "package-lock.json").read_text())["packages"]
     assert {name: entry["integrity"] for name, entry in pinned.items()} == {

@@ -1,16 +1,17 @@
-// A site's model, as `encdec translate` runs a model folder: the tokenizer, the ONNX runner and the generation
-// defaults of generation_config.json, with encdec's budget and length rules (inference/decoding.py):
+// A site's model, as `encdec translate` runs a model folder: the tokenizer, the ONNX runner, and the decoding rules
+// the export wrote in encdec_decoding.json (src/encdec/ship/web_export.py: the model's defaults as encdec resolves
+// them, inference/options.py), which this file reads and restates none of:
 // - a blank line translates to "" without running the model;
 // - a source longer than the model takes (min(tokenizer model_max_length, max_position_embeddings) tokens, </s>
 //   included) is refused, naming its line;
-// - the budget of new tokens: maxNewTokens if asked, else generation_config's max_new_tokens, else 2 x source + 10
-//   within max_position_embeddings - 1 (each source its own, as `encdec translate --batch-size 1` has it);
-// - numBeams: as asked, else generation_config's num_beams; 1 is greedy search, more is beam search.
+// - the budget of new tokens: maxNewTokens if asked, else the model's default, else the rules' `budget` (per source
+//   token, plus extra) within max_position_embeddings - 1 (each source its own, as `encdec translate --batch-size 1`);
+// - numBeams: as asked, else the model's default, up to the rules' max_beams; 1 is greedy search, more is beam
+//   search with the model's length penalty and early stopping.
 import { SubwordTokenizer } from "./tokenizer.js";
 import { Seq2SeqRunner } from "./runner.js";
 import { beam, greedy, untilEos } from "./search.js";
 
-export const MAX_BEAMS = 16;
 // sources per greedy batch: padding never changes a source's output in float32; int8 graphs quantize their
 // activations with one scale per tensor (ONNX Runtime's dynamic quantization), so a source's batch-mates would change
 // its output: int8 decodes one source at a time, as `encdec translate --batch-size 1`
@@ -32,15 +33,15 @@ export class Translator {
   /** The model of the export folder at `base` (a URL ending in "/"). */
   static async load(ort, base) {
     const read = (name) => fetchJson(new URL(name, base));
-    const [manifest, config, generation, tokenizerJson, tokenizerConfig] = await Promise.all(
-      ["encdec_onnx.json", "config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"]
+    const [manifest, config, rules, tokenizerJson, tokenizerConfig] = await Promise.all(
+      ["encdec_onnx.json", "config.json", "encdec_decoding.json", "tokenizer.json", "tokenizer_config.json"]
         .map(read));
     const runner = await Seq2SeqRunner.load(ort, base, manifest, fetchBytes);
-    return new Translator(runner, new SubwordTokenizer(tokenizerJson, tokenizerConfig), config, generation);
+    return new Translator(runner, new SubwordTokenizer(tokenizerJson, tokenizerConfig), config, rules);
   }
 
-  constructor(runner, tokenizer, config, generation) {
-    Object.assign(this, { runner, tokenizer, config, generation });
+  constructor(runner, tokenizer, config, rules) {
+    Object.assign(this, { runner, tokenizer, config, rules, defaults: rules.defaults });
     const manifest = runner.manifest;
     this.positions = config.max_position_embeddings ?? Infinity;
     this.maxSourceTokens = manifest.max_source_tokens
@@ -51,8 +52,8 @@ export class Translator {
   /** What the page shows and checks against. */
   info() {
     const manifest = this.runner.manifest;
-    return { family: manifest.family, weights: manifest.weights, numBeams: this.generation.num_beams ?? 1,
-             maxBeams: MAX_BEAMS, maxSourceTokens: this.maxSourceTokens,
+    return { family: manifest.family, weights: manifest.weights, numBeams: this.defaults.num_beams,
+             maxBeams: this.rules.max_beams, maxSourceTokens: this.maxSourceTokens,
              maxNewTokens: Number.isFinite(this.positions) ? this.positions - 1 : null };
   }
 
@@ -71,12 +72,12 @@ export class Translator {
 
   /** The options asked, checked, with the model's defaults filled in. */
   options({ numBeams, maxNewTokens } = {}) {
-    const beams = numBeams ?? this.generation.num_beams ?? 1;
-    if (!Number.isInteger(beams) || beams < 1 || beams > MAX_BEAMS) {
-      throw new RangeError(`numBeams must be a whole number from 1 to ${MAX_BEAMS}, got ${numBeams}.`);
+    const beams = numBeams ?? this.defaults.num_beams, maxBeams = this.rules.max_beams;
+    if (!Number.isInteger(beams) || beams < 1 || beams > maxBeams) {
+      throw new RangeError(`numBeams must be a whole number from 1 to ${maxBeams}, got ${numBeams}.`);
     }
     const limit = this.info().maxNewTokens;
-    const budget = maxNewTokens ?? this.generation.max_new_tokens ?? null;
+    const budget = maxNewTokens ?? this.defaults.max_new_tokens;
     if (budget !== null && (!Number.isInteger(budget) || budget < 1 || (limit !== null && budget > limit))) {
       throw new RangeError(`maxNewTokens must be a whole number from 1 to ${limit ?? "any"}, got ${maxNewTokens}.`);
     }
@@ -84,7 +85,8 @@ export class Translator {
   }
 
   budget(sourceLength, maxNewTokens) {
-    return maxNewTokens ?? Math.min(2 * sourceLength + 10, this.positions - 1);
+    const { per_source_token: perToken, extra } = this.rules.budget;
+    return maxNewTokens ?? Math.min(perToken * sourceLength + extra, this.positions - 1);
   }
 
   /** The translations of `lines`, in order (see the module comment). */
@@ -103,8 +105,8 @@ export class Translator {
         batch.forEach((i, k) => { outputs[i] = found[k]; });
       }
     } else {
-      const settings = { ...this.tokens, lengthPenalty: this.generation.length_penalty ?? 1.0,
-                         earlyStopping: this.generation.early_stopping ?? false };
+      const settings = { ...this.tokens, lengthPenalty: this.defaults.length_penalty,
+                         earlyStopping: this.defaults.early_stopping };
       for (const i of todo) outputs[i] = await beam(this.runner, sources[i], budgets[i], numBeams, settings);
     }
     return outputs.map((ids) => (ids.length ? this.tokenizer.decode(untilEos(ids, this.tokens.eos)) : ""));

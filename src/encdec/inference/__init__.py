@@ -66,17 +66,6 @@ def load_pipeline(model_dir: str | os.PathLike, device: int | str | torch.device
     return Seq2SeqGenerationPipeline(model=model, tokenizer=tokenizer, device=device, task=PIPELINE_TASK)
 
 
-def default_beams(model: PreTrainedModel | Engine) -> int:
-    """The beam size a model (or engine) decodes with when none is asked: its ``generation_config.num_beams`` (what
-    ``encdec train`` saved from the recipe's ``generation.num_beams``), else 1 (greedy)."""
-    return resolve_options(model.generation_config).describe()["num_beams"]
-
-
-def effective_length_penalty(model: PreTrainedModel, length_penalty: float | None) -> float:
-    """The length penalty beam search uses: the given one, else the model's generation config's, else 1.0."""
-    return resolve_options(model.generation_config, length_penalty=length_penalty).describe()["length_penalty"]
-
-
 def translate(model: PreTrainedModel | Engine, tokenizer: PreTrainedTokenizerBase, sources: list[str],
               batch_size: int = 32, truncate: bool = False, show_progress: bool = False,
               **options: Any) -> list[str]:
@@ -86,10 +75,10 @@ def translate(model: PreTrainedModel | Engine, tokenizer: PreTrainedTokenizerBas
     ids and batches. Sentences are batched longest first (less padding, and an out-of-memory error shows at once)
     and put back in their input order (``encdec.inference.decoding``, which every command and the server decode with).
 
-    :param options: the decoding options of ``encdec.inference.options.DecodeRequest`` (``num_beams``,
-        ``max_new_tokens``, ``length_penalty``, ``no_repeat_ngram_size``, ...; ``None`` or left out: the model's
-        generation config; ``max_new_tokens``: else 2 x the longest source of the batch + 10, see
-        ``auto_max_new_tokens``), and any other ``generate()`` option (``do_sample``, ``top_k``, ...)
+    :param options: the decoding options declared in ``encdec.inference.options.DecodeRequest`` (the beam size, the
+        budget, the length penalty, ...; ``None`` or left out: the model's generation config; the budget: else 2 x
+        the longest source of the batch + 10, see ``auto_max_new_tokens``), and any other ``generate()`` option
+        (sampling and its settings, ...), which ``generate()`` checks
     :param truncate: cut sources to ``max_source_length`` tokens; otherwise an over-long source reaches the model,
         whose error names the limit (learned positions) or which reads it whole
     """
@@ -103,7 +92,7 @@ def translate_n_best(model: PreTrainedModel | Engine, tokenizer: PreTrainedToken
                      **options: Any) -> list[list[str]]:
     """The ``n_best`` best translations of each source, best first, as beam search returns them
     (``num_return_sequences`` of ``generate()``, ``num_hypotheses`` of CTranslate2); beam search needs as many beams
-    (without ``num_beams``, a narrower default beam is widened to ``n_best``). Options as ``translate``'s."""
+    (a narrower default beam is widened, ``inference.options.resolve``). Options as ``translate``'s."""
     return [[hypothesis.text for hypothesis in hypotheses] for hypotheses in _decode(
         model, tokenizer, sources, dict(options, n_best=n_best), batch_size, truncate, show_progress)[1]]
 
@@ -123,16 +112,16 @@ def translate_detailed(model: PreTrainedModel | Engine, tokenizer: PreTrainedTok
                        **options: Any) -> list[list[Hypothesis]]:
     """The ``n_best`` translations of each source, each with its score (``scores``: one teacher-forced
     pass over that pair alone, the same log-probability ``encdec serve`` answers) and its word alignment
-    (``alignments``: ``encdec.inference.alignment``: decoder layer ``alignment_layer``, by default the one the model
-    folder's ``alignment.json`` records, else the penultimate, averaged over its heads unless ``alignment_head``
-    names one). Other ``options`` are ``translate``'s.
+    (``alignments``: ``encdec.inference.alignment``: by default the decoder layer the model folder's
+    ``alignment.json`` records, else the penultimate, averaged over its heads; the options declared in
+    ``inference.options`` choose others). Other ``options`` are ``translate``'s.
 
     With ``n_best`` 1 the one hypothesis is ``translate``'s. With more, beam search returns all its beams (sampling:
     ``n_best`` samples), which are ordered by that score, log P(hypothesis | source), best first (beam search chose
     them by its length-normalised score, so the order can differ from the beams'; ties keep the beams' order), after
-    dropping each text met before (two token sequences can decode to the same text) unless ``keep_duplicates``; the
+    dropping each text met before (two token sequences can decode to the same text) unless asked to keep them; the
     ``n_best`` first are kept. A list is shorter than ``n_best`` when the beams held fewer distinct texts: more beams
-    (``num_beams``) give more candidates."""
+    give more candidates."""
     return _decode(model, tokenizer, sources, dict(options, n_best=n_best, ranked=True), batch_size, truncate,
                    show_progress)[1]
 
@@ -208,7 +197,7 @@ def open_engine(model_dir_or_pipeline: str | os.PathLike | Sequence[str | os.Pat
     return load_engine(model_dir_or_pipeline, engine, quantize=quantize, dtype=dtype, device=device)
 
 
-__all__ = ["CHUNK_SIZE", "Engine", "Hypothesis", "auto_max_new_tokens", "default_beams", "effective_length_penalty",
+__all__ = ["CHUNK_SIZE", "Engine", "Hypothesis", "auto_max_new_tokens",
            "iter_translated_lines", "load_engine", "load_ensemble", "load_model_and_tokenizer", "load_pipeline",
            "max_source_length", "open_engine", "translate", "translate_chunk", "translate_chunk_detailed",
            "translate_detailed", "translate_lines", "translate_n_best", "translate_n_best_ids"]

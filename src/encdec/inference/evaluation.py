@@ -103,9 +103,9 @@ def evaluate_model(
     Prints nothing but the progress (on stderr; the source is streamed in chunks, ``encdec.inference.corpus``). Input
     problems raise ``InputFileError``; an existing ``output_file`` raises ``OverwriteError`` unless ``overwrite``; both
     are checked before any translation. ``options``: the decoding options every command takes
-    (``encdec.inference.options.DecodeRequest``: ``num_beams``, ``max_new_tokens``, ``length_penalty``, ...); left
-    out or ``None``, the model's generation config (``max_new_tokens``: else 2 x the longest source of a batch + 10);
-    all recorded as resolved (``DecodeOptions.describe``).
+    (those ``encdec.inference.options.DecodeRequest`` offers every front end: the beam size, the budget, ...); left
+    out or ``None``, the model's generation config (the budget: else 2 x the longest source of a batch + 10); all
+    recorded as resolved (``DecodeOptions.describe``).
     :param engine, quantize, dtype: those of ``inference.load_engine`` (recorded); ``model_dir`` is an exported
         folder for ``engine="ctranslate2"``, or several model folders for an ensemble (``encdec.inference.ensemble``)
     """

@@ -233,9 +233,14 @@ class DecodeOptions:
         return budget if limit is None else min(budget, limit)
 
 
+# the budget of a source when none is asked: per_source_token x its length + extra, within the model's positions
+AUTO_BUDGET = {"per_source_token": 2, "extra": 10}
+
+
 def auto_max_new_tokens(source_length: int, config: Any) -> int:
-    """Default generation budget when none is given: 2 x source length + 10 tokens, within the model's positions."""
-    budget = 2 * source_length + 10
+    """Default generation budget when none is given: 2 x source length + 10 tokens (``AUTO_BUDGET``), within the
+    model's positions."""
+    budget = AUTO_BUDGET["per_source_token"] * source_length + AUTO_BUDGET["extra"]
     max_positions = getattr(config, "max_position_embeddings", None)
     return min(budget, max_positions - 1) if max_positions else budget
 
@@ -334,5 +339,6 @@ def check_bounds(request: DecodeRequest) -> None:
             raise OptionError(item.name, f"must be a whole number {within}, got {value!r}.")
 
 
-__all__ = ["LENGTH_PENALTY_RANGE", "ONE_TRANSLATION", "DecodeLimits", "DecodeOptions", "DecodeRequest", "asked_of",
-           "auto_max_new_tokens", "check_offered", "declared", "in_words", "json_name", "python_name", "resolve"]
+__all__ = ["AUTO_BUDGET", "LENGTH_PENALTY_RANGE", "ONE_TRANSLATION", "DecodeLimits", "DecodeOptions", "DecodeRequest",
+           "asked_of", "auto_max_new_tokens", "check_offered", "declared", "in_words", "json_name", "python_name",
+           "resolve"]

@@ -11,7 +11,8 @@ The site::
     ort-wasm.wasm.gz    ONNX Runtime Web's WebAssembly binary, gzipped (the worker inflates it)
     web-runtime.json    the npm packages it was built from: versions and integrity hashes
     model/              the ONNX export: encoder_model.onnx, decoder_model_merged.onnx, encdec_onnx.json, config,
-                        generation config, tokenizer
+                        generation config, tokenizer; and encdec_decoding.json, the rules the browser decodes by
+                        (``decoding_rules``), so that the JavaScript restates none of them
 
 The JavaScript is built from the npm registry by ``make web`` (``npm ci`` on web/package-lock.json, pinned by
 version and integrity hash, then an esbuild bundle) into the package data folder ``web_runtime/``; this module
@@ -34,12 +35,15 @@ from transformers import GenerationConfig
 
 from ..errors import EncdecError
 from ..folders import require_model_folder
-from ..io_utils import refuse_existing, refuse_overlap, replace_folder
+from ..inference.options import AUTO_BUDGET, resolve
+from ..io_utils import atomic_write_json, refuse_existing, refuse_overlap, replace_folder
 from .onnx_export import export_onnx
 
 RUNTIME = "web_runtime"  # package data: what `make web` builds
 RUNTIME_FILES = ("index.html", "encdec.js", "encdec-worker.js", "ort-wasm.wasm.gz", "web-runtime.json")
 MODEL_FOLDER = "model"
+DECODING_RULES = "encdec_decoding.json"  # in the model folder: what the browser decodes by (``decoding_rules``)
+MAX_BEAMS = 16  # the widest beam the page and window.encdec.translate accept (one source at a time, in WebAssembly)
 QUANTIZE = ("float32", "int8")
 # the generation settings beyond greedy and beam search (logits processors, sampling, group beam search), each with
 # the values that leave decoding as it is: unset (None, as a GenerationConfig built in code has it) or the neutral
@@ -73,6 +77,15 @@ def check_generation_config(model_dir: Path) -> None:
                           "a site.")
 
 
+def decoding_rules(model_dir: Path) -> dict:
+    """What the browser decodes by, as ``encdec translate`` resolves it (``inference.options``): the model's defaults
+    (beam size, budget, the length penalty beam search divides by, early stopping), the budget of a source when
+    none is asked and the widest beam the site takes."""
+    config = GenerationConfig.from_pretrained(model_dir)
+    return {"defaults": {**resolve(config).describe(), "early_stopping": config.early_stopping or False},
+            "budget": AUTO_BUDGET, "max_beams": MAX_BEAMS}
+
+
 def export_web(model_dir: str | os.PathLike, output_dir: str | os.PathLike, quantize: str = "int8",
                overwrite: bool = False) -> Path:
     """Write the static site of the model in ``model_dir`` to ``output_dir`` (see the module docstring), beside it
@@ -92,6 +105,7 @@ def export_web(model_dir: str | os.PathLike, output_dir: str | os.PathLike, quan
 
     def write(staging: Path) -> None:
         export_onnx(model_dir, staging / MODEL_FOLDER, quantize=quantize)
+        atomic_write_json(staging / MODEL_FOLDER / DECODING_RULES, decoding_rules(model_dir))
         for name in RUNTIME_FILES:
             shutil.copyfile(runtime / name, staging / name)
 
@@ -108,4 +122,4 @@ def site_bytes(site: str | os.PathLike) -> dict[str, int]:
     return {"runtime": runtime, "model": model, "total": runtime + model}
 
 
-__all__ = ["QUANTIZE", "export_web", "runtime_folder", "site_bytes"]
+__all__ = ["DECODING_RULES", "QUANTIZE", "decoding_rules", "export_web", "runtime_folder", "site_bytes"]
