@@ -126,11 +126,15 @@ def onnx_translate(site: Path, lines: list[str], num_beams: int) -> list[str]:
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("family", FAMILIES)
 def test_the_site_translates_as_encdec_translate_in_chromium(family, folders, sites, lines) -> None:
-    """Greedy search gives `encdec translate`'s text on every line, beam search (3 beams) on four; the int8 site
-    gives what its graphs give in ONNX Runtime on most lines; nothing is fetched from anywhere but the site, nothing
-    404s."""
+    """Greedy search gives `encdec translate`'s text on every line, beam search (3 beams) on four, with and without
+    `no_repeat_ngram_size` (`noRepeatNgramSize`); the int8 site gives what its graphs give in ONNX Runtime on most
+    lines; nothing is fetched from anywhere but the site, nothing 404s."""
     expected = {1: translate_lines(str(folders[family]), lines, num_beams=1),
                 3: translate_lines(str(folders[family]), lines[:4], num_beams=3, batch_size=1)}
+    no_repeat = {1: translate_lines(str(folders[family]), lines, num_beams=1, no_repeat_ngram_size=2),
+                 3: translate_lines(str(folders[family]), lines[:4], num_beams=3, no_repeat_ngram_size=2,
+                                    batch_size=1)}
+    assert no_repeat[1] != expected[1]  # dates repeat digit pairs: the option changes them
     assert len(set(expected[1][:10])) > 3  # the model answers each date differently: a wrong source would show
     int8 = onnx_translate(sites[family, "int8"], lines, num_beams=1)
     driver = chromium_driver()
@@ -140,6 +144,10 @@ def test_the_site_translates_as_encdec_translate_in_chromium(family, folders, si
             assert info["family"] == f"{family}_seq2seq" and info["weights"] == "float32", info
             assert page_translate(driver, lines, numBeams=1) == expected[1]
             assert page_translate(driver, lines[:4], numBeams=3) == expected[3]
+            assert page_translate(driver, lines, numBeams=1, noRepeatNgramSize=2) == no_repeat[1]
+            assert page_translate(driver, lines[:4], numBeams=3, noRepeatNgramSize=2) == no_repeat[3]
+            assert page_translate(driver, ["x"], noRepeatNgramSize=-1) == (
+                "error: noRepeatNgramSize must be a whole number from 0 to 64, got -1.")
             assert_local_and_found(page_requests(driver), server.url)
         with StaticServer(sites[family, "int8"]) as server:
             assert open_site(driver, f"{server.url}/")["weights"] == "int8"
@@ -259,8 +267,9 @@ def test_the_export_refuses_bad_input_in_one_line_and_overwrites_nothing(folders
 
 def test_a_generation_config_is_refused_only_for_what_the_browser_cannot_decode(folders, tmp_path) -> None:
     """A trained model's generation_config.json spells out the neutral values (``do_sample: false``,
-    ``repetition_penalty: 1.0``, ...): that is greedy or beam search, which the site runs; a logits processor the
-    runtime does not implement is refused, naming it."""
+    ``repetition_penalty: 1.0``, ...): that is greedy or beam search, which the site runs, and so is
+    ``no_repeat_ngram_size`` (the runtime implements it); a logits processor the runtime does not implement is
+    refused, naming it."""
     from transformers import GenerationConfig
 
     from encdec.ship.web_export import check_generation_config
@@ -274,7 +283,9 @@ def test_a_generation_config_is_refused_only_for_what_the_browser_cannot_decode(
     (model / "generation_config.json").write_text(json.dumps({**saved, **neutral}))
     check_generation_config(model)
     GenerationConfig(**{**saved, **neutral, "no_repeat_ngram_size": 3}).save_pretrained(model)
-    with pytest.raises(EncdecError, match="sets no_repeat_ngram_size, which the browser runtime does not implement"):
+    check_generation_config(model)
+    GenerationConfig(**{**saved, **neutral, "repetition_penalty": 1.2}).save_pretrained(model)
+    with pytest.raises(EncdecError, match="sets repetition_penalty, which the browser runtime does not implement"):
         check_generation_config(model)
 
 

@@ -7,7 +7,8 @@
 // - the budget of new tokens: maxNewTokens if asked, else the model's default, else the rules' `budget` (per source
 //   token, plus extra) within max_position_embeddings - 1 (each source its own, as `encdec translate --batch-size 1`);
 // - numBeams: as asked, else the model's default, up to the rules' max_beams; 1 is greedy search, more is beam
-//   search with the model's length penalty and early stopping.
+//   search with the model's length penalty and early stopping;
+// - noRepeatNgramSize: as asked, else the model's default, within the rules' bounds; 0 is off.
 import { SubwordTokenizer } from "./tokenizer.js";
 import { Seq2SeqRunner } from "./runner.js";
 import { beam, greedy, untilEos } from "./search.js";
@@ -71,7 +72,7 @@ export class Translator {
   }
 
   /** The options asked, checked, with the model's defaults filled in. */
-  options({ numBeams, maxNewTokens } = {}) {
+  options({ numBeams, maxNewTokens, noRepeatNgramSize } = {}) {
     const beams = numBeams ?? this.defaults.num_beams, maxBeams = this.rules.max_beams;
     if (!Number.isInteger(beams) || beams < 1 || beams > maxBeams) {
       throw new RangeError(`numBeams must be a whole number from 1 to ${maxBeams}, got ${numBeams}.`);
@@ -81,7 +82,12 @@ export class Translator {
     if (budget !== null && (!Number.isInteger(budget) || budget < 1 || (limit !== null && budget > limit))) {
       throw new RangeError(`maxNewTokens must be a whole number from 1 to ${limit ?? "any"}, got ${maxNewTokens}.`);
     }
-    return { numBeams: beams, maxNewTokens: budget };
+    const ngram = noRepeatNgramSize ?? this.defaults.no_repeat_ngram_size;
+    const [low, high] = this.rules.bounds.no_repeat_ngram_size;
+    if (!Number.isInteger(ngram) || ngram < low || ngram > high) {
+      throw new RangeError(`noRepeatNgramSize must be a whole number from ${low} to ${high}, got ${noRepeatNgramSize}.`);
+    }
+    return { numBeams: beams, maxNewTokens: budget, noRepeatNgramSize: ngram };
   }
 
   budget(sourceLength, maxNewTokens) {
@@ -91,7 +97,7 @@ export class Translator {
 
   /** The translations of `lines`, in order (see the module comment). */
   async translate(lines, asked) {
-    const { numBeams, maxNewTokens } = this.options(asked);
+    const { numBeams, maxNewTokens, noRepeatNgramSize } = this.options(asked);
     const sources = this.encode(lines);
     const outputs = sources.map(() => []);
     const todo = sources.map((ids, i) => i).filter((i) => sources[i].length > 0);
@@ -101,12 +107,12 @@ export class Translator {
       for (let at = 0; at < todo.length; at += size) {
         const batch = todo.slice(at, at + size);
         const found = await greedy(this.runner, batch.map((i) => sources[i]), batch.map((i) => budgets[i]),
-                                   this.tokens);
+                                   { ...this.tokens, noRepeatNgramSize });
         batch.forEach((i, k) => { outputs[i] = found[k]; });
       }
     } else {
       const settings = { ...this.tokens, lengthPenalty: this.defaults.length_penalty,
-                         earlyStopping: this.defaults.early_stopping };
+                         earlyStopping: this.defaults.early_stopping, noRepeatNgramSize };
       for (const i of todo) outputs[i] = await beam(this.runner, sources[i], budgets[i], numBeams, settings);
     }
     return outputs.map((ids) => (ids.length ? this.tokenizer.decode(untilEos(ids, this.tokens.eos)) : ""));

@@ -19,8 +19,8 @@ version and integrity hash, then an esbuild bundle) into the package data folder
 copies it beside the model. Any static file server serves the site (``python -m http.server``), and so does
 ``encdec serve --offline-site SITE`` at ``/offline``.
 
-The browser runs no logits processor: a generation config that sets one (``no_repeat_ngram_size``,
-``repetition_penalty``, ``min_length``, ...) or samples is refused, since the site would translate differently from
+The browser runs one logits processor, ``no_repeat_ngram_size``: a generation config that sets another
+(``repetition_penalty``, ``min_length``, ...) or samples is refused, since the site would translate differently from
 ``encdec translate``.
 """
 
@@ -35,7 +35,7 @@ from transformers import GenerationConfig
 
 from ..errors import EncdecError
 from ..folders import require_model_folder
-from ..inference.options import AUTO_BUDGET, resolve
+from ..inference.options import AUTO_BUDGET, DECODING, declared, resolve
 from ..io_utils import atomic_write_json, refuse_existing, refuse_overlap, replace_folder
 from .onnx_export import export_onnx
 
@@ -50,7 +50,7 @@ QUANTIZE = ("float32", "int8")
 # value that a saved config spells out (transformers writes `do_sample: false`, `repetition_penalty: 1.0`, ...)
 NEUTRAL_GENERATION = {"do_sample": (False,), "num_beam_groups": (1,), "diversity_penalty": (0.0,),
                       "repetition_penalty": (1.0,), "encoder_repetition_penalty": (1.0,),
-                      "no_repeat_ngram_size": (0,), "encoder_no_repeat_ngram_size": (0,), "bad_words_ids": (),
+                      "encoder_no_repeat_ngram_size": (0,), "bad_words_ids": (),
                       "min_length": (0,), "min_new_tokens": (0,), "forced_bos_token_id": (),
                       "forced_eos_token_id": (), "suppress_tokens": (), "begin_suppress_tokens": (),
                       "sequence_bias": (), "exponential_decay_length_penalty": (), "renormalize_logits": (False,)}
@@ -79,11 +79,12 @@ def check_generation_config(model_dir: Path) -> None:
 
 def decoding_rules(model_dir: Path) -> dict:
     """What the browser decodes by, as ``encdec translate`` resolves it (``inference.options``): the model's defaults
-    (beam size, budget, the length penalty beam search divides by, early stopping), the budget of a source when
-    none is asked and the widest beam the site takes."""
+    (beam size, budget, the length penalty beam search divides by, the n-gram size, early stopping), the budget of a
+    source when none is asked, the widest beam the site takes, and the declared bounds of the options."""
     config = GenerationConfig.from_pretrained(model_dir)
+    bounds = {item.name: [item.metadata["minimum"], item.metadata["maximum"]] for item in declared(DECODING)}
     return {"defaults": {**resolve(config).describe(), "early_stopping": config.early_stopping or False},
-            "budget": AUTO_BUDGET, "max_beams": MAX_BEAMS}
+            "budget": AUTO_BUDGET, "max_beams": MAX_BEAMS, "bounds": bounds}
 
 
 def export_web(model_dir: str | os.PathLike, output_dir: str | os.PathLike, quantize: str = "int8",
