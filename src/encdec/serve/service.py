@@ -139,7 +139,7 @@ class TranslationService:
         ``inference.options``) against the limits and turn each of its texts into a job; a ``RequestError`` naming
         the field otherwise. With ``n_best``, each text also gets a job for its n-best list, after all the
         translations' (``per_text`` puts them together): the list ``encdec translate --n-best`` prints (every beam
-        ordered by log P, each text once unless ``keep_duplicates``), while the translation stays the one asked
+        ordered by log P, each text once unless asked to keep duplicates), while the translation stays the one asked
         without ``n_best``."""
         listed = None if asked.get("n_best") is None else self.options(
             **{**asked, "return_alignments": False}, ranked=True)
