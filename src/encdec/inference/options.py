@@ -329,8 +329,9 @@ def check_length_penalty(length_penalty: float | None, limits: DecodeLimits | No
 
 
 def check_bounds(request: DecodeRequest) -> None:
-    """Each whole-number option asked within its declared bounds (those checked above have their own words)."""
-    for item in declared():
+    """Each whole-number option of every front end asked within its declared bounds (those checked above have
+    their own words; the alignment's layer and head are checked against the model's)."""
+    for item in declared(DECODING):
         value, low, high = getattr(request, item.name), item.metadata["minimum"], item.metadata["maximum"]
         if item.metadata["kind"] is not int or value is None or item.name in ("num_beams", "max_new_tokens"):
             continue
