@@ -576,8 +576,8 @@ def test_n_best_widens_a_narrower_default_beam_and_names_the_flags(trained, tmp_
     assert capsys.readouterr().out == widened.out
     line = user_error(capsys, ["translate", "--model", str(folder), "--input", str(source), "--n-best", "3",
                                "--num-beams", "2"])
-    assert line == ("encdec translate: error: --n-best 3 needs at least 3 beams: pass --num-beams 3 or more (got "
-                    "--num-beams 2), or a smaller --n-best.")
+    assert line == ("encdec translate: error: --n-best must be between 1 and the beam size (2), got 3; raise "
+                    "--num-beams.")
 
 
 def test_a_command_under_a_launcher_says_how_many_processes_run() -> None:

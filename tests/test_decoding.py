@@ -13,8 +13,9 @@ from transformers import GenerationConfig
 
 import encdec.inference.corpus
 from encdec.errors import OptionError
-from encdec.inference import load_engine
+from encdec.inference import load_engine, translate, translate_n_best_ids
 from encdec.inference.decoding import DecodeLimits, DecodeOptions, resolve_options
+from encdec.inference.evaluation import evaluate_model
 from encdec.recipes.distill import DistillConfig, TeacherSettings, translate_sources
 from encdec.serve import TranslationService
 from encdec.serve.core import decode_options
@@ -58,6 +59,14 @@ def test_the_model_s_generation_config_fills_what_is_not_asked() -> None:
     ({}, DecodeLimits(1, 100), "num_beams", "`num_beams` must be between 1 and 1, got 2.", None, None),  # default
     ({"max_new_tokens": 101}, DecodeLimits(8, 100), "max_new_tokens",
      "`max_new_tokens` must be between 1 and 100, got 101.", None, None),
+    ({"no_repeat_ngram_size": -1}, None, "no_repeat_ngram_size",
+     "`no_repeat_ngram_size` must be a whole number from 0 to 64, got -1.", "must be a whole number from 0 to 64, got "
+     "-1.", "--no-repeat-ngram-size must be a whole number from 0 to 64, got -1."),
+    ({"split_sentences": True, "scores": True}, None, "scores",
+     "`scores` is not given with `split_sentences`, which gives one translation per text, put together from its "
+     "sentences'; leave out `scores` or `split_sentences`.", None,
+     "--scores is not given with --split-sentences, which gives one translation per text, put together from its "
+     "sentences'; leave out --scores or --split-sentences."),
     ({"num_return_sequences": 2}, None, "num_return_sequences",
      "`num_return_sequences` is not an option: `translate` gives one translation per source; for several, call "
      "`translate_n_best` with `n_best`.", None, None),
@@ -140,6 +149,7 @@ REQUESTS = [  # (flags, JSON fields, teacher settings): one request each
      {"num_beams": 4, "length_penalty": 0.6, "max_new_tokens": 7}),
     (("--num-beams", "1", "--length-penalty", "2.0"), {"num_beams": 1, "length_penalty": 2.0},
      {"num_beams": 1, "length_penalty": 2.0}),
+    (("--no-repeat-ngram-size", "2"), {"no_repeat_ngram_size": 2}, {"no_repeat_ngram_size": 2}),
 ]
 
 
@@ -152,6 +162,8 @@ def test_every_front_end_turns_one_request_into_equal_options(folder, tmp_path, 
         assert ends.cli(*flags) == ends.native(**body) == dataclasses.replace(scored, scores=False), flags
     assert ends.cli("--alignments") == ends.native(return_alignments=True)
     assert ends.cli("--num-beams", "3", "--n-best", "3").n_best == 3
+    assert ends.native(n_best=3) == ends.cli("--n-best", "3")  # the model's 2 beams widened to 3 in both
+    assert ends.cli("--no-repeat-ngram-size", "2").settings()["no_repeat_ngram_size"] == 2
 
 
 def test_libretranslate_decodes_its_translation_as_the_others_and_its_alternatives_as_an_n_best_list(
@@ -178,7 +190,56 @@ def test_the_command_line_names_the_flag_of_an_option_out_of_range(folder, tmp_p
     source = tmp_path / "in.txt"
     source.write_text("3 March 2021\n")
     assert main(["translate", "--model", str(folder), "--input", str(source), "--output", str(tmp_path / "out.txt"),
-                 "--n-best", "0", "--quiet"]) == 2
+                 "--n-best", "3", "--num-beams", "2", "--quiet"]) == 2
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
-        "encdec translate: error: --n-best must be between 1 and the beam size (2), got 0; raise --num-beams.")
+        "encdec translate: error: --n-best must be between 1 and the beam size (2), got 3; raise --num-beams.")
     assert sorted(path.name for path in tmp_path.iterdir()) == ["in.txt"]  # refused before any chunk: nothing left
+
+
+def test_resolving_widens_a_default_beam_for_an_n_best_list_and_says_so() -> None:
+    """The one rule for `encdec translate --n-best`, the native `n_best` and LibreTranslate's alternatives: K
+    hypotheses need K beams; a beam size left to the model is widened (and said), an asked one is kept."""
+    config = GenerationConfig(**DEFAULTS)
+    widened = resolve_options(config, n_best=3)
+    assert (widened.num_beams, widened.n_best) == (3, 3)
+    assert widened.said(lambda name: "--" + name.replace("_", "-")) == [
+        "--n-best 3 needs 3 beams; the model decodes with 2 by default, so this run uses --num-beams 3."]
+    assert resolve_options(config, n_best=2).notes == () and resolve_options(config, n_best=2).num_beams == 2
+    assert resolve_options(config, num_beams=1, n_best=3, do_sample=True).num_beams == 1  # sampling draws 3
+    assert resolve_options(config).describe() == {"num_beams": 2, "length_penalty": 0.7, "max_new_tokens": 9,
+                                                  "no_repeat_ngram_size": 0}
+    assert resolve_options(config, num_beams=1).describe()["length_penalty"] == 0.7  # what beam search would use
+
+
+def repeated_ngrams(ids: list[int], n: int) -> int:
+    grams = [tuple(ids[i:i + n]) for i in range(len(ids) - n + 1)]
+    return len(grams) - len(set(grams))
+
+
+@pytest.mark.parametrize("num_beams", [1, 2])
+def test_no_repeat_ngram_size_leaves_no_n_gram_twice(folder, num_beams, tmp_path) -> None:
+    """A tiny random model repeats itself over a long budget; with `no_repeat_ngram_size` 2 (the Python API's
+    keyword, the command line's flag) no bigram of an output occurs twice; greedy outputs change only there."""
+    engine, tokenizer = load_engine(folder)
+    sources = ["3 March 2021", "Wednesday, 3 Mar 2021", "2021-03-03", "March 3rd"]
+    asked = {"num_beams": num_beams, "max_new_tokens": 24}
+    free = [ids for [ids] in translate_n_best_ids(engine, tokenizer, sources, 1, **asked)[1]]
+    kept = [ids for [ids] in translate_n_best_ids(engine, tokenizer, sources, 1, no_repeat_ngram_size=2, **asked)[1]]
+    assert sum(repeated_ngrams(ids, 2) for ids in free) > 0  # so that the option has something to do
+    assert all(repeated_ngrams(ids, 2) == 0 for ids in kept)
+    if num_beams == 1:  # greedy search: an output without a repeated bigram never met a banned token
+        assert [a for a, b in zip(free, kept, strict=True) if a != b] == [ids for ids in free
+                                                                          if repeated_ngrams(ids, 2)]
+    source = tmp_path / "in.txt"
+    source.write_text("\n".join(sources) + "\n")
+    assert main(["translate", "--model", str(folder), "--input", str(source), "--output", str(tmp_path / "out.txt"),
+                 "--num-beams", str(num_beams), "--max-new-tokens", "24", "--no-repeat-ngram-size", "2",
+                 "--quiet"]) == 0
+    assert (tmp_path / "out.txt").read_text().splitlines() == translate(engine, tokenizer, sources,
+                                                                        no_repeat_ngram_size=2, **asked)
+
+
+def test_an_option_a_front_end_does_not_offer_is_named(folder, tmp_path) -> None:
+    with pytest.raises(OptionError, match="^`n_best` is not an option of evaluate_model; it takes num_beams, "
+                                          "max_new_tokens, length_penalty, no_repeat_ngram_size.$"):
+        evaluate_model(folder, tmp_path / "in.txt", tmp_path / "ref.txt", n_best=2)

@@ -116,7 +116,8 @@ def test_one_decoding_default_the_models_generation_config(folders, tmp_path, ca
     --help says so."""
     from transformers import GenerationConfig
 
-    from encdec.inference import default_beams, load_model_and_tokenizer
+    from encdec.inference import load_model_and_tokenizer
+    from encdec.inference.decoding import resolve_options
     from encdec.inference.engines import TorchEngine
 
     model = tmp_path / "model"
@@ -127,7 +128,7 @@ def test_one_decoding_default_the_models_generation_config(folders, tmp_path, ca
     generation = GenerationConfig.from_pretrained(folders["transformer"])
     generation.num_beams = 3
     generation.save_pretrained(model)
-    assert default_beams(load_model_and_tokenizer(model)[0]) == 3
+    assert resolve_options(load_model_and_tokenizer(model)[0].generation_config).num_beams == 3
     seen = []
     original = TorchEngine.generate
     monkeypatch.setattr(TorchEngine, "generate", lambda self, *args: seen.append(args[-1].get("num_beams")) or

@@ -13,7 +13,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from encdec.inference import default_beams, load_engine, load_model_and_tokenizer, translate, translate_detailed
+from encdec.inference import load_engine, load_model_and_tokenizer, translate, translate_detailed
+from encdec.inference.decoding import resolve_options
 from encdec.serve import ServeLimits
 from encdec.serve.core import html_parts
 from encdec.serve.held_batches import HOLD_ENV, BatchRecord
@@ -63,7 +64,7 @@ def with_alternatives(pairs, pair: str, texts: list[str], alternatives: int) -> 
     list of `encdec translate --n-best K+1` (a beam of K+1 on these greedy models), without that translation, at
     most K."""
     model, tokenizer = load_model_and_tokenizer(str(pairs[pair]))
-    assert default_beams(model) == 1  # greedy by default
+    assert resolve_options(model.generation_config).num_beams == 1  # greedy by default
     main = translate(model, tokenizer, texts)
     listed = translate_detailed(model, tokenizer, texts, n_best=alternatives + 1, num_beams=alternatives + 1)
     return main, [[h.text for h in hypotheses if h.text != text][:alternatives]

@@ -64,6 +64,17 @@ def test_float32_tokens_equal_torch_s(name, num_beams, folders, exports) -> None
     assert len(set(expected)) > 10  # the outputs depend on the input
 
 
+@pytest.mark.parametrize("num_beams", [1, 4])
+def test_no_repeat_ngram_size_goes_through_generate_as_torch_s(num_beams, folders, exports) -> None:
+    """The ONNX Runtime engine decodes with generate() too, its logits processors included."""
+    torch_engine, tokenizer = load_engine(folders["transformer"])
+    onnx_engine, onnx_tokenizer = load_engine(exports["transformer", "float32"], "onnxruntime")
+    texts, asked = sources(40), {"num_beams": num_beams, "max_new_tokens": 10, "no_repeat_ngram_size": 2}
+    expected = translate(torch_engine, tokenizer, texts, **asked)
+    assert expected != translate(torch_engine, tokenizer, texts, num_beams=num_beams, max_new_tokens=10)
+    assert translate(onnx_engine, onnx_tokenizer, texts, **asked) == expected
+
+
 @pytest.mark.parametrize("name", MODELS)
 def test_n_best_lists_and_scores_equal_torch_s(name, folders, exports) -> None:
     """``num_return_sequences`` and ``output_scores``: generate()'s own sequences and scores, and the one decoding

@@ -36,7 +36,9 @@ from tiny_model_folders import date_data
 
 pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
-from encdec.ship.web_export import RUNTIME_FILES, export_web, runtime_folder, site_bytes  # noqa: E402
+from encdec.inference.decoding import model_defaults  # noqa: E402
+from encdec.inference.options import AUTO_BUDGET  # noqa: E402
+from encdec.ship.web_export import DECODING_RULES, RUNTIME_FILES, export_web, runtime_folder, site_bytes  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 FAMILIES = ("transformer", "rnn")
@@ -167,11 +169,16 @@ def assert_sure_prefixes(got: list[str], expected: list[str], prefixes: list[tup
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("family", FAMILIES)
 def test_the_site_translates_as_encdec_translate_in_chromium(family, folders, sites, lines) -> None:
-    """Greedy search gives `encdec translate`'s text on every line, beam search (3 beams) on four; the int8 site
-    gives what its graphs give in ONNX Runtime up to each line's first close call (what holds on every CPU:
-    ``sure_prefixes``); nothing is fetched from anywhere but the site, nothing 404s."""
+    """Greedy search gives `encdec translate`'s text on every line, beam search (3 beams) on four, with and without
+    `no_repeat_ngram_size` (`noRepeatNgramSize`); the int8 site gives what its graphs give in ONNX Runtime up to each
+    line's first close call (what holds on every CPU: ``sure_prefixes``); nothing is fetched from anywhere but the
+    site, nothing 404s."""
     expected = {1: translate_lines(str(folders[family]), lines, num_beams=1),
                 3: translate_lines(str(folders[family]), lines[:4], num_beams=3, batch_size=1)}
+    no_repeat = {1: translate_lines(str(folders[family]), lines, num_beams=1, no_repeat_ngram_size=1),
+                 3: translate_lines(str(folders[family]), lines[:4], num_beams=3, no_repeat_ngram_size=1,
+                                    batch_size=1)}
+    assert no_repeat[1] != expected[1]  # a date holds "-" twice: no token twice changes it
     assert len(set(expected[1][:10])) > 3  # the model answers each date differently: a wrong source would show
     int8 = onnx_translate(sites[family, "int8"], lines, num_beams=1)
     prefixes = sure_prefixes(sites[family, "int8"], lines)
@@ -182,6 +189,10 @@ def test_the_site_translates_as_encdec_translate_in_chromium(family, folders, si
             assert info["family"] == f"{family}_seq2seq" and info["weights"] == "float32", info
             assert page_translate(driver, lines, numBeams=1) == expected[1]
             assert page_translate(driver, lines[:4], numBeams=3) == expected[3]
+            assert page_translate(driver, lines, numBeams=1, noRepeatNgramSize=1) == no_repeat[1]
+            assert page_translate(driver, lines[:4], numBeams=3, noRepeatNgramSize=1) == no_repeat[3]
+            assert page_translate(driver, ["x"], noRepeatNgramSize=-1) == (
+                "error: noRepeatNgramSize must be a whole number from 0 to 64, got -1.")
             assert_local_and_found(page_requests(driver), server.url)
         with StaticServer(sites[family, "int8"]) as server:
             assert open_site(driver, f"{server.url}/")["weights"] == "int8"
@@ -301,8 +312,9 @@ def test_the_export_refuses_bad_input_in_one_line_and_overwrites_nothing(folders
 
 def test_a_generation_config_is_refused_only_for_what_the_browser_cannot_decode(folders, tmp_path) -> None:
     """A trained model's generation_config.json spells out the neutral values (``do_sample: false``,
-    ``repetition_penalty: 1.0``, ...): that is greedy or beam search, which the site runs; a logits processor the
-    runtime does not implement is refused, naming it."""
+    ``repetition_penalty: 1.0``, ...): that is greedy or beam search, which the site runs, and so is
+    ``no_repeat_ngram_size`` (the runtime implements it); a logits processor the runtime does not implement is
+    refused, naming it."""
     from transformers import GenerationConfig
 
     from encdec.ship.web_export import check_generation_config
@@ -316,16 +328,22 @@ def test_a_generation_config_is_refused_only_for_what_the_browser_cannot_decode(
     (model / "generation_config.json").write_text(json.dumps({**saved, **neutral}))
     check_generation_config(model)
     GenerationConfig(**{**saved, **neutral, "no_repeat_ngram_size": 3}).save_pretrained(model)
-    with pytest.raises(EncdecError, match="sets no_repeat_ngram_size, which the browser runtime does not implement"):
+    check_generation_config(model)
+    GenerationConfig(**{**saved, **neutral, "repetition_penalty": 1.2}).save_pretrained(model)
+    with pytest.raises(EncdecError, match="sets repetition_penalty, which the browser runtime does not implement"):
         check_generation_config(model)
 
 
-def test_the_site_holds_the_runtime_and_the_model(sites) -> None:
-    """The files the page needs, the ONNX export under model/, the pinned packages recorded, and its weight."""
+def test_the_site_holds_the_runtime_and_the_model(folders, sites) -> None:
+    """The files the page needs, the ONNX export under model/ with the decoding rules the browser reads (the model's
+    defaults as encdec resolves them, the budget rule), the pinned packages recorded, and its weight."""
     site = sites["transformer", "int8"]
     assert all((site / name).is_file() for name in RUNTIME_FILES)
     manifest = json.loads((site / "model" / "encdec_onnx.json").read_text())
     assert manifest["weights"] == "int8" and manifest["family"] == "transformer_seq2seq"
+    rules = json.loads((site / "model" / DECODING_RULES).read_text())
+    assert rules["budget"] == AUTO_BUDGET and rules["max_beams"] == 16
+    assert rules["defaults"] == {**model_defaults(folders["transformer"]).describe(), "early_stopping": False}
     pinned = json.loads((site / "web-runtime.json").read_text())["packages"]
     lock = json.loads((REPO / "web" / "package-lock.json").read_text())["packages"]
     assert {name: entry["integrity"] for name, entry in pinned.items()} == {

@@ -17,11 +17,11 @@ class OverwriteError(EncdecError):
 
 
 class OptionError(EncdecError):
-    """A decoding option out of its range (``encdec.inference.decoding.resolve_options``). ``field`` is the option at
-    fault, by its Python and JSON name (``n_best``); ``problem`` says what is wrong, naming other options as ``{name}``.
-    Each front end names the options in its own words: ``str(error)`` as the Python API does (`` `n_best` must be
-    ...; raise `num_beams`. ``), ``explain()`` for a JSON field (``must be ...; raise num_beams.``), ``as_flags()``
-    for the command line (``--n-best must be ...; raise --num-beams.``)."""
+    """A decoding option out of its range (``encdec.inference.options.resolve``). ``field`` is the option at fault, by
+    its Python name (``inference.options.DecodeRequest``); ``problem`` says what is wrong, naming other options as
+    ``{name}``. Each front end names the options in its own words: ``str(error)`` as the Python API does (`` `x_y`
+    must be ...; raise `z`. ``), ``explain()`` for a JSON field (``must be ...; raise z.``, or its JSON names), and
+    ``as_flags()`` for the command line (``--x-y must be ...; raise --z.``)."""
 
     def __init__(self, field: str, problem: str) -> None:
         self.field, self.problem = field, problem

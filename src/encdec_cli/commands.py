@@ -10,6 +10,7 @@ import json
 import shlex
 import sys
 from pathlib import Path
+from typing import Any
 
 
 def usage_error(message: str) -> Exception:
@@ -118,16 +119,16 @@ def close_progress_bars() -> None:
 
 def cmd_evaluate(args: argparse.Namespace) -> None:
     from encdec.inference.evaluation import evaluate_model
+    from encdec.inference.options import DECODING, asked_of
 
     if args.card_dataset and len(args.model) > 1:  # refused before any work
         raise usage_error("--card-dataset writes one model's card; an ensemble has none. Drop --card-dataset or "
                           "evaluate one --model.")
     model = args.model[0] if len(args.model) == 1 else args.model
-    results = evaluate_model(model, args.source_file, args.reference_file, num_beams=args.num_beams,
-                             batch_size=args.batch_size, max_new_tokens=args.max_new_tokens,
-                             output_file=args.output, overwrite=args.overwrite, length_penalty=args.length_penalty,
-                             engine=args.engine, quantize=args.quantize, dtype=args.dtype,
-                             chunk_size=args.chunk_size, show_progress=not args.quiet)
+    results = evaluate_model(model, args.source_file, args.reference_file, batch_size=args.batch_size,
+                             output_file=args.output, overwrite=args.overwrite, engine=args.engine,
+                             quantize=args.quantize, dtype=args.dtype, chunk_size=args.chunk_size,
+                             show_progress=not args.quiet, **asked_of(args, DECODING))
     if args.card_dataset:
         from encdec.cards import record_scores_in_card
 
@@ -136,47 +137,41 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
     print(json.dumps(results, indent=2))
 
 
-def beams_for_n_best(args: argparse.Namespace) -> int | None:
-    """The ``--num-beams`` to decode with for ``--n-best K``: K hypotheses need K beams. Without ``--num-beams`` a
-    model whose default beam is narrower (the demo models decode greedily) is decoded with K beams, said in one line;
-    an explicit ``--num-beams`` below K is refused, naming both flags."""
-    if args.n_best is None or args.n_best <= (args.num_beams or 0):
-        return args.num_beams
-    if args.num_beams is not None:
-        raise usage_error(f"--n-best {args.n_best} needs at least {args.n_best} beams: pass --num-beams "
-                          f"{args.n_best} or more (got --num-beams {args.num_beams}), or a smaller --n-best.")
+def resolved_flags(args: argparse.Namespace, asked: dict[str, Any]) -> None:
+    """What the flags ask, resolved against the first model's generation config before anything loads
+    (``encdec.inference.options.resolve``): a mistake is refused naming its flag, and what resolving decided beyond
+    the flags (``--n-best K`` widens a narrower default beam to K) is said in one line. A folder that cannot be read
+    is left to loading, which says what is wrong."""
+    from encdec.errors import OptionError
     from encdec.inference.decoding import model_defaults
     from encdec.processes import is_main_process
 
-    try:  # the first model's default, as decoding resolves it (its generation_config.json)
-        default = model_defaults(args.model[0]).num_beams
+    try:
+        options = model_defaults(args.model[0], ranked=True, split_sentences=args.split_sentences is not None,
+                                 **asked)
+    except OptionError:
+        raise
     except (OSError, ValueError, TypeError):
-        return None  # no readable folder: loading it says what is wrong
-    if args.n_best <= default:
-        return None
-    if is_main_process():
-        print(f"encdec translate: --n-best {args.n_best} needs {args.n_best} beams; the model decodes with "
-              f"{default} by default, so this run uses --num-beams {args.n_best}.", file=sys.stderr)
-    return args.n_best
+        return
+    for note in options.said(lambda name: "--" + name.replace("_", "-")) if is_main_process() else ():
+        print(f"encdec translate: {note}", file=sys.stderr)
 
 
 def cmd_translate(args: argparse.Namespace) -> None:
     from encdec.inference.corpus import TranslationOutput, translate_file
+    from encdec.inference.options import DECODING, TRANSLATE, asked_of
     from encdec.processes import is_main_process
 
-    args.num_beams = beams_for_n_best(args)
+    args.alignment_layer = layer_argument(args.alignment_layer, "--alignment-layer")
+    asked, shown = asked_of(args, DECODING), asked_of(args, TRANSLATE)
+    resolved_flags(args, {**asked, **shown})
     split = None if args.split_sentences is None else split_language(args)
-
-    form = TranslationOutput(n_best=args.n_best, scores=args.scores, alignments=args.alignments,
-                             alignment_layer=layer_argument(args.alignment_layer, "--alignment-layer"),
-                             alignment_head=args.alignment_head,
-                             keep_duplicates=args.keep_duplicates, split_sentences=split)
+    form = TranslationOutput(**shown, split_sentences=split)
     stdin = getattr(sys.stdin, "buffer", None) or (line.encode("utf-8") for line in sys.stdin)  # tests swap stdin
     lines = translate_file(args.model, args.input, args.output, form=form, chunk_size=args.chunk_size,
                            resume=args.resume, overwrite=args.overwrite, quiet=args.quiet, engine=args.engine,
-                           quantize=args.quantize, dtype=args.dtype, stdin=stdin, num_beams=args.num_beams,
-                           max_new_tokens=args.max_new_tokens, length_penalty=args.length_penalty,
-                           batch_size=args.batch_size)  # None: the model's generation config
+                           quantize=args.quantize, dtype=args.dtype, stdin=stdin, batch_size=args.batch_size,
+                           **asked)  # left out: the model's generation config
     if not lines and is_main_process():
         print(f"encdec translate: {args.input or 'standard input'} is empty: nothing to translate, so the output is "
               "empty too.", file=sys.stderr)
@@ -187,10 +182,6 @@ def split_language(args: argparse.Namespace) -> str:
     when none is given; "" when the card names none: sentencex's English rules, ``inference.sentences``)."""
     from encdec.inference.sentences import card_source_language
 
-    for flag in ("n_best", "scores", "alignments"):
-        if getattr(args, flag):
-            raise usage_error(f"--split-sentences gives one translation per line, put together from its sentences'; "
-                              f"leave out --{flag.replace('_', '-')} or --split-sentences.")
     return args.split_sentences or card_source_language(args.model[0]) or ""
 
 

@@ -37,6 +37,10 @@ ENGINE_REGISTRY = "encdec.backends"
 PRIVATE_ENGINE_REGISTRY = "_encdec_cli_engine_registry"
 SERVED_APIS = "encdec.serve.apis"  # the APIs of `encdec serve`, read the same way for its summary
 PRIVATE_SERVED_APIS = "_encdec_cli_served_apis"
+# the decoding options' declaration (src/encdec/inference/options.py, standard library only), read the same way: the
+# flags of `translate` and `evaluate` come from it
+OPTION_DECLARATION = "encdec.inference.options"
+PRIVATE_OPTION_DECLARATION = "_encdec_cli_option_declaration"
 
 
 def engine_registry() -> ModuleType:
@@ -45,17 +49,22 @@ def engine_registry() -> ModuleType:
     return standalone(ENGINE_REGISTRY, PRIVATE_ENGINE_REGISTRY)
 
 
-def standalone(name: str, private: str) -> ModuleType:
-    """The module ``name`` of encdec (standard library only) when encdec is imported already, else its file loaded
-    under the name ``private`` without importing encdec."""
-    for found in (name, private):
-        if found in sys.modules:
-            return sys.modules[found]
+def option_declaration() -> ModuleType:
+    """encdec's declaration of the decoding options (``encdec.inference.options``), as ``engine_registry``."""
+    return standalone(OPTION_DECLARATION, PRIVATE_OPTION_DECLARATION)
+
+
+def standalone(dotted: str, private: str) -> ModuleType:
+    """The module ``dotted`` of encdec when encdec is imported already, else its file loaded without importing encdec
+    (a standard-library module), under the name ``private``."""
+    for name in (dotted, private):
+        if name in sys.modules:
+            return sys.modules[name]
     package = importlib.util.find_spec("encdec")  # finds the package without running its __init__
-    path = Path(next(iter(package.submodule_search_locations)), *name.split(".")[1:]).with_suffix(".py")
+    path = Path(next(iter(package.submodule_search_locations)), *dotted.split(".")[1:]).with_suffix(".py")
     spec = importlib.util.spec_from_file_location(private, path)
     module = importlib.util.module_from_spec(spec)
-    sys.modules[private] = module  # dataclasses looks the module up while it defines a dataclass
+    sys.modules[private] = module  # dataclasses looks the module up while it defines its classes
     spec.loader.exec_module(module)
     return module
 
@@ -118,8 +127,8 @@ def add_serve_command(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--max-source-tokens", type=int, default=None,
                    help="most source tokens per text, </s> included (default: the model's max_position_embeddings)")
     p.add_argument("--max-new-tokens", type=int, default=None,
-                   help="the largest max_new_tokens a request may ask (default: the model's positions - 1)")
-    p.add_argument("--max-beams", type=int, default=8, help="the largest num_beams a request may ask")
+                   help="the largest budget of new tokens a request may ask (default: the model's positions - 1)")
+    p.add_argument("--max-beams", type=int, default=8, help="the largest beam size a request may ask")
     p.add_argument("--max-body-bytes", type=int, default=1_000_000, help="largest request body")
     p.add_argument("--max-file-bytes", type=int, default=10_000_000,
                    help="largest file that LibreTranslate's /translate_file takes (default 10 MB)")
@@ -192,8 +201,17 @@ def add_keys_command(commands: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_keys)
 
 
-LENGTH_PENALTY_HELP = ("beam search's length normalisation exponent: scores are log p / length**this; default: the "
-                       "model's generation_config (greedy search ignores it)")
+def add_option_flags(p: argparse.ArgumentParser, front: str) -> None:
+    """A flag for each decoding option that ``front`` offers, from its declaration (``encdec.inference.options``):
+    ``--num-beams`` for the beam size, its help, a whole number (at least 1 where that is its bound) or a number,
+    or a switch; its range is checked with the rest of the options, naming the flag."""
+    for item in option_declaration().declared(front):
+        flag, meta = "--" + item.name.replace("_", "-"), item.metadata
+        if meta["kind"] is bool:
+            p.add_argument(flag, action="store_true", help=meta["help"])
+        else:
+            kind = positive_int if meta["kind"] is int and meta["minimum"] == 1 else meta["kind"]
+            p.add_argument(flag, type=kind, default=None, help=meta["help"])
 
 
 def add_decoding_options(p: argparse.ArgumentParser) -> None:
@@ -203,13 +221,8 @@ def add_decoding_options(p: argparse.ArgumentParser) -> None:
                         "(the models must share one tokenizer; torch engine)")
     add_engine_options(p, engine_registry().engine_help(), engine_registry().quantize_help(),
                        "compute type (default float32)")
-    p.add_argument("--num-beams", type=positive_int, default=None,
-                   help="beam size; 1 = greedy; default: the model's generation_config.json (what `encdec train` "
-                        "saved from the recipe's generation.num_beams; 1 if unset), as `encdec serve` uses")
+    add_option_flags(p, "decoding")
     p.add_argument("--batch-size", type=positive_int, default=32, help="sentences per batch (default 32)")
-    p.add_argument("--max-new-tokens", type=positive_int, default=None,
-                   help="longest output; default: the model's generation_config.json, else 2 x source + 10")
-    p.add_argument("--length-penalty", type=float, default=None, help=LENGTH_PENALTY_HELP)
     p.add_argument("--overwrite", action="store_true")
 
 
@@ -234,7 +247,7 @@ def add_training_commands(commands: argparse._SubParsersAction) -> None:
                                             "translates the training sources, the student trains on them")
     p.add_argument("config", help="distillation recipe (YAML), e.g. configs/distill-multi30k-transformer-small.yaml")
     p.add_argument("overrides", nargs=argparse.REMAINDER,
-                   help="--key value pairs, e.g. --teacher.num_beams 4 --output_dir runs/other")
+                   help="--key value pairs, e.g. --teacher.batch_size 64 --output_dir runs/other")
     add_threads_option(p)
     p.set_defaults(func=cmd_distill)
     p = commands.add_parser("average", help="average the weights of checkpoints of one run into a model folder")
@@ -276,25 +289,7 @@ def add_inference_commands(commands: argparse._SubParsersAction) -> None:
     add_decoding_options(p)
     p.add_argument("--input", default=None, help="input file (default: stdin)")
     p.add_argument("--output", default=None, help="output file (default: stdout)")
-    p.add_argument("--n-best", type=int, default=None,
-                   help="up to K hypotheses per input, as lines `ID ||| HYPOTHESIS` (ID: the 0-based input line; "
-                        "Moses n-best format), ordered by log P(hypothesis | input) (the SCORE), best first, each text "
-                        "once; it needs K beams: without --num-beams, a model that decodes with fewer by default is "
-                        "decoded with K. Fewer than K lines: the beams held fewer distinct texts (raise --num-beams)")
-    p.add_argument("--keep-duplicates", action="store_true",
-                   help="with --n-best: keep hypotheses whose text an earlier one already has (different token "
-                        "sequences that decode to the same text); by default each text is listed once")
-    p.add_argument("--scores", action="store_true",
-                   help="add ` ||| SCORE` to each line: log P(hypothesis | input), natural log, </s> included")
-    p.add_argument("--alignments", action="store_true",
-                   help="add ` ||| i-j ...` to each line: word alignments in Pharaoh format (source word i, output "
-                        "word j, 0-based) from the attention (torch engine)")
-    p.add_argument("--alignment-layer", default=None,
-                   help="Transformer decoder layer for --alignments (0-based, negative from the top, or `mean` for "
-                        "all); default: the layer `encdec align --gold-file ... --record` chose, else the "
-                        "penultimate")
-    p.add_argument("--alignment-head", type=int, default=None,
-                   help="one head of that layer for --alignments; default: the mean of its heads")
+    add_option_flags(p, "translate")
     p.add_argument("--split-sentences", nargs="?", const="", default=None, metavar="LANG",
                    help="translate each line sentence by sentence and put it back together (a sentence over the "
                         "model's length is cut, with a warning); LANG: the source language's rules (default: the "

@@ -5,8 +5,8 @@
 //   await encdec.translate(["Ein Mann."], {numBeams: 5, maxNewTokens: 64});   // ["A man."]
 //
 // translate(lines, options) returns a Promise of one translation per line (a blank line gives ""); options:
-// numBeams (default: the model's generation_config.json; 1 is greedy search) and maxNewTokens (default: the model's,
-// else 2 x source + 10). It rejects an over-long line or a bad option with an Error that says which. The model
+// numBeams (default: the model's generation_config.json; 1 is greedy search), maxNewTokens (default: the model's,
+// else from the source's length) and noRepeatNgramSize (default: the model's; 0 is off). It rejects an over-long line or a bad option with an Error that says which. The model
 // runs in a Web Worker (encdec-worker.js) with ONNX Runtime Web, so the page stays responsive; requests run one
 // after the other. The site's files are found beside this script: model/, encdec-worker.js, ort-wasm.wasm.gz.
 (() => {
@@ -47,7 +47,8 @@
     async translate(lines, options = {}) {
       checkLines(lines);
       await ready;
-      return call("translate", { lines, options: { numBeams: options.numBeams, maxNewTokens: options.maxNewTokens } });
+      const { numBeams, maxNewTokens, noRepeatNgramSize } = options;
+      return call("translate", { lines, options: { numBeams, maxNewTokens, noRepeatNgramSize } });
     },
     /** A Promise of each line's source ids (</s> included), as the model reads them; an over-long line rejects. */
     async encode(lines) {

@@ -4,7 +4,9 @@
 // source at a time: at each step the 2K best continuations of the K beams by summed log-probability, the best K
 // not ending in </s> run on, those of the top K that end in </s> (or reach the budget) join the finished
 // hypotheses, scored log p / (new tokens) ** length_penalty, and the search ends as its early-stopping rule says.
-// No logits processor runs: `encdec export --format web` refuses a generation config that would need one.
+// One logits processor runs, no_repeat_ngram_size (transformers' NoRepeatNGramLogitsProcessor: a token that would
+// complete an n-gram the sequence already holds, its start token included, is never chosen); `encdec export
+// --format web` refuses a generation config that would need any other.
 
 const NEG = -1.0e9;  // transformers' "never chosen" score
 const f32 = Math.fround;  // scores are accumulated in float32, as torch does
@@ -18,6 +20,17 @@ function logSoftmax(logits, b, vocab) {
   for (const x of row) sum += Math.exp(x - max);
   const shift = max + Math.log(sum);
   return Float32Array.from(row, (x) => x - shift);
+}
+
+/** The tokens that would repeat an n-gram of `seq` (start token included) if they came next; none for n < 1. */
+export function bannedTokens(seq, n) {
+  const banned = new Set();
+  if (!(n >= 1) || seq.length + 1 < n) return banned;
+  const prefix = seq.slice(seq.length - n + 1).join(",");
+  for (let i = 0; i + n <= seq.length; i++) {
+    if (seq.slice(i, i + n - 1).join(",") === prefix) banned.add(seq[i + n - 1]);
+  }
+  return banned;
 }
 
 /** Indices of the `k` largest `scores`, best first; a tie keeps the lower index first. */
@@ -36,9 +49,10 @@ function topK(scores, k) {
 /**
  * Greedy search over a batch: each row runs until </s> or its own budget.
  * @param runner a Seq2SeqRunner  @param sources each source's ids  @param budgets each source's max new tokens
+ * @param noRepeatNgramSize no n-gram of this many tokens twice (0: off)
  * @returns each source's output ids, </s> kept when reached
  */
-export async function greedy(runner, sources, budgets, { start, eos }) {
+export async function greedy(runner, sources, budgets, { start, eos, noRepeatNgramSize = 0 }) {
   let { memory, state } = await runner.encode(sources);
   let live = sources.map((_, i) => i);  // the sources still decoding, in the order of the rows
   const outputs = sources.map(() => []);
@@ -49,8 +63,11 @@ export async function greedy(runner, sources, budgets, { start, eos }) {
     tokens = [];
     live.forEach((source, row) => {
       const logits = step.logits.subarray(row * step.vocab, (row + 1) * step.vocab);
-      let next = 0;
-      for (let v = 1; v < step.vocab; v++) if (logits[v] > logits[next]) next = v;
+      const banned = bannedTokens([start, ...outputs[source]], noRepeatNgramSize);
+      let next = -1;
+      for (let v = 0; v < step.vocab; v++) {
+        if (!banned.has(v) && (next < 0 || logits[v] > logits[next])) next = v;
+      }
       outputs[source].push(next);
       if (next !== eos && outputs[source].length < budgets[source]) {
         keep.push(row);
@@ -71,10 +88,11 @@ export async function greedy(runner, sources, budgets, { start, eos }) {
 /**
  * Beam search for one source, as GenerationMixin._beam_search with batch size 1 and one </s> id.
  * @param budget max new tokens  @param lengthPenalty @param earlyStopping the generation config's (false, true or
- *   "never")
+ *   "never")  @param noRepeatNgramSize no n-gram of this many tokens twice (0: off)
  * @returns the best hypothesis' ids, </s> kept when reached
  */
-export async function beam(runner, source, budget, numBeams, { start, eos, lengthPenalty, earlyStopping }) {
+export async function beam(runner, source, budget, numBeams,
+                           { start, eos, lengthPenalty, earlyStopping, noRepeatNgramSize = 0 }) {
   const K = numBeams, keepK = 2 * K, maxLength = 1 + budget, prompt = 1;
   const encoded = await runner.encode([source]);
   const memory = runner.gather(encoded.memory, new Array(K).fill(0));
@@ -91,6 +109,7 @@ export async function beam(runner, source, budget, numBeams, { start, eos, lengt
     const total = new Float32Array(K * V);  // (K x V) summed log-probabilities
     for (let k = 0; k < K; k++) {
       const logp = logSoftmax(step.logits, k, V);
+      for (const v of bannedTokens(running[k], noRepeatNgramSize)) logp[v] = -Infinity;
       for (let v = 0; v < V; v++) total[k * V + v] = f32(logp[v] + runningScores[k]);
     }
     const candidates = topK(total, keepK).map((i) => {

@@ -1,16 +1,18 @@
-// A site's model, as `encdec translate` runs a model folder: the tokenizer, the ONNX runner and the generation
-// defaults of generation_config.json, with encdec's budget and length rules (inference/decoding.py):
+// A site's model, as `encdec translate` runs a model folder: the tokenizer, the ONNX runner, and the decoding rules
+// the export wrote in encdec_decoding.json (src/encdec/ship/web_export.py: the model's defaults as encdec resolves
+// them, inference/options.py), which this file reads and restates none of:
 // - a blank line translates to "" without running the model;
 // - a source longer than the model takes (min(tokenizer model_max_length, max_position_embeddings) tokens, </s>
 //   included) is refused, naming its line;
-// - the budget of new tokens: maxNewTokens if asked, else generation_config's max_new_tokens, else 2 x source + 10
-//   within max_position_embeddings - 1 (each source its own, as `encdec translate --batch-size 1` has it);
-// - numBeams: as asked, else generation_config's num_beams; 1 is greedy search, more is beam search.
+// - the budget of new tokens: maxNewTokens if asked, else the model's default, else the rules' `budget` (per source
+//   token, plus extra) within max_position_embeddings - 1 (each source its own, as `encdec translate --batch-size 1`);
+// - numBeams: as asked, else the model's default, up to the rules' max_beams; 1 is greedy search, more is beam
+//   search with the model's length penalty and early stopping;
+// - noRepeatNgramSize: as asked, else the model's default, within the rules' bounds; 0 is off.
 import { SubwordTokenizer } from "./tokenizer.js";
 import { Seq2SeqRunner } from "./runner.js";
 import { beam, greedy, untilEos } from "./search.js";
 
-export const MAX_BEAMS = 16;
 // sources per greedy batch: padding never changes a source's output in float32; int8 graphs quantize their
 // activations with one scale per tensor (ONNX Runtime's dynamic quantization), so a source's batch-mates would change
 // its output: int8 decodes one source at a time, as `encdec translate --batch-size 1`
@@ -32,15 +34,15 @@ export class Translator {
   /** The model of the export folder at `base` (a URL ending in "/"). */
   static async load(ort, base) {
     const read = (name) => fetchJson(new URL(name, base));
-    const [manifest, config, generation, tokenizerJson, tokenizerConfig] = await Promise.all(
-      ["encdec_onnx.json", "config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"]
+    const [manifest, config, rules, tokenizerJson, tokenizerConfig] = await Promise.all(
+      ["encdec_onnx.json", "config.json", "encdec_decoding.json", "tokenizer.json", "tokenizer_config.json"]
         .map(read));
     const runner = await Seq2SeqRunner.load(ort, base, manifest, fetchBytes);
-    return new Translator(runner, new SubwordTokenizer(tokenizerJson, tokenizerConfig), config, generation);
+    return new Translator(runner, new SubwordTokenizer(tokenizerJson, tokenizerConfig), config, rules);
   }
 
-  constructor(runner, tokenizer, config, generation) {
-    Object.assign(this, { runner, tokenizer, config, generation });
+  constructor(runner, tokenizer, config, rules) {
+    Object.assign(this, { runner, tokenizer, config, rules, defaults: rules.defaults });
     const manifest = runner.manifest;
     this.positions = config.max_position_embeddings ?? Infinity;
     this.maxSourceTokens = manifest.max_source_tokens
@@ -51,8 +53,8 @@ export class Translator {
   /** What the page shows and checks against. */
   info() {
     const manifest = this.runner.manifest;
-    return { family: manifest.family, weights: manifest.weights, numBeams: this.generation.num_beams ?? 1,
-             maxBeams: MAX_BEAMS, maxSourceTokens: this.maxSourceTokens,
+    return { family: manifest.family, weights: manifest.weights, numBeams: this.defaults.num_beams,
+             maxBeams: this.rules.max_beams, maxSourceTokens: this.maxSourceTokens,
              maxNewTokens: Number.isFinite(this.positions) ? this.positions - 1 : null };
   }
 
@@ -70,26 +72,32 @@ export class Translator {
   }
 
   /** The options asked, checked, with the model's defaults filled in. */
-  options({ numBeams, maxNewTokens } = {}) {
-    const beams = numBeams ?? this.generation.num_beams ?? 1;
-    if (!Number.isInteger(beams) || beams < 1 || beams > MAX_BEAMS) {
-      throw new RangeError(`numBeams must be a whole number from 1 to ${MAX_BEAMS}, got ${numBeams}.`);
+  options({ numBeams, maxNewTokens, noRepeatNgramSize } = {}) {
+    const beams = numBeams ?? this.defaults.num_beams, maxBeams = this.rules.max_beams;
+    if (!Number.isInteger(beams) || beams < 1 || beams > maxBeams) {
+      throw new RangeError(`numBeams must be a whole number from 1 to ${maxBeams}, got ${numBeams}.`);
     }
     const limit = this.info().maxNewTokens;
-    const budget = maxNewTokens ?? this.generation.max_new_tokens ?? null;
+    const budget = maxNewTokens ?? this.defaults.max_new_tokens;
     if (budget !== null && (!Number.isInteger(budget) || budget < 1 || (limit !== null && budget > limit))) {
       throw new RangeError(`maxNewTokens must be a whole number from 1 to ${limit ?? "any"}, got ${maxNewTokens}.`);
     }
-    return { numBeams: beams, maxNewTokens: budget };
+    const ngram = noRepeatNgramSize ?? this.defaults.no_repeat_ngram_size;
+    const [low, high] = this.rules.bounds.no_repeat_ngram_size;
+    if (!Number.isInteger(ngram) || ngram < low || ngram > high) {
+      throw new RangeError(`noRepeatNgramSize must be a whole number from ${low} to ${high}, got ${noRepeatNgramSize}.`);
+    }
+    return { numBeams: beams, maxNewTokens: budget, noRepeatNgramSize: ngram };
   }
 
   budget(sourceLength, maxNewTokens) {
-    return maxNewTokens ?? Math.min(2 * sourceLength + 10, this.positions - 1);
+    const { per_source_token: perToken, extra } = this.rules.budget;
+    return maxNewTokens ?? Math.min(perToken * sourceLength + extra, this.positions - 1);
   }
 
   /** The translations of `lines`, in order (see the module comment). */
   async translate(lines, asked) {
-    const { numBeams, maxNewTokens } = this.options(asked);
+    const { numBeams, maxNewTokens, noRepeatNgramSize } = this.options(asked);
     const sources = this.encode(lines);
     const outputs = sources.map(() => []);
     const todo = sources.map((ids, i) => i).filter((i) => sources[i].length > 0);
@@ -99,12 +107,12 @@ export class Translator {
       for (let at = 0; at < todo.length; at += size) {
         const batch = todo.slice(at, at + size);
         const found = await greedy(this.runner, batch.map((i) => sources[i]), batch.map((i) => budgets[i]),
-                                   this.tokens);
+                                   { ...this.tokens, noRepeatNgramSize });
         batch.forEach((i, k) => { outputs[i] = found[k]; });
       }
     } else {
-      const settings = { ...this.tokens, lengthPenalty: this.generation.length_penalty ?? 1.0,
-                         earlyStopping: this.generation.early_stopping ?? false };
+      const settings = { ...this.tokens, lengthPenalty: this.defaults.length_penalty,
+                         earlyStopping: this.defaults.early_stopping, noRepeatNgramSize };
       for (const i of todo) outputs[i] = await beam(this.runner, sources[i], budgets[i], numBeams, settings);
     }
     return outputs.map((ids) => (ids.length ? this.tokenizer.decode(untilEos(ids, this.tokens.eos)) : ""));

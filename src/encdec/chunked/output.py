@@ -22,7 +22,7 @@ def file_identity(path: str | os.PathLike) -> dict[str, Any]:
 
 
 def difference(old: Any, new: Any, where: str = "") -> str | None:
-    """The first place two run records differ, in words (``the option num_beams: 5 before, 1 now``), or None."""
+    """The first place two run records differ, in words (``the option batch_size: 32 before, 8 now``), or None."""
     if isinstance(old, dict) and isinstance(new, dict):
         for key in sorted(set(old) | set(new)):
             found = difference(old.get(key), new.get(key), f"{where} {key}".strip())

@@ -64,92 +64,64 @@ def load_pipeline(model_dir: str | os.PathLike, device: int | str | torch.device
     return Seq2SeqGenerationPipeline(model=model, tokenizer=tokenizer, device=device, task=PIPELINE_TASK)
 
 
-def default_beams(model: PreTrainedModel | Engine) -> int:
-    """The beam size a model (or engine) decodes with when none is asked: its ``generation_config.num_beams`` (what
-    ``encdec train`` saved from the recipe's ``generation.num_beams``), else 1 (greedy)."""
-    return resolve_options(model.generation_config).num_beams
-
-
-def effective_length_penalty(model: PreTrainedModel, length_penalty: float | None) -> float:
-    """The length penalty beam search uses: the given one, else the model's generation config's, else 1.0."""
-    if length_penalty is not None:
-        return length_penalty
-    configured = model.generation_config.length_penalty
-    return 1.0 if configured is None else configured
-
-
 def translate(model: PreTrainedModel | Engine, tokenizer: PreTrainedTokenizerBase, sources: list[str],
-              num_beams: int | None = None, batch_size: int = 32, max_new_tokens: int | None = None,
-              length_penalty: float | None = None, truncate: bool = False, show_progress: bool = False,
-              **generate_kwargs: Any) -> list[str]:
+              batch_size: int = 32, truncate: bool = False, show_progress: bool = False,
+              **options: Any) -> list[str]:
     """Translate ``sources`` and return the detokenised outputs in input order.
 
     ``model`` is a model (its ``generate()``) or an engine from ``load_engine``: every engine gets the same source
     ids and batches. Sentences are batched longest first (less padding, and an out-of-memory error shows at once)
     and put back in their input order (``encdec.inference.decoding``, which every command and the server decode with).
 
-    :param num_beams: ``None`` keeps the model's generation config
-    :param max_new_tokens: ``None`` takes the model's ``generation_config.max_new_tokens`` if set, else
-        2 x the longest source of the batch + 10 (see ``auto_max_new_tokens``)
-    :param length_penalty: exponent of the beam-score length normalisation; ``None`` keeps the model's
+    :param options: the decoding options declared in ``encdec.inference.options.DecodeRequest`` (the beam size, the
+        budget, the length penalty, ...; ``None`` or left out: the model's generation config; the budget: else 2 x
+        the longest source of the batch + 10, see ``auto_max_new_tokens``), and any other ``generate()`` option
+        (sampling and its settings, ...), which ``generate()`` checks
     :param truncate: cut sources to ``max_source_length`` tokens; otherwise an over-long source reaches the model,
         whose error names the limit (learned positions) or which reads it whole
-    :param generate_kwargs: more ``generate`` options (``do_sample``, ``top_k``, ...)
     """
-    hypotheses = translate_n_best(model, tokenizer, sources, 1, num_beams=num_beams, batch_size=batch_size,
-                                  max_new_tokens=max_new_tokens, length_penalty=length_penalty, truncate=truncate,
-                                  show_progress=show_progress, **generate_kwargs)
+    hypotheses = translate_n_best(model, tokenizer, sources, 1, batch_size=batch_size, truncate=truncate,
+                                  show_progress=show_progress, **options)
     return [best for best, in hypotheses]
 
 
 def translate_n_best(model: PreTrainedModel | Engine, tokenizer: PreTrainedTokenizerBase, sources: list[str],
-                     n_best: int, num_beams: int | None = None, batch_size: int = 32,
-                     max_new_tokens: int | None = None, length_penalty: float | None = None, truncate: bool = False,
-                     show_progress: bool = False, **generate_kwargs: Any) -> list[list[str]]:
+                     n_best: int, batch_size: int = 32, truncate: bool = False, show_progress: bool = False,
+                     **options: Any) -> list[list[str]]:
     """The ``n_best`` best translations of each source, best first, as beam search returns them
-    (``num_return_sequences`` of ``generate()``, ``num_hypotheses`` of CTranslate2); beam search needs
-    ``num_beams >= n_best``. Options as ``translate``'s."""
+    (``num_return_sequences`` of ``generate()``, ``num_hypotheses`` of CTranslate2); beam search needs as many beams
+    (a narrower default beam is widened, ``inference.options.resolve``). Options as ``translate``'s."""
     return [[hypothesis.text for hypothesis in hypotheses] for hypotheses in _decode(
-        model, tokenizer, sources, dict(n_best=n_best, num_beams=num_beams, max_new_tokens=max_new_tokens,
-                                        length_penalty=length_penalty, **generate_kwargs),
-        batch_size, truncate, show_progress)[1]]
+        model, tokenizer, sources, dict(options, n_best=n_best), batch_size, truncate, show_progress)[1]]
 
 
 def translate_n_best_ids(model: PreTrainedModel | Engine, tokenizer: PreTrainedTokenizerBase, sources: list[str],
-                         n_best: int, num_beams: int | None = None, batch_size: int = 32,
-                         max_new_tokens: int | None = None, length_penalty: float | None = None,
-                         truncate: bool = False, show_progress: bool = False, **generate_kwargs: Any
-                         ) -> tuple[list[list[int]], list[list[list[int]]]]:
+                         n_best: int, batch_size: int = 32, truncate: bool = False, show_progress: bool = False,
+                         **options: Any) -> tuple[list[list[int]], list[list[list[int]]]]:
     """``translate_n_best`` in token ids: each source's ids (as the model read them) and the ids of its ``n_best``
     outputs (``output_ids``: no start token, ``</s>`` kept)."""
-    source_ids, found = _decode(model, tokenizer, sources, dict(
-        n_best=n_best, num_beams=num_beams, max_new_tokens=max_new_tokens, length_penalty=length_penalty,
-        **generate_kwargs), batch_size, truncate, show_progress)
+    source_ids, found = _decode(model, tokenizer, sources, dict(options, n_best=n_best), batch_size, truncate,
+                                show_progress)
     return source_ids, [[hypothesis.ids for hypothesis in hypotheses] for hypotheses in found]
 
 
 def translate_detailed(model: PreTrainedModel | Engine, tokenizer: PreTrainedTokenizerBase, sources: list[str],
-                       n_best: int = 1, scores: bool = False, alignments: bool = False,
-                       alignment_layer: int | str | None = None, alignment_head: int | None = None,
-                       keep_duplicates: bool = False, batch_size: int = 32, truncate: bool = False,
-                       show_progress: bool = False, **options: Any) -> list[list[Hypothesis]]:
-    """The ``n_best`` translations of each source, each with its score (``scores``: one teacher-forced pass over
-    that pair alone, the same log-probability ``encdec serve`` answers) and its word alignment (``alignments``:
-    ``encdec.inference.alignment``: decoder layer ``alignment_layer``, by default the one the model folder's
-    ``alignment.json`` records, else the penultimate, averaged over its heads unless ``alignment_head`` names one).
-    ``options`` are ``translate``'s.
+                       n_best: int = 1, batch_size: int = 32, truncate: bool = False, show_progress: bool = False,
+                       **options: Any) -> list[list[Hypothesis]]:
+    """The ``n_best`` translations of each source, each with its score (``scores``: one teacher-forced
+    pass over that pair alone, the same log-probability ``encdec serve`` answers) and its word alignment
+    (``alignments``: ``encdec.inference.alignment``: by default the decoder layer the model folder's
+    ``alignment.json`` records, else the penultimate, averaged over its heads; the options declared in
+    ``inference.options`` choose others). Other ``options`` are ``translate``'s.
 
     With ``n_best`` 1 the one hypothesis is ``translate``'s. With more, beam search returns all its beams (sampling:
     ``n_best`` samples), which are ordered by that score, log P(hypothesis | source), best first (beam search chose
     them by its length-normalised score, so the order can differ from the beams'; ties keep the beams' order), after
-    dropping each text met before (two token sequences can decode to the same text) unless ``keep_duplicates``; the
+    dropping each text met before (two token sequences can decode to the same text) unless asked to keep them; the
     ``n_best`` first are kept. A list is shorter than ``n_best`` when the beams held fewer distinct texts: more beams
-    (``num_beams``) give more candidates."""
-    return _decode(model, tokenizer, sources, dict(n_best=n_best, ranked=True, keep_duplicates=keep_duplicates,
-                                                   scores=scores, alignments=alignments,
-                                                   alignment_layer=alignment_layer, alignment_head=alignment_head,
-                                                   **options),
-                   batch_size, truncate, show_progress)[1]
+    give more candidates."""
+    return _decode(model, tokenizer, sources, dict(options, n_best=n_best, ranked=True), batch_size, truncate,
+                   show_progress)[1]
 
 
 def _decode(model: PreTrainedModel | Engine, tokenizer: PreTrainedTokenizerBase, sources: list[str],
@@ -223,7 +195,7 @@ def open_engine(model_dir_or_pipeline: str | os.PathLike | Sequence[str | os.Pat
     return load_engine(model_dir_or_pipeline, engine, quantize=quantize, dtype=dtype, device=device)
 
 
-__all__ = ["CHUNK_SIZE", "Engine", "Hypothesis", "auto_max_new_tokens", "default_beams", "effective_length_penalty",
+__all__ = ["CHUNK_SIZE", "Engine", "Hypothesis", "auto_max_new_tokens",
            "iter_translated_lines", "load_engine", "load_ensemble", "load_model_and_tokenizer", "load_pipeline",
            "max_source_length", "open_engine", "translate", "translate_chunk", "translate_chunk_detailed",
            "translate_detailed", "translate_lines", "translate_n_best", "translate_n_best_ids"]

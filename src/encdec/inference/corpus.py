@@ -45,9 +45,9 @@ class TranslationOutput:
         return self.n_best is not None or self.scores or self.alignments
 
     def options(self, generation_config: Any, **decoding: Any) -> DecodeOptions:
-        """The decoding options of ``encdec translate``: ``decoding`` (``translate``'s ``num_beams``,
-        ``length_penalty``, ``max_new_tokens``, ...) and this output's n-best list (ranked by log P), scores and
-        alignments, resolved against the model's generation config (``decoding.resolve_options``)."""
+        """The decoding options of ``encdec translate``: ``decoding`` (``translate``'s, ``inference.options``) and
+        this output's n-best list (ranked by log P), scores and alignments, resolved against the model's generation
+        config (``decoding.resolve_options``)."""
         return resolve_options(generation_config, n_best=self.n_best, ranked=True, keep_duplicates=self.keep_duplicates,
                                scores=self.scores, alignments=self.alignments, alignment_layer=self.alignment_layer,
                                alignment_head=self.alignment_head, **decoding)
@@ -80,7 +80,7 @@ def translate_file(models: list[str], input_path: str | None, output_path: str |
                    dtype: str | None = None, stdin: Any = None, stdout: Any = None, **options: Any) -> int:
     """``encdec translate``: the lines of ``input_path`` (or ``stdin``) translated into ``output_path`` (or
     ``stdout``), streamed, resumable and shared out over the processes of a launch (see the module docstring).
-    ``models``: one model folder, or several (an ensemble); ``options``: ``translate``'s (``num_beams``,
+    ``models``: one model folder, or several (an ensemble); ``options``: ``translate``'s (the decoding options,
     ``batch_size``, ...). Returns the number of input lines (0: the input was empty, and so is the output)."""
     shard, form = Shard(), form or TranslationOutput()
     if input_path is None and (shard.world > 1 or resume):

@@ -3,10 +3,11 @@ a batch of sources into their hypotheses.
 
 ``encdec translate`` (and corpus translation, ``distill``'s teacher and ``evaluate``), ``encdec serve``'s native API
 and its LibreTranslate API each turn what they were asked (flags, JSON fields, a recipe) into a ``DecodeOptions`` with
-``resolve_options``, as ``generate()`` resolves its ``GenerationConfig`` once: the model's generation config fills
-what was not asked, and every check (beam size, n-best within the beam, length penalty, token budget, a server's
-limits) is made there, raising an ``OptionError`` that names the option. ``decode_batch`` then runs an engine
-(``encdec.inference.engines``) over a batch of source ids with those options and returns, per source, its hypotheses:
+``resolve_options`` (``encdec.inference.options``), as ``generate()`` resolves its ``GenerationConfig`` once: the
+model's generation config fills what was not asked, and every rule and check (beam size, n-best within the beam,
+length penalty, token budget, a server's limits) is made there, raising an ``OptionError`` that names the option.
+``decode_batch`` then runs an engine (``encdec.inference.engines``) over a batch of source ids with those options and
+returns, per source, its hypotheses:
 
 - their ids and text, the ``</s>`` kept in the ids;
 - with ``scores``, log P(hypothesis | source), from one teacher-forced pass over that pair alone (not the padded
@@ -21,15 +22,13 @@ search decides each token from the tokens before it only, so one greedy batch ru
 output is cut to its own; beam search ends differently at another budget, so sources of other budgets are decoded
 in separate ``generate`` calls.
 
-A new decoding option is a field of ``DecodeOptions``, its default and check in ``resolve_options`` (and, if
-``generate()`` takes it, in ``DecodeOptions.settings``), and the front ends that offer it: a flag in
-``encdec_cli/parser.py``, a field in ``server.request_schema``.
+What a caller may ask, and the rules that resolve it, are declared once in ``encdec.inference.options``: a new
+decoding option is a field there, and every front end offers it from that declaration.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -49,143 +48,24 @@ from .alignment import (
     word_links,
 )
 from .engines import Engine, as_engine, engines_that
-
-# length_penalty: beam search divides a hypothesis' log-probability by length ** length_penalty (HF generate). Values
-# in use lie within about -2..2; +-10 already makes the length all that counts, and stays finite for any length a
-# server accepts (1024 ** 10 ~ 1e30), where 1e308 overflows.
-LENGTH_PENALTY_RANGE = (-10.0, 10.0)
+from .options import LENGTH_PENALTY_RANGE, DecodeLimits, DecodeOptions, auto_max_new_tokens, resolve
 
 
-@dataclass(frozen=True)
-class DecodeLimits:
-    """What a server lets a request ask (``serve.ServeLimits.decoding``); None: no limit."""
-
-    max_beams: int | None = None
-    max_new_tokens: int | None = None
-    length_penalty: tuple[float, float] | None = LENGTH_PENALTY_RANGE
-
-
-@dataclass(frozen=True)
-class DecodeOptions:
-    """How to decode, resolved against a model's generation config (``resolve_options``); equal requests give equal
-    options, whichever front end they came through."""
-
-    num_beams: int = 1
-    length_penalty: float | None = None  # None for one beam (greedy search or sampling), which has no use for it
-    n_best: int = 1  # hypotheses per source
-    max_new_tokens: int | None = None  # None: from each source's length (``auto_max_new_tokens``)
-    do_sample: bool = False
-    generate_kwargs: tuple[tuple[str, Any], ...] = ()  # more generate() options (top_k, temperature, ...), sorted
-    ranked: bool = False  # n-best: all beams ordered by log P, each text once unless keep_duplicates (n_best > 1)
-    keep_duplicates: bool = False  # (ranked only)
-    scores: bool = False  # each hypothesis' log P(hypothesis | source)
-    alignments: bool = False  # each hypothesis' attention and word links (torch engine)
-    alignment_layer: int | str | None = None  # the alignment's layer; None: the model's (``alignment.default_layer``)
-    alignment_head: int | None = None  # the alignment's head; None: the mean of the layer's heads
-
-    @property
-    def greedy(self) -> bool:
-        return self.num_beams == 1 and not self.do_sample
-
-    @property
-    def candidates(self) -> int:
-        """How many outputs ``generate()`` returns per source: every beam for a ranked n-best list, else ``n_best``."""
-        return self.num_beams if self.ranked and not self.do_sample else self.n_best
-
-    @property
-    def search(self) -> tuple:
-        """What ``generate()`` runs with: sources whose options share it (and, beyond greedy search, their budget)
-        decode in one batch."""
-        return self.num_beams, self.length_penalty, self.candidates, self.do_sample, self.generate_kwargs
-
-    def settings(self) -> dict[str, Any]:
-        """The ``generate()`` keyword arguments (engines take them: ``encdec.inference.engines``), the budget apart."""
-        settings = {"do_sample": self.do_sample, **dict(self.generate_kwargs), "num_beams": self.num_beams}
-        if self.length_penalty is not None:
-            settings["length_penalty"] = self.length_penalty
-        if self.candidates > 1:
-            settings["num_return_sequences"] = self.candidates
-        return settings
-
-    def budget(self, source_length: int, config: Any, limit: int | None = None) -> int:
-        """The most tokens to generate for a source of ``source_length`` tokens (``</s>`` included), within
-        ``limit``."""
-        budget = self.max_new_tokens or auto_max_new_tokens(source_length, config)
-        return budget if limit is None else min(budget, limit)
+def resolve_options(generation_config: Any = None, *, limits: DecodeLimits | None = None, model_config: Any = None,
+                    ranked: bool = False, **asked: Any) -> DecodeOptions:
+    """``options.resolve`` (every rule and check of what was asked, the model's ``generation_config`` filling the
+    rest), and with ``model_config`` the alignment's layer and head checked against the model's
+    (``alignment.check_alignment_choice``)."""
+    options = resolve(generation_config, limits=limits, ranked=ranked, **asked)
+    if options.alignments and model_config is not None:
+        check_alignment_choice(model_config, options.alignment_layer, options.alignment_head)
+    return options
 
 
-def resolve_options(generation_config: Any = None, *, num_beams: int | None = None, n_best: int | None = None,
-                    length_penalty: float | None = None, max_new_tokens: int | None = None, ranked: bool = False,
-                    keep_duplicates: bool = False, scores: bool = False, alignments: bool = False,
-                    alignment_layer: int | str | None = None, alignment_head: int | None = None,
-                    limits: DecodeLimits | None = None, model_config: Any = None,
-                    **generate_kwargs: Any) -> DecodeOptions:
-    """What was asked, the model's ``generation_config`` filling the rest (``num_beams``, ``length_penalty``,
-    ``max_new_tokens``; None asks nothing), checked once: an ``OptionError`` names the option at fault.
-
-    ``limits`` (a server's) bound the beam size (the model's default included) and the budget asked, and the length
-    penalty to ``LENGTH_PENALTY_RANGE``. ``n_best`` may exceed the beam size only when sampling (``do_sample``).
-    ``generate_kwargs``: more ``generate()`` options (``do_sample``, ``top_k``, ...). With ``model_config``, the
-    alignment's layer and head are checked against the model's (``alignment.check_alignment_choice``)."""
-    default_beams = getattr(generation_config, "num_beams", None) or 1
-    configured_penalty = getattr(generation_config, "length_penalty", None)
-    do_sample = bool(generate_kwargs.pop("do_sample", False))
-    if "num_return_sequences" in generate_kwargs:
-        raise OptionError("num_return_sequences", "is not an option: `translate` gives one translation per source; "
-                                                  "for several, call `translate_n_best` with {n_best}.")
-    beams = default_beams if num_beams is None else num_beams
-    check_beams_and_budget(beams, max_new_tokens, limits)
-    if length_penalty is not None:
-        low, high = limits.length_penalty if limits is not None and limits.length_penalty else (-math.inf, math.inf)
-        if not (math.isfinite(length_penalty) and low <= length_penalty <= high):
-            within = f" from {low:g} to {high:g}" if math.isfinite(low) else ""
-            raise OptionError("length_penalty", f"must be a finite number{within}, got {length_penalty}.")
-    n_best = 1 if n_best is None else n_best
-    if n_best < 1 or (n_best > beams and not do_sample):
-        raise OptionError("n_best", f"must be between 1 and the beam size ({beams}), got {n_best}; raise "
-                                    "{num_beams}.")
-    penalty = None if beams == 1 else (length_penalty if length_penalty is not None else
-                                       1.0 if configured_penalty is None else configured_penalty)
-    ranked = ranked and n_best > 1
-    if alignments and model_config is not None:
-        check_alignment_choice(model_config, alignment_layer, alignment_head)
-    return DecodeOptions(
-        num_beams=beams, length_penalty=penalty, n_best=n_best,
-        max_new_tokens=max_new_tokens if max_new_tokens is not None else getattr(generation_config, "max_new_tokens",
-                                                                                 None),
-        do_sample=do_sample, generate_kwargs=tuple(sorted(generate_kwargs.items())), ranked=ranked,
-        keep_duplicates=keep_duplicates and ranked, scores=scores, alignments=alignments,
-        alignment_layer=alignment_layer if alignments else None, alignment_head=alignment_head if alignments else None)
-
-
-def check_beams_and_budget(beams: int, max_new_tokens: int | None, limits: DecodeLimits | None) -> None:
-    """The beam size and the budget asked, within ``limits`` (a server's) if any."""
-    if limits is not None and limits.max_beams is not None:
-        if not 1 <= beams <= limits.max_beams:
-            raise OptionError("num_beams", f"must be between 1 and {limits.max_beams}, got {beams}.")
-    elif beams < 1:
-        raise OptionError("num_beams", f"must be >= 1, got {beams}.")
-    if max_new_tokens is not None:
-        if limits is not None and limits.max_new_tokens is not None:
-            if not 1 <= max_new_tokens <= limits.max_new_tokens:
-                raise OptionError("max_new_tokens", f"must be between 1 and {limits.max_new_tokens}, got "
-                                                    f"{max_new_tokens}.")
-        elif max_new_tokens < 1:
-            raise OptionError("max_new_tokens", f"must be >= 1 (or None for a budget from the source length), got "
-                                                f"{max_new_tokens}.")
-
-
-def model_defaults(model_dir: str | os.PathLike) -> DecodeOptions:
-    """What a model folder (or an exported one) decodes with when nothing is asked: its ``generation_config.json``,
-    resolved. An unreadable folder raises ``OSError``."""
-    return resolve_options(GenerationConfig.from_pretrained(model_dir))
-
-
-def auto_max_new_tokens(source_length: int, config: Any) -> int:
-    """Default generation budget when none is given: 2 x source length + 10 tokens, within the model's positions."""
-    budget = 2 * source_length + 10
-    max_positions = getattr(config, "max_position_embeddings", None)
-    return min(budget, max_positions - 1) if max_positions else budget
+def model_defaults(model_dir: str | os.PathLike, **asked: Any) -> DecodeOptions:
+    """What a model folder (or an exported one) decodes with: its ``generation_config.json`` and ``asked``, resolved.
+    An unreadable folder raises ``OSError``."""
+    return resolve_options(GenerationConfig.from_pretrained(model_dir), **asked)
 
 
 def max_source_length(tokenizer: Any, config: Any) -> int:

@@ -29,10 +29,11 @@ from ..io_utils import (
 )
 from ..metrics import load_metric
 from ..processes import Shard, on_main
-from . import CHUNK_SIZE, effective_length_penalty, load_engine, load_model_and_tokenizer, max_source_length
+from . import CHUNK_SIZE, load_engine, load_model_and_tokenizer, max_source_length
 from .alignment import choose_layer, default_layer, encode_pairs, parse_pharaoh, record_layer
 from .corpus import open_output
 from .decoding import DecodeOptions, align, decode_lines, resolve_options
+from .options import DECODING, check_offered
 
 logger = logging.getLogger(__name__)
 
@@ -81,11 +82,10 @@ def check_output_file(output_file: str | os.PathLike | None, overwrite: bool,
 
 def evaluate_model(
     model_dir: str | os.PathLike | Sequence[str | os.PathLike], source_file: str | os.PathLike,
-    reference_file: str | os.PathLike,
-    num_beams: int | None = None, batch_size: int = 32, max_new_tokens: int | None = None,
+    reference_file: str | os.PathLike, batch_size: int = 32,
     output_file: str | os.PathLike | None = None, overwrite: bool = False, device: str = "cpu",
-    length_penalty: float | None = None, show_progress: bool = True,
-    engine: str = "torch", quantize: str | None = None, dtype: str | None = None, chunk_size: int = CHUNK_SIZE,
+    show_progress: bool = True, engine: str = "torch", quantize: str | None = None, dtype: str | None = None,
+    chunk_size: int = CHUNK_SIZE, **options: Any,
 ) -> dict[str, Any]:
     """Translate ``source_file`` with the model folder ``model_dir`` and score the output against
     ``reference_file``; return the scores, their sacreBLEU signatures, the decoding settings and the speed, and
@@ -94,12 +94,15 @@ def evaluate_model(
 
     Prints nothing but the progress (on stderr; the source is streamed in chunks, ``encdec.chunked``). Input
     problems raise ``InputFileError``; an existing ``output_file`` raises ``OverwriteError`` unless ``overwrite``; both
-    are checked before any translation. ``num_beams``, ``max_new_tokens`` and ``length_penalty`` left at ``None`` keep
-    the model's generation config (``max_new_tokens``: else 2 x the longest source of a batch + 10); all recorded.
+    are checked before any translation. ``options``: the decoding options every command takes
+    (those ``encdec.inference.options.DecodeRequest`` offers every front end: the beam size, the budget, ...); left
+    out or ``None``, the model's generation config (the budget: else 2 x the longest source of a batch + 10); all
+    recorded as resolved (``DecodeOptions.describe``).
     :param engine, quantize, dtype: those of ``inference.load_engine`` (recorded); ``model_dir`` is an exported
         folder for an engine that reads one, or several model folders for an ensemble (``encdec.inference.ensemble``)
     """
     models = [model_dir] if isinstance(model_dir, str | os.PathLike) else list(model_dir)
+    check_offered(options, DECODING, "evaluate_model")
     output_file = check_output_file(output_file, overwrite, [source_file, reference_file], models)
     references = read_lines(reference_file, "reference file")
     check_line_counts(source_file, references, reference_file)
@@ -107,10 +110,9 @@ def evaluate_model(
     with output_lock(shard, output_file):
         model, tokenizer = load_engine(model_dir, engine, quantize=quantize, dtype=dtype,
                                        device=shard.device if device == "cpu" else device)
-        options = resolve_options(model.generation_config, num_beams=num_beams, max_new_tokens=max_new_tokens,
-                                  length_penalty=length_penalty)
+        resolved = resolve_options(model.generation_config, **options)
         start = time.perf_counter()
-        hypotheses = translate_test_set(model, tokenizer, source_file, options, batch_size, chunk_size,
+        hypotheses = translate_test_set(model, tokenizer, source_file, resolved, batch_size, chunk_size,
                                         show_progress, shard)
         seconds = time.perf_counter() - start
         if not shard.is_main:  # several processes: the main one scores and writes
@@ -118,8 +120,7 @@ def evaluate_model(
         results = {
             **score_translations(hypotheses, references),
             "num_sentences": len(hypotheses),
-            "num_beams": options.num_beams, "batch_size": batch_size, "max_new_tokens": options.max_new_tokens,
-            "length_penalty": effective_length_penalty(model, length_penalty),
+            **resolved.describe(), "batch_size": batch_size,
             "sentences_per_second": round(len(hypotheses) / seconds, 2) if seconds > 0 else None,
             "translation_seconds": round(seconds, 3),
             "device": device, "engine": engine, "precision": model.precision,

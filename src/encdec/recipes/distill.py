@@ -47,6 +47,7 @@ from ..inference import CHUNK_SIZE
 from ..inference.corpus import TranslationOutput, translate_file
 from ..inference.engines import DEFAULT_ENGINE
 from ..inference.ensemble import check_same_tokenizer, tokenizer_difference
+from ..inference.options import TEACHER, asked_of, declared, in_words
 from ..io_utils import WriterLock, atomic_output, atomic_write_json, batched, require_file
 from ..processes import Shard, is_main_process, on_main, process_state, rank_and_world
 from ..tokenization import load_tokenizer
@@ -59,23 +60,26 @@ CORPUS_SUBDIR, STUDENT_SUBDIR = "corpus", "student"
 SCORED = "teacher.scored"  # the teacher's output: "TRANSLATION ||| LOG-PROBABILITY" a line
 
 
-@dataclass
-class TeacherSettings:
-    """The ``teacher`` section: the model(s) that translate and how they decode."""
-
-    models: list[str]  # one model folder, or several: an ensemble (the mean of their log-probabilities each step)
-    num_beams: int | None = None  # default: the first model's generation config
-    length_penalty: float | None = None  # beam search length normalisation exponent; default: the generation config
-    max_new_tokens: int | None = None  # default: the generation config's, else from the source length
-    batch_size: int = 32  # sentences per generate() call
-    engine: str = DEFAULT_ENGINE  # an engine of inference.engines (ctranslate2: a folder from `encdec export`)
-    quantize: str | None = None  # the engine's quantization (torch: dynamic int8; ctranslate2: compute type)
+class TeacherChecks:
+    """The checks of the ``teacher`` section (``TeacherSettings``)."""
 
     def __post_init__(self) -> None:
         if not self.models:
             raise EncdecError("teacher.models is empty: name one model folder, or several for an ensemble.")
         if self.batch_size < 1:
             raise EncdecError(f"teacher.batch_size must be at least 1, got {self.batch_size}.")
+
+
+# The ``teacher`` section: the model(s) that translate (one model folder, or several: an ensemble, the mean of their
+# log-probabilities each step) and how they decode: each decoding option a teacher takes (``inference.options``,
+# ``None``: the first model's generation config), the sentences per generate() call, the engine (ctranslate2: a
+# folder from `encdec export`) and its quantization (torch: dynamic int8; ctranslate2: compute type).
+TeacherSettings = dataclasses.make_dataclass("TeacherSettings", [
+    ("models", list[str]),
+    *[(item.name, item.metadata["kind"] | None, field(default=None)) for item in declared(TEACHER)],
+    ("batch_size", int, field(default=32)), ("engine", str, field(default=DEFAULT_ENGINE)),
+    ("quantize", str | None, field(default=None))], bases=(TeacherChecks,))
+TeacherSettings.__module__ = __name__
 
 
 @dataclass
@@ -105,7 +109,7 @@ class DistillConfig:
 
 
 def load_distill_config(path: str | Path, overrides: list[str] | None = None) -> DistillConfig:
-    """Read a distillation recipe, apply ``--key value`` overrides (``--teacher.num_beams 4``), check every key."""
+    """Read a distillation recipe, apply ``--key value`` overrides (``--teacher.batch_size 64``), check every key."""
     data = load_yaml(path)
     base = Path(path).resolve().parent
     teacher = data.get("teacher")
@@ -199,9 +203,7 @@ def write_sources(student: RunConfig, corpus: Path) -> dict[str, int]:
 def translate_sources(config: DistillConfig, corpus: Path, src: str) -> None:
     """Stage 2: the teacher's translation of ``original.src``, each line with its log-probability, resumable."""
     output = corpus / SCORED
-    options = {key: value for key, value in (("num_beams", config.teacher.num_beams),
-                                             ("length_penalty", config.teacher.length_penalty),
-                                             ("max_new_tokens", config.teacher.max_new_tokens)) if value is not None}
+    options = asked_of(config.teacher, TEACHER)
     resume = ChunkFile.interrupted(output)
     translate_file(config.teacher.models, str(corpus / f"original.{src}"), str(output),
                    form=TranslationOutput(scores=True), chunk_size=config.chunk_size, resume=resume,
@@ -264,9 +266,8 @@ def _per_token(tokenizer: Any, batch: list[tuple[str, tuple[str, float | None]]]
 def teacher_description(config: DistillConfig) -> str:
     """The teacher as the student's model card names it: its folder(s) and decoding."""
     t = config.teacher
-    named = (("beam", t.num_beams), ("length penalty", t.length_penalty),
-             ("engine", t.engine if t.engine != DEFAULT_ENGINE else None))
-    decoding = ", ".join(f"{name} {value}" for name, value in named if value is not None)
+    engine = [f"engine {t.engine}"] if t.engine != DEFAULT_ENGINE else []
+    decoding = ", ".join(in_words(asked_of(t, TEACHER)) + engine)
     kind = "the ensemble of " if len(t.models) > 1 else ""
     return f"{kind}{' + '.join(map(shown_path, t.models))}" + (f" ({decoding})" if decoding else "")
 

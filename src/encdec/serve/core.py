@@ -29,7 +29,6 @@ from .offload import off_loop
 from .served_models import ServedModel
 from .service import RequestError, TranslationService
 
-ONE_TRANSLATION = ("n_best", "return_scores", "return_alignments")  # what a text put together from sentences lacks
 MAX_PIECES = 1024  # sentences one request may hold (a body of 1 MB could hold 500,000)
 NO_TRANSLATION = {"script", "style"}  # HTML elements whose content is not text to translate
 FORMATS = ("text", "html")
@@ -110,8 +109,7 @@ def decode_options(service: TranslationService, alternatives: int) -> tuple[Deco
     search at least that wide (the model's beam, if wider), ordered by log P, each text once."""
     if not alternatives:
         return service.options(), None
-    return service.options(), service.options(num_beams=max(service.default_beams, alternatives + 1),
-                                              n_best=alternatives + 1, ranked=True)
+    return service.options(), service.options(n_best=alternatives + 1, ranked=True)  # the beam widened to n_best
 
 
 @dataclass(frozen=True)
@@ -202,12 +200,8 @@ async def answers(served: ServedModel, batcher: Any, request: dict[str, Any]) ->
         jobs = await off_loop(served.service.jobs, **request)
         return served.service.per_text(jobs, await decoded(batcher, jobs))
     _, texts = served.service.texts(request.pop("text"))
-    for name in ONE_TRANSLATION:
-        if request.get(name):
-            raise RequestError(name, "split_sentences gives one translation per text, put together from its "
-                                     f"sentences', without scores, alignments or n-best lists; leave out {name} or "
-                                     "split_sentences.")
-    results = await translate_parts(served, batcher, texts, Plan(decoding=request))
+    # resolve refuses, with split_sentences, n-best lists, scores and alignments
+    results = await translate_parts(served, batcher, texts, Plan(decoding={**request, "split_sentences": True}))
     return [{"text": found[0]} for found in results]
 
 

@@ -10,8 +10,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
+from ..inference.options import JSON, declared, json_name
 from .offload import MAX_JSON_DEPTH
-from .service import LENGTH_PENALTY_RANGE, ServeLimits
+from .service import ServeLimits
 
 MAX_INDEX = 256  # the schema's bound on a layer or head number; each model checks its own range
 LayerNumber = Annotated[int, Field(ge=-MAX_INDEX, le=MAX_INDEX - 1)]
@@ -94,40 +95,7 @@ def request_schema(limits: ServeLimits) -> type[BaseModel]:
         text=(str | list[str], Field(description=f"A text or a list of at most {limits.max_texts} texts, each at most "
                                                  f"{limits.max_source_tokens} source tokens.",
                                      examples=["Wednesday, 3 Mar 2021"])),
-        num_beams=(int | None, Field(None, ge=1, le=limits.max_beams,
-                                     description="Beam size; 1 is greedy search. Default: the model's.")),
-        max_new_tokens=(int | None, Field(None, ge=1, le=limits.max_new_tokens,
-                                          description="Most tokens to generate, `</s>` included. Default: the "
-                                                      "model's, else 2 x the source length + 10.")),
-        length_penalty=(float | None, Field(None, ge=LENGTH_PENALTY_RANGE[0], le=LENGTH_PENALTY_RANGE[1],
-                                            allow_inf_nan=False,
-                                            description="Beam search: the exponent of the length normalisation of "
-                                                        "hypothesis scores (score / length ** length_penalty): above "
-                                                        "0 favours longer translations, below 0 shorter ones; a finite "
-                                                        f"number from {LENGTH_PENALTY_RANGE[0]:g} to "
-                                                        f"{LENGTH_PENALTY_RANGE[1]:g}. Default: the model's.")),
-        n_best=(int | None, Field(None, ge=1, le=limits.max_beams,
-                                  description="Also return the n best translations (n <= num_beams), ordered by "
-                                              "log P, each text once (see `n_best` in the answer).")),
-        keep_duplicates=(bool, Field(False, description="With `n_best`: keep translations whose text a better one "
-                                                        "already has (different token sequences that decode to the "
-                                                        "same text), as `encdec translate --keep-duplicates`.")),
-        return_scores=(bool, Field(False, description="Add each translation's log-probability.")),
-        return_alignments=(bool, Field(False, description="Add the alignment: the source x target cross-attention "
-                                                          "matrix and its word links.")),
-        alignment_layer=(LayerNumber | Literal["mean"] | None, Field(
-            None, description="With `return_alignments`: the decoder layer of the alignment (0-based, negative from "
-                        "the top, or `mean` for all layers; the model's own range is checked). Default: the model's "
-                        "alignment layer.")),
-        alignment_head=(int | None, Field(None, ge=0, le=MAX_INDEX - 1,
-                                          description="With `return_alignments`: one head of that layer (the model's "
-                                                      "own range is checked). Default: the mean of its heads.")),
-        split_sentences=(bool, Field(False, description="Translate each text sentence by sentence (its lines cut "
-                                                       "into sentences by the source language's rules) and put it "
-                                                       "back together with its spacing and line breaks; a sentence "
-                                                       "over the source limit is cut to it instead of refused. One "
-                                                       "translation per text: not with `n_best`, `return_scores` "
-                                                       "or `return_alignments`.")),
+        **option_fields(limits),
         source=(str | None, Field(None, description="Several models served: the source language of the model to "
                                                     "use (with `target`); see `/info`.", examples=["de"])),
         target=(str | None, Field(None, description="Several models served: the target language of the model to "
@@ -135,6 +103,27 @@ def request_schema(limits: ServeLimits) -> type[BaseModel]:
         model=(str | None, Field(None, description="Several models served: the name of the model to use (its pair, "
                                                    "`de-en`, or its folder's name); instead of source and target.")),
     )
+
+
+def option_fields(limits: ServeLimits) -> dict[str, tuple[Any, Any]]:
+    """The request's decoding fields, one for each option the native API offers (``inference.options``, under its
+    JSON name): its type, default, bounds (a server's limit where it has one) and description."""
+    bounds = limits.decoding
+    fields = {}
+    for item in declared(JSON):
+        meta = item.metadata
+        high = getattr(bounds, meta["limit"]) if meta["limit"] else meta["maximum"]
+        if isinstance(high, tuple):  # a range (the length penalty's)
+            high = high[1]
+        checks = {"ge": meta["minimum"], "le": high} if meta["kind"] in (int, float) else {}
+        if meta["kind"] is float:
+            checks["allow_inf_nan"] = False
+        kind = LayerNumber | Literal["mean"] | None if meta["kind"] is str else (
+            meta["kind"] if item.default is not None else meta["kind"] | None)
+        fields[json_name(item.name)] = (kind, Field(item.default, description=meta["description"],
+                                                    **{key: value for key, value in checks.items()
+                                                       if value is not None}))
+    return fields
 
 
 def value_hints(schema: type[BaseModel]) -> dict[str, str]:

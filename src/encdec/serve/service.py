@@ -33,6 +33,7 @@ from ..inference.decoding import (
     max_source_length,
     resolve_options,
 )
+from ..inference.options import json_name, python_name
 from ..inference.sentences import fit
 from ..version import __version__
 from .offload import lone_surrogate
@@ -130,42 +131,35 @@ class TranslationService:
         self.config = engine.config
         self.limits = limits_for(limits or ServeLimits(), tokenizer, engine.config)
         self.model_dir = Path(model_dir) if model_dir is not None else None
-        generation = engine.generation_config
-        self.default_beams = resolve_options(generation).num_beams  # the one default translate and evaluate use too
-        self.default_length_penalty = 1.0 if generation.length_penalty is None else generation.length_penalty
-        self.default_budget = generation.max_new_tokens
+        self.defaults = resolve_options(engine.generation_config).describe()  # what translate and evaluate resolve
         self.has_alignments = engine.spec.alignments and getattr(self.config, "attention", "") != "none"
         self.tokenizing = threading.Lock()  # one thread at a time in the tokenizer (``offload``'s docstring says why)
 
-    def jobs(self, text: str | list[str], n_best: int | None = None, return_scores: bool = False,
-             return_alignments: bool = False, keep_duplicates: bool = False, **decoding: Any) -> list[Job]:
-        """Check one request (the fields of ``POST /translate``; ``decoding``: its ``num_beams``,
-        ``max_new_tokens``, ``length_penalty``) against the limits and turn each of its texts into a job; a
-        ``RequestError`` naming the field otherwise. With ``n_best``, each text also gets a job for its n-best list,
-        after all the translations' (``per_text`` puts them together): the list ``encdec translate --n-best``
-        prints (every beam ordered by log P, each text once unless ``keep_duplicates``), while the translation
-        stays the one asked without ``n_best``."""
-        listed = None if n_best is None else self.options(n_best=n_best, return_scores=return_scores, ranked=True,
-                                                          keep_duplicates=keep_duplicates, **decoding)
-        options = self.options(return_scores=return_scores, return_alignments=return_alignments, **decoding)
-        jobs = self.jobs_for(text, options)
+    def jobs(self, text: str | list[str], **asked: Any) -> list[Job]:
+        """Check one request (the fields of ``POST /translate``; ``asked``: its decoding options by their JSON names,
+        ``inference.options``) against the limits and turn each of its texts into a job; a ``RequestError`` naming
+        the field otherwise. With ``n_best``, each text also gets a job for its n-best list, after all the
+        translations' (``per_text`` puts them together): the list ``encdec translate --n-best`` prints (every beam
+        ordered by log P, each text once unless asked to keep duplicates), while the translation stays the one asked
+        without ``n_best``."""
+        listed = None if asked.get("n_best") is None else self.options(
+            **{**asked, "return_alignments": False}, ranked=True)
+        jobs = self.jobs_for(text, self.options(**{**asked, "n_best": None}))
         return jobs + [Job(job.source_ids, listed, job.budget, True) for job in jobs if listed is not None]
 
-    def options(self, return_scores: bool = False, return_alignments: bool = False, *, ranked: bool = False,
-                **decoding: Any) -> DecodeOptions:
-        """A request's decoding options (``decoding``: ``num_beams``, ``n_best``, ...), resolved as ``encdec
-        translate`` resolves its flags (``decoding.resolve_options``), within the limits; a ``RequestError`` naming
-        the field otherwise."""
+    def options(self, *, ranked: bool = False, **asked: Any) -> DecodeOptions:
+        """A request's decoding options (``asked``: by their JSON names), resolved as ``encdec translate`` resolves
+        its flags (``decoding.resolve_options``), within the limits; a ``RequestError`` naming the field otherwise."""
         try:
-            options = resolve_options(self.engine.generation_config, ranked=ranked, scores=return_scores,
-                                      alignments=return_alignments, limits=self.limits.decoding,
-                                      model_config=self.config, **decoding)
+            options = resolve_options(self.engine.generation_config, ranked=ranked, limits=self.limits.decoding,
+                                      model_config=self.config,
+                                      **{python_name(name): value for name, value in asked.items()})
         except OptionError as error:
-            raise RequestError(error.field, error.explain()) from None
-        if return_alignments and not self.has_alignments:
+            raise RequestError(json_name(error.field), error.explain(json_name)) from None
+        if options.alignments and not self.has_alignments:
             why = (f"the {self.engine.name} engine returns none" if not self.engine.spec.alignments
                    else "this model has no attention (attention='none')")
-            raise RequestError("return_alignments", f"alignments are not available: {why}; leave it out.")
+            raise RequestError(json_name("alignments"), f"alignments are not available: {why}; leave it out.")
         return options
 
     def jobs_for(self, text: str | list[str], options: DecodeOptions, n_best_list: bool = False,
@@ -250,8 +244,7 @@ class TranslationService:
                 "languages": card.get("languages", []), "metrics": card.get("metrics", []),
                 "engine": self.engine.name, "compute_type": self.engine.precision,
                 "alignments": self.has_alignments, "encdec_version": __version__,
-                "defaults": {"num_beams": self.default_beams, "length_penalty": self.default_length_penalty,
-                             "max_new_tokens": self.default_budget},
+                "defaults": self.defaults,
                 "limits": dict(self.limits.__dict__)}
 
     @functools.cached_property

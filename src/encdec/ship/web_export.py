@@ -11,15 +11,16 @@ The site::
     ort-wasm.wasm.gz    ONNX Runtime Web's WebAssembly binary, gzipped (the worker inflates it)
     web-runtime.json    the npm packages it was built from: versions and integrity hashes
     model/              the ONNX export: encoder_model.onnx, decoder_model_merged.onnx, encdec_onnx.json, config,
-                        generation config, tokenizer
+                        generation config, tokenizer; and encdec_decoding.json, the rules the browser decodes by
+                        (``decoding_rules``), so that the JavaScript restates none of them
 
 The JavaScript is built from the npm registry by ``make web`` (``npm ci`` on web/package-lock.json, pinned by
 version and integrity hash, then an esbuild bundle) into the package data folder ``web_runtime/``; this module
 copies it beside the model. Any static file server serves the site (``python -m http.server``), and so does
 ``encdec serve --offline-site SITE`` at ``/offline``.
 
-The browser runs no logits processor: a generation config that sets one (``no_repeat_ngram_size``,
-``repetition_penalty``, ``min_length``, ...) or samples is refused, since the site would translate differently from
+The browser runs one logits processor, ``no_repeat_ngram_size``: a generation config that sets another
+(``repetition_penalty``, ``min_length``, ...) or samples is refused, since the site would translate differently from
 ``encdec translate``.
 """
 
@@ -35,19 +36,22 @@ from transformers import GenerationConfig
 from ..backends import BACKENDS
 from ..errors import EncdecError
 from ..folders import require_model_folder
-from ..io_utils import refuse_existing, refuse_overlap, replace_folder
+from ..inference.options import AUTO_BUDGET, DECODING, declared, resolve
+from ..io_utils import atomic_write_json, refuse_existing, refuse_overlap, replace_folder
 from .onnx_export import export_onnx
 
 RUNTIME = "web_runtime"  # package data: what `make web` builds
 RUNTIME_FILES = ("index.html", "encdec.js", "encdec-worker.js", "ort-wasm.wasm.gz", "web-runtime.json")
 MODEL_FOLDER = "model"
+DECODING_RULES = "encdec_decoding.json"  # in the model folder: what the browser decodes by (``decoding_rules``)
+MAX_BEAMS = 16  # the widest beam the page and window.encdec.translate accept (one source at a time, in WebAssembly)
 QUANTIZE = BACKENDS["web"].export_quantize  # int8 (the default), float32
 # the generation settings beyond greedy and beam search (logits processors, sampling, group beam search), each with
 # the values that leave decoding as it is: unset (None, as a GenerationConfig built in code has it) or the neutral
 # value that a saved config spells out (transformers writes `do_sample: false`, `repetition_penalty: 1.0`, ...)
 NEUTRAL_GENERATION = {"do_sample": (False,), "num_beam_groups": (1,), "diversity_penalty": (0.0,),
                       "repetition_penalty": (1.0,), "encoder_repetition_penalty": (1.0,),
-                      "no_repeat_ngram_size": (0,), "encoder_no_repeat_ngram_size": (0,), "bad_words_ids": (),
+                      "encoder_no_repeat_ngram_size": (0,), "bad_words_ids": (),
                       "min_length": (0,), "min_new_tokens": (0,), "forced_bos_token_id": (),
                       "forced_eos_token_id": (), "suppress_tokens": (), "begin_suppress_tokens": (),
                       "sequence_bias": (), "exponential_decay_length_penalty": (), "renormalize_logits": (False,)}
@@ -74,6 +78,16 @@ def check_generation_config(model_dir: Path) -> None:
                           "a site.")
 
 
+def decoding_rules(model_dir: Path) -> dict:
+    """What the browser decodes by, as ``encdec translate`` resolves it (``inference.options``): the model's defaults
+    (beam size, budget, the length penalty beam search divides by, the n-gram size, early stopping), the budget of a
+    source when none is asked, the widest beam the site takes, and the declared bounds of the options."""
+    config = GenerationConfig.from_pretrained(model_dir)
+    bounds = {item.name: [item.metadata["minimum"], item.metadata["maximum"]] for item in declared(DECODING)}
+    return {"defaults": {**resolve(config).describe(), "early_stopping": config.early_stopping or False},
+            "budget": AUTO_BUDGET, "max_beams": MAX_BEAMS, "bounds": bounds}
+
+
 def export_web(model_dir: str | os.PathLike, output_dir: str | os.PathLike, quantize: str = "int8",
                overwrite: bool = False) -> Path:
     """Write the static site of the model in ``model_dir`` to ``output_dir`` (see the module docstring), beside it
@@ -93,6 +107,7 @@ def export_web(model_dir: str | os.PathLike, output_dir: str | os.PathLike, quan
 
     def write(staging: Path) -> None:
         export_onnx(model_dir, staging / MODEL_FOLDER, quantize=quantize)
+        atomic_write_json(staging / MODEL_FOLDER / DECODING_RULES, decoding_rules(model_dir))
         for name in RUNTIME_FILES:
             shutil.copyfile(runtime / name, staging / name)
 
@@ -116,4 +131,5 @@ def site_bytes(site: str | os.PathLike) -> dict[str, int]:
     return {"runtime": runtime, "model": model, "total": runtime + model}
 
 
-__all__ = ["QUANTIZE", "export_command", "export_web", "runtime_folder", "site_bytes"]
+__all__ = ["DECODING_RULES", "QUANTIZE", "decoding_rules", "export_command", "export_web", "runtime_folder",
+           "site_bytes"]

@@ -1,0 +1,345 @@
+"""What a caller may ask of decoding, declared once, and the rules that resolve it.
+
+``DecodeRequest`` declares each option a caller may ask: its name, type, default, bounds and the words each front end
+shows (``help``: the command line's; ``description``: the JSON schema's), and which front ends offer it (``fronts``).
+Every front end is derived from it, as fairseq's ``GenerationConfig`` dataclass feeds its command line and
+transformers' one ``GenerationConfig`` is validated once: ``encdec translate``'s and ``evaluate``'s flags
+(``encdec_cli.parser``), the native API's JSON schema (``serve.schema``), distillation's ``teacher`` settings
+(``recipes.distill``), ``evaluate_model``'s and the Python API's keyword arguments (``encdec.inference``).
+
+``resolve`` holds every rule: the model's generation config fills what was not asked; an n-best list widens a beam
+that was not asked; split sentences give one translation (no n-best list, scores or alignments); every bound is
+checked, a server's ``DecodeLimits`` too, raising an ``OptionError`` that names the option; and the result says what
+it resolved (``DecodeOptions.describe``, ``DecodeOptions.notes``).
+
+A new option is one field of ``DecodeRequest`` (and of ``DecodeOptions`` with its ``generate()`` name in
+``DecodeOptions.settings``, if ``generate()`` takes it), its default and check in ``resolve``, and a line in each
+engine that maps it otherwise than ``generate()`` or refuses it.
+
+Standard library only: ``encdec --help`` reads this file without importing encdec (``encdec_cli.parser``), where the
+relative import of ``OptionError`` gives way to ``ValueError`` (the command line only reads the declaration there).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+try:
+    from ..errors import OptionError
+except ImportError:  # read alone by ``encdec --help`` (see the module docstring)
+    OptionError = ValueError  # type: ignore[assignment,misc]
+
+# length_penalty: beam search divides a hypothesis' log-probability by length ** length_penalty (HF generate). Values
+# in use lie within about -2..2; +-10 already makes the length all that counts, and stays finite for any length a
+# server accepts (1024 ** 10 ~ 1e30), where 1e308 overflows.
+LENGTH_PENALTY_RANGE = (-10.0, 10.0)
+DECODING, TRANSLATE, JSON, TEACHER = "decoding", "translate", "json", "teacher"  # front ends (``fronts``)
+
+
+def option(default: Any, kind: type, help: str, description: str | None = None, fronts: tuple[str, ...] = (),
+           minimum: float | None = None, maximum: float | None = None, limit: str | None = None,
+           json_name: str | None = None, short: str | None = None) -> Any:
+    """A declared option: ``kind`` (int, float, bool or str, None allowed when ``default`` is None), its bounds
+    (``limit``: the ``DecodeLimits`` field a server bounds it by), its command-line ``help`` and JSON ``description``
+    (``help`` if None), the ``fronts`` that offer it, its JSON name (``json_name``: the field's name if None) and
+    its name in a sentence (``short``, as a model card names the teacher's decoding: its name in words if None)."""
+    return field(default=default, metadata={
+        "kind": kind, "help": help, "description": description or help, "fronts": fronts, "minimum": minimum,
+        "maximum": maximum, "limit": limit, "json_name": json_name, "short": short})
+
+
+ALL = (DECODING, JSON, TEACHER)  # the options of every front end, evaluate's and the teacher's included
+
+
+@dataclass(frozen=True)
+class DecodeRequest:
+    """What a caller may ask of decoding (None: the model's default). See the module docstring."""
+
+    num_beams: int | None = option(
+        None, int, "beam size; 1 = greedy; default: the model's generation_config.json (what `encdec train` saved "
+        "from the recipe's generation.num_beams; 1 if unset), as `encdec serve` uses",
+        "Beam size; 1 is greedy search. Default: the model's.", ALL, minimum=1, limit="max_beams", short="beam")
+    max_new_tokens: int | None = option(
+        None, int, "longest output; default: the model's generation_config.json, else 2 x source + 10",
+        "Most tokens to generate, `</s>` included. Default: the model's, else 2 x the source length + 10.", ALL,
+        minimum=1, limit="max_new_tokens")
+    length_penalty: float | None = option(
+        None, float, "beam search's length normalisation exponent: scores are log p / length**this; default: the "
+        "model's generation_config (greedy search ignores it)",
+        "Beam search: the exponent of the length normalisation of hypothesis scores (score / length ** "
+        "length_penalty): above 0 favours longer translations, below 0 shorter ones; a finite number from "
+        f"{LENGTH_PENALTY_RANGE[0]:g} to {LENGTH_PENALTY_RANGE[1]:g}. Default: the model's.", ALL,
+        minimum=LENGTH_PENALTY_RANGE[0], maximum=LENGTH_PENALTY_RANGE[1], limit="length_penalty")
+    no_repeat_ngram_size: int | None = option(
+        None, int, "no n-gram of this many tokens occurs twice in an output (generate()'s no_repeat_ngram_size, "
+        "CTranslate2's too); 0 = off; default: the model's generation_config (off if unset)",
+        "No n-gram of this many tokens occurs twice in a translation; 0 is off. Default: the model's (off if "
+        "unset).", ALL, minimum=0, maximum=64)
+    n_best: int | None = option(
+        None, int, "up to K hypotheses per input, as lines `ID ||| HYPOTHESIS` (ID: the 0-based input line; Moses "
+        "n-best format), ordered by log P(hypothesis | input) (the SCORE), best first, each text once; it needs K "
+        "beams: without --num-beams, a model that decodes with fewer by default is decoded with K. Fewer than K "
+        "lines: the beams held fewer distinct texts (raise --num-beams)",
+        "Also return the n best translations (n <= num_beams; without num_beams a narrower default beam is widened "
+        "to n), ordered by log P, each text once (see `n_best` in the answer).", (TRANSLATE, JSON), minimum=1,
+        limit="max_beams")
+    keep_duplicates: bool = option(
+        False, bool, "with --n-best: keep hypotheses whose text an earlier one already has (different token "
+        "sequences that decode to the same text); by default each text is listed once",
+        "With `n_best`: keep translations whose text a better one already has (different token sequences that "
+        "decode to the same text), as `encdec translate --keep-duplicates`.", (TRANSLATE, JSON))
+    scores: bool = option(
+        False, bool, "add ` ||| SCORE` to each line: log P(hypothesis | input), natural log, </s> included",
+        "Add each translation's log-probability.", (TRANSLATE, JSON), json_name="return_scores")
+    alignments: bool = option(
+        False, bool, "add ` ||| i-j ...` to each line: word alignments in Pharaoh format (source word i, output word "
+        "j, 0-based) from the attention (torch engine)",
+        "Add the alignment: the source x target cross-attention matrix and its word links.", (TRANSLATE, JSON),
+        json_name="return_alignments")
+    alignment_layer: int | str | None = option(
+        None, str, "Transformer decoder layer for --alignments (0-based, negative from the top, or `mean` for all); "
+        "default: the layer `encdec align --gold-file ... --record` chose, else the penultimate",
+        "With `return_alignments`: the decoder layer of the alignment (0-based, negative from the top, or `mean` for "
+        "all layers; the model's own range is checked). Default: the model's alignment layer.", (TRANSLATE, JSON))
+    alignment_head: int | None = option(
+        None, int, "one head of that layer for --alignments; default: the mean of its heads",
+        "With `return_alignments`: one head of that layer (the model's own range is checked). Default: the mean of "
+        "its heads.", (TRANSLATE, JSON), minimum=0, maximum=255)
+    split_sentences: bool = option(
+        False, bool, "translate each text sentence by sentence; one translation per text",
+        "Translate each text sentence by sentence (its lines cut into sentences by the source language's rules) and "
+        "put it back together with its spacing and line breaks; a sentence over the source limit is cut to it "
+        "instead of refused. One translation per text: not with `n_best`, `return_scores` or `return_alignments`.",
+        (JSON,))
+
+
+ONE_TRANSLATION = ("n_best", "scores", "alignments")  # what a text put together from its sentences cannot have
+
+
+def declared(front: str | None = None) -> list[dataclasses.Field]:
+    """The declared options (``DecodeRequest``'s fields), those a front end offers if ``front`` is given."""
+    return [item for item in dataclasses.fields(DecodeRequest) if front is None or front in item.metadata["fronts"]]
+
+
+def json_name(name: str) -> str:
+    """An option's name in the native API's JSON (``scores`` -> ``return_scores``); others keep their own."""
+    found = [item.metadata["json_name"] for item in declared() if item.name == name]
+    return found[0] or name if found else name
+
+
+def python_name(name: str) -> str:
+    """The inverse of ``json_name``."""
+    return next((item.name for item in declared() if item.metadata["json_name"] == name), name)
+
+
+def in_words(asked: dict[str, Any]) -> list[str]:
+    """Options asked as a sentence names them (``beam 4``, ``length penalty 0.6``)."""
+    shorts = {item.name: item.metadata["short"] or item.name.replace("_", " ") for item in declared()}
+    return [f"{shorts[name]} {value}" for name, value in asked.items()]
+
+
+def asked_of(values: Any, front: str) -> dict[str, Any]:
+    """The options ``values`` (an object with them as attributes: parsed flags, a recipe section) asks: the set ones
+    (not None, not False) that ``front`` offers, by their names."""
+    found = {item.name: getattr(values, item.name, None) for item in declared(front)}
+    return {name: value for name, value in found.items() if value is not None and value is not False}
+
+
+def check_offered(asked: dict[str, Any], front: str, where: str) -> None:
+    """A one-line error for an option ``asked`` of ``where`` that ``front`` does not offer."""
+    offered = [item.name for item in declared(front)]
+    for name in asked:
+        if name not in offered:
+            raise OptionError(name, f"is not an option of {where}; it takes {', '.join(offered)}.")
+
+
+@dataclass(frozen=True)
+class DecodeLimits:
+    """What a server lets a request ask (``serve.ServeLimits.decoding``); None: no limit."""
+
+    max_beams: int | None = None
+    max_new_tokens: int | None = None
+    length_penalty: tuple[float, float] | None = LENGTH_PENALTY_RANGE
+
+
+@dataclass(frozen=True)
+class DecodeOptions:
+    """How to decode, resolved against a model's generation config (``resolve``); equal requests give equal options,
+    whichever front end they came through."""
+
+    num_beams: int = 1
+    length_penalty: float | None = None  # None for one beam (greedy search or sampling), which has no use for it
+    n_best: int = 1  # hypotheses per source
+    max_new_tokens: int | None = None  # None: from each source's length (``auto_max_new_tokens``)
+    do_sample: bool = False
+    no_repeat_ngram_size: int | None = None  # None (or 0): off
+    generate_kwargs: tuple[tuple[str, Any], ...] = ()  # more generate() options (top_k, temperature, ...), sorted
+    ranked: bool = False  # n-best: all beams ordered by log P, each text once unless keep_duplicates (n_best > 1)
+    keep_duplicates: bool = False  # (ranked only)
+    scores: bool = False  # each hypothesis' log P(hypothesis | source)
+    alignments: bool = False  # each hypothesis' attention and word links (torch engine)
+    alignment_layer: int | str | None = None  # the alignment's layer; None: the model's (``alignment.default_layer``)
+    alignment_head: int | None = None  # the alignment's head; None: the mean of the layer's heads
+    # what beam search would divide by (the asked, else the model's, else 1.0), recorded for one beam too
+    beam_length_penalty: float = field(default=1.0, compare=False)
+    # what resolving decided beyond the request, naming options as ``{name}`` (``OptionError``'s style)
+    notes: tuple[str, ...] = field(default=(), compare=False)
+
+    @property
+    def greedy(self) -> bool:
+        return self.num_beams == 1 and not self.do_sample
+
+    @property
+    def candidates(self) -> int:
+        """How many outputs ``generate()`` returns per source: every beam for a ranked n-best list, else ``n_best``."""
+        return self.num_beams if self.ranked and not self.do_sample else self.n_best
+
+    @property
+    def search(self) -> tuple:
+        """What ``generate()`` runs with: sources whose options share it (and, beyond greedy search, their budget)
+        decode in one batch."""
+        return (self.num_beams, self.length_penalty, self.candidates, self.do_sample, self.no_repeat_ngram_size,
+                self.generate_kwargs)
+
+    def settings(self) -> dict[str, Any]:
+        """The ``generate()`` keyword arguments (engines take them: ``encdec.inference.engines``), the budget apart."""
+        settings = {"do_sample": self.do_sample, **dict(self.generate_kwargs), "num_beams": self.num_beams}
+        if self.length_penalty is not None:
+            settings["length_penalty"] = self.length_penalty
+        if self.no_repeat_ngram_size:
+            settings["no_repeat_ngram_size"] = self.no_repeat_ngram_size
+        if self.candidates > 1:
+            settings["num_return_sequences"] = self.candidates
+        return settings
+
+    def describe(self) -> dict[str, Any]:
+        """What was resolved, as a record (``evaluate``'s results, the server's ``/info`` defaults): the beam size,
+        budget (None: from each source's length), the length penalty beam search divides by and the n-gram size."""
+        return {"num_beams": self.num_beams, "length_penalty": self.beam_length_penalty,
+                "max_new_tokens": self.max_new_tokens, "no_repeat_ngram_size": self.no_repeat_ngram_size or 0}
+
+    def said(self, name: Any = str) -> list[str]:
+        """The ``notes``, each option they name written by ``name`` (``--num-beams`` on the command line)."""
+        return [re.sub(r"\{(\w+)\}", lambda found: name(found.group(1)), note) for note in self.notes]
+
+    def budget(self, source_length: int, config: Any, limit: int | None = None) -> int:
+        """The most tokens to generate for a source of ``source_length`` tokens (``</s>`` included), within
+        ``limit``."""
+        budget = self.max_new_tokens or auto_max_new_tokens(source_length, config)
+        return budget if limit is None else min(budget, limit)
+
+
+# the budget of a source when none is asked: per_source_token x its length + extra, within the model's positions
+AUTO_BUDGET = {"per_source_token": 2, "extra": 10}
+
+
+def auto_max_new_tokens(source_length: int, config: Any) -> int:
+    """Default generation budget when none is given: 2 x source length + 10 tokens (``AUTO_BUDGET``), within the
+    model's positions."""
+    budget = AUTO_BUDGET["per_source_token"] * source_length + AUTO_BUDGET["extra"]
+    max_positions = getattr(config, "max_position_embeddings", None)
+    return min(budget, max_positions - 1) if max_positions else budget
+
+
+def resolve(generation_config: Any = None, *, limits: DecodeLimits | None = None, ranked: bool = False,
+            **asked: Any) -> DecodeOptions:
+    """What was asked (``DecodeRequest``'s options by name; any other is a ``generate()`` option, such as
+    ``do_sample`` or ``top_k``), the model's ``generation_config`` filling the rest, checked once: an ``OptionError``
+    names the option at fault.
+
+    ``limits`` (a server's) bound the beam size (the model's default included), the budget and the length penalty.
+    ``n_best`` may exceed the beam size only when sampling (``do_sample``); a beam size left to the model's default
+    is widened to ``n_best`` (said in ``notes``). ``split_sentences`` refuses ``ONE_TRANSLATION``. ``ranked``: an
+    n-best list of every beam, ordered by log P (``encdec translate --n-best``)."""
+    names = {item.name for item in declared()}
+    request = DecodeRequest(**{key: value for key, value in asked.items() if key in names})
+    generate_kwargs = {key: value for key, value in asked.items() if key not in names}
+    do_sample = bool(generate_kwargs.pop("do_sample", False))
+    if "num_return_sequences" in generate_kwargs:
+        raise OptionError("num_return_sequences", "is not an option: `translate` gives one translation per source; "
+                                                  "for several, call `translate_n_best` with {n_best}.")
+    for name in ONE_TRANSLATION if request.split_sentences else ():
+        if getattr(request, name):
+            raise OptionError(name, "is not given with {split_sentences}, which gives one translation per text, put "
+                                    "together from its sentences'; leave out {" + name + "} or {split_sentences}.")
+    n_best = 1 if request.n_best is None else request.n_best
+    default_beams = getattr(generation_config, "num_beams", None) or 1
+    beams, notes = beam_size(request.num_beams, default_beams, n_best, do_sample)
+    check_beams_and_budget(beams, request.max_new_tokens, limits)
+    check_length_penalty(request.length_penalty, limits)
+    if n_best < 1 or (n_best > beams and not do_sample):
+        raise OptionError("n_best", f"must be between 1 and the beam size ({beams}), got {n_best}; raise "
+                                    "{num_beams}.")
+    check_bounds(request)
+    configured = getattr(generation_config, "length_penalty", None)
+    penalty = request.length_penalty if request.length_penalty is not None else (
+        1.0 if configured is None else configured)
+    ranked = ranked and n_best > 1
+    no_repeat = (request.no_repeat_ngram_size if request.no_repeat_ngram_size is not None
+                 else getattr(generation_config, "no_repeat_ngram_size", None))
+    return DecodeOptions(
+        num_beams=beams, length_penalty=None if beams == 1 else penalty, n_best=n_best,
+        max_new_tokens=request.max_new_tokens if request.max_new_tokens is not None else getattr(
+            generation_config, "max_new_tokens", None),
+        do_sample=do_sample, no_repeat_ngram_size=no_repeat or None,
+        generate_kwargs=tuple(sorted(generate_kwargs.items())), ranked=ranked,
+        keep_duplicates=request.keep_duplicates and ranked, scores=request.scores, alignments=request.alignments,
+        alignment_layer=request.alignment_layer if request.alignments else None,
+        alignment_head=request.alignment_head if request.alignments else None, beam_length_penalty=penalty,
+        notes=notes)
+
+
+def beam_size(asked: int | None, default: int, n_best: int, do_sample: bool) -> tuple[int, tuple[str, ...]]:
+    """The beam size: the one asked, else the model's ``default``, widened to ``n_best`` (an n-best list of K needs
+    K beams; sampling draws them from one) and said in a note."""
+    if asked is not None or n_best <= default or do_sample:
+        return (default if asked is None else asked), ()
+    return n_best, (f"{{n_best}} {n_best} needs {n_best} beams; the model decodes with {default} by default, so this "
+                    f"run uses {{num_beams}} {n_best}.",)
+
+
+def check_beams_and_budget(beams: int, max_new_tokens: int | None, limits: DecodeLimits | None) -> None:
+    """The beam size and the budget asked, within ``limits`` (a server's) if any."""
+    if limits is not None and limits.max_beams is not None:
+        if not 1 <= beams <= limits.max_beams:
+            raise OptionError("num_beams", f"must be between 1 and {limits.max_beams}, got {beams}.")
+    elif beams < 1:
+        raise OptionError("num_beams", f"must be >= 1, got {beams}.")
+    if max_new_tokens is not None:
+        if limits is not None and limits.max_new_tokens is not None:
+            if not 1 <= max_new_tokens <= limits.max_new_tokens:
+                raise OptionError("max_new_tokens", f"must be between 1 and {limits.max_new_tokens}, got "
+                                                    f"{max_new_tokens}.")
+        elif max_new_tokens < 1:
+            raise OptionError("max_new_tokens", f"must be >= 1 (or None for a budget from the source length), got "
+                                                f"{max_new_tokens}.")
+
+
+def check_length_penalty(length_penalty: float | None, limits: DecodeLimits | None) -> None:
+    """A finite length penalty, within a server's range if any."""
+    if length_penalty is not None:
+        low, high = limits.length_penalty if limits is not None and limits.length_penalty else (-math.inf, math.inf)
+        if not (math.isfinite(length_penalty) and low <= length_penalty <= high):
+            within = f" from {low:g} to {high:g}" if math.isfinite(low) else ""
+            raise OptionError("length_penalty", f"must be a finite number{within}, got {length_penalty}.")
+
+
+def check_bounds(request: DecodeRequest) -> None:
+    """Each whole-number option of every front end asked within its declared bounds (those checked above have
+    their own words; the alignment's layer and head are checked against the model's)."""
+    for item in declared(DECODING):
+        value, low, high = getattr(request, item.name), item.metadata["minimum"], item.metadata["maximum"]
+        if item.metadata["kind"] is not int or value is None or item.name in ("num_beams", "max_new_tokens"):
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= (high or math.inf):
+            within = f"from {low:g} to {high:g}" if high is not None else f">= {low:g}"
+            raise OptionError(item.name, f"must be a whole number {within}, got {value!r}.")
+
+
+__all__ = ["AUTO_BUDGET", "LENGTH_PENALTY_RANGE", "ONE_TRANSLATION", "DecodeLimits", "DecodeOptions", "DecodeRequest",
+           "asked_of", "auto_max_new_tokens", "check_offered", "declared", "in_words", "json_name", "python_name",
+           "resolve"]
