@@ -58,6 +58,12 @@ class Backend:
     folder_name: str = ""  # its folder in messages: "a CTranslate2" (export)
     output_suffix: str = ""  # the export folder a message suggests: MODEL_DIR-SUFFIX
     refusal: str | None = None  # the line for a model folder of a family it does not decode ({model_dir}: the folder)
+    # int8 as measured (encdec.inference.engines.int8, docs/fast-inference.md): (model_type, CPU class) -> (the config
+    # key that sizes the model, the smallest size from which int8 was faster than float32, the largest int8 / float32
+    # time below it), by scripts/benchmark_int8.py; and the CPU classes where its int8 adds products in saturating
+    # 16-bit pairs, with the largest logit difference from float32 measured there (scripts/int8_without_vnni.py)
+    int8_measured: tuple[tuple[tuple[str, str], tuple[str, int, float]], ...] = ()
+    int8_saturates: tuple[tuple[str, ...], float] | None = None
 
     def engine_class(self) -> type:
         """The engine class, its module imported now (an optional dependency is imported only by the engine)."""
@@ -88,7 +94,9 @@ def register(backend: Backend) -> Backend:
 
 register(Backend("torch", "encdec.inference.engines.torch_engine", "TorchEngine", "the model's generate()",
                  alignments=True, ensembles=True, quantize=("int8",), dtypes=("float32", "bfloat16"),
-                 quantize_note="dynamic int8 of the linear and LSTM/GRU layers"))
+                 quantize_note="dynamic int8 of the linear and LSTM/GRU layers",
+                 int8_measured=((("transformer_seq2seq", "x86-vnni"), ("d_model", 192, 1.23)),
+                                (("rnn_seq2seq", "x86-vnni"), ("hidden_size", 512, 3.78)))))
 register(Backend("ctranslate2", "encdec.inference.engines.ctranslate2_engine", "CTranslate2Engine", "CTranslate2",
                  quantize=("int8",), quantize_note="int8 compute", dtypes=("float32", "bfloat16"),
                  families=("transformer_seq2seq",),
@@ -97,7 +105,9 @@ register(Backend("ctranslate2", "encdec.inference.engines.ctranslate2_engine", "
                  export_summary="CTranslate2 (Transformer)",
                  export_quantize=("float32", "int8", "int8_float32", "bfloat16", "float16"),
                  marker="encdec_export.json", model_files=("*.bin", "*vocabulary*"), folder_name="a CTranslate2",
-                 output_suffix="ct2",
+                 # int8: 0.27 of the logits' range from float32 on the tests' tiny Transformer without VNNI, 0.007 with
+                 output_suffix="ct2", int8_measured=((("transformer_seq2seq", "x86-vnni"), ("d_model", 192, 1.22)),),
+                 int8_saturates=(("x86-avx2",), 0.27),
                  refusal="{model_dir} holds an RNN model, and CTranslate2 has no recurrent decoder: translate it with "
                          "`--engine torch` (add `--quantize int8` for speed), or export it with `--format onnx`."))
 register(Backend("onnxruntime", "encdec.inference.engines.onnxruntime_engine", "OnnxRuntimeEngine",

@@ -89,7 +89,7 @@ def translate_n_best(model: PreTrainedModel | Engine, tokenizer: PreTrainedToken
                      n_best: int, batch_size: int = 32, truncate: bool = False, show_progress: bool = False,
                      **options: Any) -> list[list[str]]:
     """The ``n_best`` best translations of each source, best first, as beam search returns them
-    (``num_return_sequences`` of ``generate()``, ``num_hypotheses`` of CTranslate2); beam search needs as many beams
+    (``num_return_sequences`` of ``generate()``, or an engine's own equivalent); beam search needs as many beams
     (a narrower default beam is widened, ``inference.options.resolve``). Options as ``translate``'s."""
     return [[hypothesis.text for hypothesis in hypotheses] for hypotheses in _decode(
         model, tokenizer, sources, dict(options, n_best=n_best), batch_size, truncate, show_progress)[1]]

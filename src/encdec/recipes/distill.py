@@ -72,8 +72,8 @@ class TeacherChecks:
 
 # The ``teacher`` section: the model(s) that translate (one model folder, or several: an ensemble, the mean of their
 # log-probabilities each step) and how they decode: each decoding option a teacher takes (``inference.options``,
-# ``None``: the first model's generation config), the sentences per generate() call, the engine (ctranslate2: a
-# folder from `encdec export`) and its quantization (torch: dynamic int8; ctranslate2: compute type).
+# ``None``: the first model's generation config), the sentences per generate() call, the engine (``--engine``'s: one
+# that reads an export takes the folder `encdec export` wrote) and its quantization (``--quantize``'s).
 TeacherSettings = dataclasses.make_dataclass("TeacherSettings", [
     ("models", list[str]),
     *[(item.name, item.metadata["kind"] | None, field(default=None)) for item in declared(TEACHER)],

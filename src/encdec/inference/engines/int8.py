@@ -10,29 +10,27 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from ...backends import BACKENDS
+
 # The CPU classes int8 behaves differently on: x86's int8 kernels add products in int32 with VNNI (AVX-512 VNNI
 # or AVX-VNNI), in saturating int16 pairs without it (AVX2, or AVX-512 before Cascade Lake); ARM has its own.
 CPU_CLASSES = {"x86-vnni": "x86-64 with VNNI", "x86-avx2": "x86-64 without VNNI (AVX2)", "arm64": "ARM64",
                "other": "another CPU"}
-# When int8 is the slower choice, measured by scripts/benchmark_int8.py (the tables, the commands and the machines
-# are in docs/fast-inference.md#when-int8-pays): per (engine, model_type, CPU class), the config key that sizes the
-# model, the smallest measured size from which int8 was faster than float32 in every measurement (1 and 2 threads,
-# greedy and beam 5), and the largest int8 / float32 time measured below that size. A family int8 paid for at every
-# measured size is absent. The x86-avx2 rows were measured on the x86-vnni machine with CTranslate2's oneDNN held to
-# its AVX2 kernels (ONEDNN_MAX_CPU_ISA=AVX2): the same arithmetic as an AVX2-only CPU, an approximation of its speed.
-# Re-run the script and update this table when the engines, their versions or the CPU change.
+# When int8 is the slower choice, per (engine, model_type, CPU class): each backend's ``int8_measured``
+# (encdec.backends), measured by scripts/benchmark_int8.py (the tables, the commands and the machines are in
+# docs/fast-inference.md#when-int8-pays): the config key that sizes the model, the smallest measured size from which
+# int8 was faster than float32 in every measurement (1 and 2 threads, greedy and beam 5), and the largest int8 /
+# float32 time measured below that size. A family int8 paid for at every measured size is absent. Re-run the script
+# and update the backend's declaration when the engines, their versions or the CPU change.
 INT8_MEASURED: dict[tuple[str, str, str], tuple[str, int, float]] = {
-    ("torch", "transformer_seq2seq", "x86-vnni"): ("d_model", 192, 1.23),
-    ("torch", "rnn_seq2seq", "x86-vnni"): ("hidden_size", 512, 3.78),
-    ("ctranslate2", "transformer_seq2seq", "x86-vnni"): ("d_model", 192, 1.22),
-}
+    (name, family, cpu): rule for name, backend in BACKENDS.items() for (family, cpu), rule in backend.int8_measured}
 INT8_DOC = "docs/fast-inference.md#when-int8-pays"
-# Where an engine's int8 adds its products in saturating 16-bit pairs (x86 without VNNI): engine -> the CPU classes
-# and the largest logit difference from its float32 measured there, as a share of the logits' range
-# (scripts/int8_without_vnni.py engines, under QEMU's AVX2-only Haswell: CTranslate2 0.27 on the tests' tiny
-# Transformer, 0.007 with VNNI). torch's int8 quantizes activations to 7 bits (fbgemm's reduce_range), ONNX
-# Runtime's export stores 7-bit weights: neither saturates.
-INT8_SATURATES: dict[str, tuple[tuple[str, ...], float]] = {"ctranslate2": (("x86-avx2",), 0.27)}
+# Where an engine's int8 adds its products in saturating 16-bit pairs (x86 without VNNI): each backend's
+# ``int8_saturates``, the CPU classes and the largest logit difference from its float32 measured there, as a share of
+# the logits' range (scripts/int8_without_vnni.py engines, under QEMU's AVX2-only Haswell). An engine whose int8
+# quantizes activations or weights to 7 bits declares none: it does not saturate.
+INT8_SATURATES: dict[str, tuple[tuple[str, ...], float]] = {
+    name: backend.int8_saturates for name, backend in BACKENDS.items() if backend.int8_saturates}
 SATURATION_DOC = "docs/fast-inference.md#int8-on-every-cpu"
 _int8_notes_said: set[str] = set()  # the notes this process has printed
 
@@ -59,7 +57,7 @@ def classify_cpu(machine: str, cpuinfo: str) -> str:
 
 
 def int8_note(engine: str, config: Mapping[str, Any] | Any, cpu: str | None = None) -> str | None:
-    """The one-line note for int8 asked of ``engine`` (``"torch"`` or ``"ctranslate2"``, on a CPU) for a model of
+    """The one-line note for int8 asked of ``engine`` (a backend's name, on a CPU) for a model of
     ``config`` (a model config, or its dict) on a CPU of class ``cpu`` (default: this one's): int8 measured slower
     than float32 for models this small, by how much, on which CPU class, and where the measurements are; the
     measurement of another class where this one's was not measured; None where int8 measured faster at that size or

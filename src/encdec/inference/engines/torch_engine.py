@@ -64,7 +64,7 @@ class TorchEngine(Engine):
     def precision(self) -> str:
         """What the model computes in, read from the model rather than from the options asked for (a quantization
         that did nothing shows): ``int8_float32`` when dynamic int8 layers replaced its linear layers (int8 weights
-        and matrix products, the rest in float32, as CTranslate2 names it), else its weights' dtype."""
+        and matrix products, the rest in float32), else its weights' dtype."""
         if any(isinstance(module, torch.ao.nn.quantized.dynamic.Linear) for module in self.model.modules()):
             return "int8_float32"
         return str(next(self.model.parameters()).dtype).removeprefix("torch.")
