@@ -24,7 +24,8 @@ over every model, engine and thread count (``--repeats`` pairs a round, more for
 not on all of them, and the median passes over it. The doc's section is rewritten between
 ``<!-- begin: int8 -->`` and ``<!-- end: int8 -->`` (``--section``); each backend's
 ``int8_measured`` in src/encdec/backends.py (gathered as ``INT8_MEASURED``) holds the rule derived from it per CPU
-class (``--cpu-class``: this CPU's by default; the line the CLI prints when int8 is asked for a model below the size where it paid). On a CPU with VNNI,
+class (``--cpu-class``: this CPU's by default; the line the CLI prints when int8 is asked for a model below the size
+where it paid). On a CPU with VNNI,
 ``ONEDNN_MAX_CPU_ISA=AVX2 python scripts/benchmark_int8.py --cpu-class x86-avx2 --section int8-avx2`` holds
 CTranslate2's oneDNN to the int8 arithmetic of an AVX2-only CPU (its speed only approximately); torch's fbgemm has
 no such switch, so its rows there are VNNI int8 against AVX2-held float32.
