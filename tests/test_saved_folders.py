@@ -57,6 +57,7 @@ for folder in sys.argv[2:]:
 RESAVED = ["transformer-post-ln", "rnn-luong-general-gru"]
 
 
+@pytest.mark.integration  # a fresh Python process, torch and transformers imported anew
 def test_an_old_folder_saved_again_runs_without_encdec(tmp_path: Path) -> None:
     """The remedy docs/compatibility.md gives for a folder whose copied code predates a transformers change: load it
     with encdec and save it again; the new folder's code then generates the same tokens without encdec (both
