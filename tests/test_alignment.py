@@ -115,7 +115,8 @@ def test_hard_links_take_each_target_subwords_best_source_word() -> None:
 @pytest.fixture(scope="module")
 def trained(aligned_dates):
     tokenizer, pairs, _ = aligned_dates
-    return {"transformer": train_on_dates({**DATE_TRANSFORMER, "decoder_layers": 3}, aligned_dates, 500, 3e-3),
+    # by 200 steps the Transformer's AER is far below the bar (0.02-0.08 over 3 seeds; 0.4 asked), the LSTM needs 500
+    return {"transformer": train_on_dates({**DATE_TRANSFORMER, "decoder_layers": 3}, aligned_dates, 200, 3e-3),
             "rnn": train_on_dates(DATE_RNN, aligned_dates, 500, 5e-3)}
 
 

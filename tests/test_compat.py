@@ -129,6 +129,7 @@ NOISE_FREE = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.integration  # a fresh Python process, torch and transformers imported anew
 def test_no_deprecation_warning_from_encdec_code(tmp_path: Path) -> None:
     """Forward, generate (beam, continued, prompt lookup, sampling) and Seq2SeqTrainer's training, evaluation and
     prediction print no deprecation warning: FutureWarnings are errors, and transformers' logged "deprecated"

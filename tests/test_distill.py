@@ -7,11 +7,12 @@ chunk of the teacher's translation, or the N-th checkpoint of the student, is on
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
 import json
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from encdec.inference import load_model_and_tokenizer, translate
 from encdec.recipes.distill import distill, load_distill_config, shown_path
 from encdec.tokenization import load_tokenizer
 from encdec.training import load_run_config
+from encdec_cli import main
 from test_distributed import launch, run_until_stopped
 from test_io_utils import hold_lock
 from test_training import run_config
@@ -38,8 +40,9 @@ from tiny_model_folders import (
 )
 
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "ENCDEC_THREADS": "1"}
-DATA = {"builtin_train": 600, "builtin_validation": 20, "builtin_test": 20}
-STUDENT_TRAINING = {"max_steps": 150, "eval_steps": 50, "logging_steps": 50, "save_total_limit": 3}
+TRAIN = 240  # built-in training dates: six chunks of 40 for the teacher to translate
+DATA = {"builtin_train": TRAIN, "builtin_validation": 20, "builtin_test": 20}
+STUDENT_TRAINING = {"max_steps": 100, "eval_steps": 50, "logging_steps": 50, "save_total_limit": 3}
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +54,8 @@ def teacher(tmp_path_factory) -> Path:
 
 
 def write_recipe(root: Path, teacher: Path | list[Path], **options) -> Path:
-    """A recipe in ``root``: the teacher(s) with beam 2, a tiny student on 600 built-in dates, output in root/out."""
+    """A recipe in ``root``: the teacher(s) with beam 2, a tiny student on ``TRAIN`` built-in dates, output in
+    root/out."""
     sections = options.pop("student_sections", {})
     training = {**STUDENT_TRAINING, **sections.pop("training", {})}
     student = run_config(root, "transformer", root / "unused", data=DATA, training=training, **sections)
@@ -63,32 +67,36 @@ def write_recipe(root: Path, teacher: Path | list[Path], **options) -> Path:
     return path
 
 
-def encdec_distill(recipe: Path, *extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "encdec", "distill", str(recipe), *extra], env=ENV,
-                          capture_output=True, text=True, timeout=600)
+def encdec_distill(recipe: Path, *extra: str) -> str:
+    """``encdec distill recipe *extra`` run in this process (the kill -9 tests run it as a process of its own, as the
+    user does): its standard output, once it has exited with status 0."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        status = main(["distill", str(recipe), *extra])
+    assert status == 0, out.getvalue()[-3000:]
+    return out.getvalue()
 
 
 @pytest.fixture(scope="module")
 def finished(teacher, tmp_path_factory) -> Path:
     """An uninterrupted `encdec distill` run: its output folder."""
     root = tmp_path_factory.mktemp("distill")
-    done = encdec_distill(write_recipe(root, teacher))
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "distilled corpus: 600 of 600 teacher translations kept" in done.stdout
+    stdout = encdec_distill(write_recipe(root, teacher))
+    assert f"distilled corpus: {TRAIN} of {TRAIN} teacher translations kept" in stdout
     return root / "out"
 
 
 def test_the_workflow_writes_a_corpus_a_manifest_and_a_student_that_names_its_teacher(finished, teacher) -> None:
     corpus = finished / "corpus"
     manifest = json.loads((corpus / "manifest.json").read_text())
-    assert manifest["stages"]["sources"] == {"train": 600, "validation": 20, "test": 20}
-    assert manifest["stages"]["corpus"] == {"translated": 600, "empty": 0, "below_min_score": 0, "distilled": 600,
-                                            "original": 0}
+    assert manifest["stages"]["sources"] == {"train": TRAIN, "validation": 20, "test": 20}
+    assert manifest["stages"]["corpus"] == {"translated": TRAIN, "empty": 0, "below_min_score": 0,
+                                            "distilled": TRAIN, "original": 0}
     assert manifest["recipe"]["teacher"][0]["path"] == str(teacher.resolve())
     weights = hashlib.sha256((teacher / "model.safetensors").read_bytes()).hexdigest()
     assert manifest["recipe"]["teacher"][0]["model.safetensors"] == weights
     assert manifest["recipe"]["decoding"]["num_beams"] == 2
-    for name, pairs in (("train", 600), ("original", 600), ("validation", 20), ("test", 20)):
+    for name, pairs in (("train", TRAIN), ("original", TRAIN), ("validation", 20), ("test", 20)):
         for side in ("source", "target"):
             assert len((corpus / f"{name}.{side}").read_text().splitlines()) == pairs, (name, side)
     assert (corpus / "original.source").read_text() == (corpus / "train.source").read_text()
@@ -107,13 +115,11 @@ def test_the_distilled_corpus_is_encdec_translate_of_the_sources(finished, teach
     recipe's beam and chunks), and the training targets are their text."""
     corpus = finished / "corpus"
     out = tmp_path / "translated.txt"
-    done = subprocess.run([sys.executable, "-m", "encdec", "translate", "--model", str(teacher), "--input",
-                           str(corpus / "original.source"), "--output", str(out), "--num-beams", "2", "--scores",
-                           "--chunk-size", "40"], env=ENV, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert main(["translate", "--model", str(teacher), "--input", str(corpus / "original.source"), "--output",
+                 str(out), "--num-beams", "2", "--scores", "--chunk-size", "40"]) == 0
     assert out.read_bytes() == (corpus / "teacher.scored").read_bytes()
     texts = [line.rsplit(" ||| ", 1)[0] for line in out.read_text().splitlines()]
-    assert len(texts) == 600 and "".join(text + "\n" for text in texts) == (corpus / "train.target").read_text()
+    assert len(texts) == TRAIN and "".join(text + "\n" for text in texts) == (corpus / "train.target").read_text()
 
 
 def test_a_finished_run_is_not_redone(finished, tmp_path, monkeypatch) -> None:
@@ -148,8 +154,7 @@ def test_kill_9_then_the_same_command_gives_the_same_student(finished, teacher, 
         assert checkpoints == ["checkpoint-50"] and not (student / "model.safetensors").exists()
         saved = json.loads((student / "checkpoints" / "checkpoint-50" / "trainer_state.json").read_text())
         assert saved["global_step"] == 50
-    done = encdec_distill(recipe)
-    assert done.returncode == 0, done.stderr[-3000:]
+    encdec_distill(recipe)
     if stage == "translation":  # the manifest's time counts both attempts: the killed one's, then this one's
         record = json.loads((corpus / "manifest.json").read_text())["stages"]["translation"]
         assert record["resumed"] and record["seconds_all_attempts"] == round(counted + record["seconds"], 1)
@@ -190,13 +195,13 @@ def test_filters_and_mixing_the_original_pairs(finished, teacher, tmp_path) -> N
                           student_sections={"training": {"max_steps": 2, "eval_strategy": "no"}})
     counts = distill(load_distill_config(recipe))["stages"]["corpus"]
     below = sum(value < median for value in per_token)
-    assert counts == {"translated": 600, "empty": 0, "below_min_score": below, "distilled": 600 - below,
-                      "original": 600}
-    assert below == per_token.index(median)  # exactly the scores ranked before the median (300 unless tied)
+    assert counts == {"translated": TRAIN, "empty": 0, "below_min_score": below, "distilled": TRAIN - below,
+                      "original": TRAIN}
+    assert below == per_token.index(median)  # exactly the scores ranked before the median (half unless tied)
     corpus = tmp_path / "out" / "corpus"
     train = (corpus / "train.target").read_text().splitlines()
-    assert len(train) == 1200 - below
-    assert train[600 - below:] == (corpus / "original.target").read_text().splitlines()
+    assert len(train) == 2 * TRAIN - below
+    assert train[TRAIN - below:] == (corpus / "original.target").read_text().splitlines()
 
 
 def test_a_filter_that_leaves_nothing_is_refused_naming_it(teacher, tmp_path) -> None:
@@ -278,11 +283,10 @@ def test_the_dates_recipe_distils_the_demo_ensemble_into_a_student_that_translat
              "--data.builtin_test", "20", "--training.max_steps", "30", "--training.eval_steps", "30",
              "--training.warmup_steps", "5", "--training.logging_steps", "10"]
     out = tmp_path / "out"
-    done = encdec_distill(DATES_RECIPE, "--teacher.models", json.dumps([str(path) for path in demo_teachers]),
-                          "--output_dir", str(out), "--student_overrides", json.dumps(short))
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "distilled corpus: 300 of 300 teacher translations kept" in done.stdout
-    assert f"student model folder: {out / 'student'}" in done.stdout
+    stdout = encdec_distill(DATES_RECIPE, "--teacher.models", json.dumps([str(path) for path in demo_teachers]),
+                            "--output_dir", str(out), "--student_overrides", json.dumps(short))
+    assert "distilled corpus: 300 of 300 teacher translations kept" in stdout
+    assert f"student model folder: {out / 'student'}" in stdout
     manifest = json.loads((out / "corpus" / "manifest.json").read_text())
     assert [teacher["path"] for teacher in manifest["recipe"]["teacher"]] == [str(path.resolve())
                                                                               for path in demo_teachers]
@@ -316,7 +320,7 @@ def test_students_of_one_teacher_share_a_corpus_dir(finished, teacher, tmp_path,
                           student_sections={"training": {"max_steps": 2, "eval_strategy": "no"}})
     monkeypatch.setattr("encdec.recipes.distill.translate_file", lambda *a, **k: pytest.fail("translated again"))
     result = distill(load_distill_config(recipe))
-    assert result["stages"]["corpus"]["distilled"] == 600
+    assert result["stages"]["corpus"]["distilled"] == TRAIN
     assert (tmp_path / "out" / "student" / "model.safetensors").is_file() and not (tmp_path / "out" / "corpus").exists()
 
 
@@ -353,7 +357,7 @@ def test_scores_written_into_a_teacher_folder_do_not_change_its_identity(teacher
     distill(load_distill_config(recipe))
     (copy / "test2016-beam5.json").write_text("{}")
     (copy / "README.md").write_text("a new card")
-    assert distill(load_distill_config(recipe))["stages"]["corpus"]["distilled"] == 600
+    assert distill(load_distill_config(recipe))["stages"]["corpus"]["distilled"] == TRAIN
 
 
 def test_the_card_shows_a_teacher_inside_the_working_directory_relative_to_it(tmp_path, monkeypatch) -> None:

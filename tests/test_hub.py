@@ -374,6 +374,7 @@ def test_encdec_push_of_a_trained_folder_uploads_only_the_model(trained, fake_hu
     assert (fake_hub.folder(repo_id) / "README.md").read_bytes() == card  # the trained card, with its scores
 
 
+@pytest.mark.integration  # a fresh Python process, torch and transformers imported anew
 def test_trained_and_pushed_folders_run_without_encdec(trained, fake_hub, tmp_path) -> None:
     """The promise of the model card (``trust_remote_code=True`` on a machine without encdec), checked on what users
     ship: the folders ``encdec train`` wrote and the files ``encdec push`` uploads from them, copied to folders of

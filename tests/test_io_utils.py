@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+import encdec
 from encdec.errors import EncdecError, InputFileError, OverwriteError
 from encdec.io_utils import (
     WriterLock,
@@ -114,13 +115,17 @@ def test_a_line_that_is_not_utf8_is_named_by_its_number(tmp_path) -> None:
                                 "convert the file to UTF-8, e.g. `iconv -f latin1 -t utf-8`.")
 
 
-HOLDER = ("import sys\nfrom encdec.io_utils import WriterLock\nWriterLock(sys.argv[1], 'the output').acquire()\n"
-          "print('held', flush=True)\nsys.stdin.readline()\n")
+# The holder imports encdec.io_utils without encdec/__init__.py (an empty package of the same folder stands in), so
+# it starts in a fraction of a second instead of importing torch and transformers for a lock.
+HOLDER = ("import sys, types\npackage = types.ModuleType('encdec')\npackage.__path__ = [sys.argv[2]]\n"
+          "sys.modules['encdec'] = package\nfrom encdec.io_utils import WriterLock\n"
+          "WriterLock(sys.argv[1], 'the output').acquire()\nprint('held', flush=True)\nsys.stdin.readline()\n")
 
 
 def hold_lock(path) -> subprocess.Popen:
-    """Another process that holds ``WriterLock(path)`` until its stdin gives a line (or it is killed)."""
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(path)], stdin=subprocess.PIPE,
+    """Another process that holds ``WriterLock(path)`` (this checkout's io_utils) until its stdin gives a line (or it
+    is killed)."""
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(path), encdec.__path__[0]], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     assert first_line(holder, timeout=120) == b"held\n", "the holder did not take the lock"
     return holder

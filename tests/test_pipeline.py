@@ -176,6 +176,7 @@ REMOTE_SCRIPT = BLOCK_ENCDEC + textwrap.dedent(  # the package is installed here
 )
 
 
+@pytest.mark.integration  # a fresh Python process, torch and transformers imported anew
 def test_saved_folders_run_as_pipelines_without_encdec(folders, models, tokenizer, tmp_path) -> None:
     result_path = tmp_path / "result.json"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(tmp_path / "modules"), "PYTHONPATH": ""}

@@ -273,6 +273,7 @@ print("RESULT" + json.dumps(result))
 """
 
 
+@pytest.mark.integration  # a fresh Python process, torch and transformers imported anew
 def test_remote_code_loads_without_the_package(tmp_path: Path) -> None:
     input_ids, attention_mask = source_batch((5, 3, 7))
     inputs = dict(input_ids=input_ids, attention_mask=attention_mask)

@@ -222,6 +222,7 @@ def test_a_model_folder_names_a_plain_tokenizer_class(tokenizer_folders) -> None
         assert "auto_map" not in tokenizer_config
 
 
+@pytest.mark.integration  # a fresh Python process, torch and transformers imported anew
 @pytest.mark.parametrize("load", LOADS)
 def test_without_encdec_a_folder_tokenizer_encodes_as_encdec_does(load: str, tokenizer_folders,
                                                                   loaded_without_encdec) -> None:
@@ -229,6 +230,7 @@ def test_without_encdec_a_folder_tokenizer_encodes_as_encdec_does(load: str, tok
     assert loaded_without_encdec[load]["ids"] == tokenizer_folders[0](FOLDER_TEXTS)["input_ids"]
 
 
+@pytest.mark.integration  # a fresh Python process, torch and transformers imported anew
 @pytest.mark.parametrize("load", [load for load in LOADS if not load.endswith(", AutoTokenizer")])
 def test_without_encdec_untrusted_or_direct_loading_asks_nothing(load: str, loaded_without_encdec) -> None:
     assert loaded_without_encdec[load]["questions"] == []
@@ -239,6 +241,7 @@ def test_without_encdec_untrusted_or_direct_loading_asks_nothing(load: str, load
     "AutoConfig.from_pretrained(folder, trust_remote_code=None) before it reads tokenizer_config.json; config.json "
     "must name the folder's code in auto_map (trust_remote_code loading needs it) and its model_type is unknown "
     "without encdec, so resolve_trust_remote_code asks, whatever tokenizer_config.json says"))
+@pytest.mark.integration  # a fresh Python process, torch and transformers imported anew
 @pytest.mark.parametrize("family", FAMILIES)
 def test_without_encdec_a_bare_auto_tokenizer_asks_nothing(family: str, loaded_without_encdec) -> None:
     assert loaded_without_encdec[f"{family}, AutoTokenizer"]["questions"] == []

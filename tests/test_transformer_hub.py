@@ -146,6 +146,7 @@ REMOTE_SCRIPT = BLOCK_ENCDEC + textwrap.dedent(  # the package is installed here
 )
 
 
+@pytest.mark.integration  # a fresh Python process, torch and transformers imported anew
 def test_remote_code_loads_without_encdec(tmp_path, trained_tiny_transformer, reverse_batch) -> None:
     model = trained_tiny_transformer
     folder = tmp_path / "model"

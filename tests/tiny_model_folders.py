@@ -4,6 +4,7 @@ translate into garbage, which is all these tests need. Also run configs of tiny 
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 
@@ -42,11 +43,24 @@ def date_data() -> tuple[PreTrainedTokenizerFast, DatePairs, DatePairs]:
     return tokenizer, train, test
 
 
+# train_on_dates' models, by what they were trained from: several test files train the same one
+_TRAINED: dict[tuple, PreTrainedModel] = {}
+
+
 def train_on_dates(config: dict, dates: tuple[PreTrainedTokenizerFast, DatePairs, DatePairs], steps: int,
                    lr: float) -> PreTrainedModel:
     """A tiny model of ``config`` trained for ``steps`` batches of 64 date pairs (about 10 s for 600 steps):
-    trained models end their outputs with EOS at varied steps and their beams really compete."""
+    trained models end their outputs with EOS at varied steps and their beams really compete. Training is
+    deterministic, so each (config, tokenizer, pairs, steps, lr) trains once per process: later calls get a copy."""
     tokenizer, pairs, _ = dates
+    key = (json.dumps(config, sort_keys=True), tokenizer.backend_tokenizer.to_str(), tuple(pairs), steps, lr)
+    if key not in _TRAINED:
+        _TRAINED[key] = _train_on_dates(config, tokenizer, pairs, steps, lr)
+    return copy.deepcopy(_TRAINED[key])
+
+
+def _train_on_dates(config: dict, tokenizer: PreTrainedTokenizerFast, pairs: DatePairs, steps: int,
+                    lr: float) -> PreTrainedModel:
     model = tiny_model(config, **special_token_ids(tokenizer))
 
     def batches():
