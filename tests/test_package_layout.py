@@ -57,7 +57,7 @@ def import_graph() -> tuple[dict[str, set[str]], dict[str, list[str]]]:
         graph[name] = set()
         top_level = {id(node) for node in tree.body}
         top_level |= {id(node) for statement in tree.body if isinstance(statement, ast.Try)
-                      for node in statement.body}  # a module-level `try: import` (inference/options.py)
+                      for node in statement.body}  # a module-level `try: import` (decoding_options.py)
         for node in ast.walk(tree):
             if not isinstance(node, ast.Import | ast.ImportFrom):
                 continue

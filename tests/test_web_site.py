@@ -36,8 +36,8 @@ from tiny_model_folders import date_data
 
 pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
+from encdec.decoding_options import AUTO_BUDGET  # noqa: E402
 from encdec.inference.decoding import model_defaults  # noqa: E402
-from encdec.inference.options import AUTO_BUDGET  # noqa: E402
 from encdec.ship.web_export import DECODING_RULES, RUNTIME_FILES, export_web, runtime_folder, site_bytes  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]

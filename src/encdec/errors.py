@@ -17,8 +17,8 @@ class OverwriteError(EncdecError):
 
 
 class OptionError(EncdecError):
-    """A decoding option out of its range (``encdec.inference.options.resolve``). ``field`` is the option at fault, by
-    its Python name (``inference.options.DecodeRequest``); ``problem`` says what is wrong, naming other options as
+    """A decoding option out of its range (``encdec.decoding_options.resolve``). ``field`` is the option at fault, by
+    its Python name (``decoding_options.DecodeRequest``); ``problem`` says what is wrong, naming other options as
     ``{name}``. Each front end names the options in its own words: ``str(error)`` as the Python API does (`` `x_y`
     must be ...; raise `z`. ``), ``explain()`` for a JSON field (``must be ...; raise z.``, or its JSON names), and
     ``as_flags()`` for the command line (``--x-y must be ...; raise --z.``)."""

@@ -118,8 +118,8 @@ def close_progress_bars() -> None:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> None:
+    from encdec.decoding_options import DECODING, asked_of
     from encdec.inference.evaluation import evaluate_model
-    from encdec.inference.options import DECODING, asked_of
 
     if args.card_dataset and len(args.model) > 1:  # refused before any work
         raise usage_error("--card-dataset writes one model's card; an ensemble has none. Drop --card-dataset or "
@@ -139,7 +139,7 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
 
 def resolved_flags(args: argparse.Namespace, asked: dict[str, Any]) -> None:
     """What the flags ask, resolved against the first model's generation config before anything loads
-    (``encdec.inference.options.resolve``): a mistake is refused naming its flag, and what resolving decided beyond
+    (``encdec.decoding_options.resolve``): a mistake is refused naming its flag, and what resolving decided beyond
     the flags (``--n-best K`` widens a narrower default beam to K) is said in one line. A folder that cannot be read
     is left to loading, which says what is wrong."""
     from encdec.errors import OptionError
@@ -158,8 +158,8 @@ def resolved_flags(args: argparse.Namespace, asked: dict[str, Any]) -> None:
 
 
 def cmd_translate(args: argparse.Namespace) -> None:
+    from encdec.decoding_options import DECODING, TRANSLATE, asked_of
     from encdec.inference.corpus import TranslationOutput, translate_file
-    from encdec.inference.options import DECODING, TRANSLATE, asked_of
     from encdec.processes import is_main_process
 
     args.alignment_layer = layer_argument(args.alignment_layer, "--alignment-layer")

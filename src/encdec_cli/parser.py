@@ -37,9 +37,9 @@ ENGINE_REGISTRY = "encdec.backends"
 PRIVATE_ENGINE_REGISTRY = "_encdec_cli_engine_registry"
 SERVED_APIS = "encdec.serve.apis"  # the APIs of `encdec serve`, read the same way for its summary
 PRIVATE_SERVED_APIS = "_encdec_cli_served_apis"
-# the decoding options' declaration (src/encdec/inference/options.py, standard library only), read the same way: the
+# the decoding options' declaration (src/encdec/decoding_options.py, standard library only), read the same way: the
 # flags of `translate` and `evaluate` come from it
-OPTION_DECLARATION = "encdec.inference.options"
+OPTION_DECLARATION = "encdec.decoding_options"
 PRIVATE_OPTION_DECLARATION = "_encdec_cli_option_declaration"
 
 
@@ -50,7 +50,7 @@ def engine_registry() -> ModuleType:
 
 
 def option_declaration() -> ModuleType:
-    """encdec's declaration of the decoding options (``encdec.inference.options``), as ``engine_registry``."""
+    """encdec's declaration of the decoding options (``encdec.decoding_options``), as ``engine_registry``."""
     return standalone(OPTION_DECLARATION, PRIVATE_OPTION_DECLARATION)
 
 
@@ -202,7 +202,7 @@ def add_keys_command(commands: argparse._SubParsersAction) -> None:
 
 
 def add_option_flags(p: argparse.ArgumentParser, front: str) -> None:
-    """A flag for each decoding option that ``front`` offers, from its declaration (``encdec.inference.options``):
+    """A flag for each decoding option that ``front`` offers, from its declaration (``encdec.decoding_options``):
     ``--num-beams`` for the beam size, its help, a whole number (at least 1 where that is its bound) or a number,
     or a switch; its range is checked with the rest of the options, naming the flag."""
     for item in option_declaration().declared(front):

@@ -1,6 +1,6 @@
 // A site's model, as `encdec translate` runs a model folder: the tokenizer, the ONNX runner, and the decoding rules
 // the export wrote in encdec_decoding.json (src/encdec/ship/web_export.py: the model's defaults as encdec resolves
-// them, inference/options.py), which this file reads and restates none of:
+// them, decoding_options.py), which this file reads and restates none of:
 // - a blank line translates to "" without running the model;
 // - a source longer than the model takes (min(tokenizer model_max_length, max_position_embeddings) tokens, </s>
 //   included) is refused, naming its line;

@@ -73,7 +73,7 @@ def translate(model: PreTrainedModel | Engine, tokenizer: PreTrainedTokenizerBas
     ids and batches. Sentences are batched longest first (less padding, and an out-of-memory error shows at once)
     and put back in their input order (``encdec.inference.decoding``, which every command and the server decode with).
 
-    :param options: the decoding options declared in ``encdec.inference.options.DecodeRequest`` (the beam size, the
+    :param options: the decoding options declared in ``encdec.decoding_options.DecodeRequest`` (the beam size, the
         budget, the length penalty, ...; ``None`` or left out: the model's generation config; the budget: else 2 x
         the longest source of the batch + 10, see ``auto_max_new_tokens``), and any other ``generate()`` option
         (sampling and its settings, ...), which ``generate()`` checks
@@ -90,7 +90,7 @@ def translate_n_best(model: PreTrainedModel | Engine, tokenizer: PreTrainedToken
                      **options: Any) -> list[list[str]]:
     """The ``n_best`` best translations of each source, best first, as beam search returns them
     (``num_return_sequences`` of ``generate()``, or an engine's own equivalent); beam search needs as many beams
-    (a narrower default beam is widened, ``inference.options.resolve``). Options as ``translate``'s."""
+    (a narrower default beam is widened, ``decoding_options.resolve``). Options as ``translate``'s."""
     return [[hypothesis.text for hypothesis in hypotheses] for hypotheses in _decode(
         model, tokenizer, sources, dict(options, n_best=n_best), batch_size, truncate, show_progress)[1]]
 
@@ -112,7 +112,7 @@ def translate_detailed(model: PreTrainedModel | Engine, tokenizer: PreTrainedTok
     pass over that pair alone, the same log-probability ``encdec serve`` answers) and its word alignment
     (``alignments``: ``encdec.inference.alignment``: by default the decoder layer the model folder's
     ``alignment.json`` records, else the penultimate, averaged over its heads; the options declared in
-    ``inference.options`` choose others). Other ``options`` are ``translate``'s.
+    ``decoding_options`` choose others). Other ``options`` are ``translate``'s.
 
     With ``n_best`` 1 the one hypothesis is ``translate``'s. With more, beam search returns all its beams (sampling:
     ``n_best`` samples), which are ordered by that score, log P(hypothesis | source), best first (beam search chose

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from dataclasses import dataclass
+from dataclasses import field
 from typing import Any
 
 from ..chunked import Chunk, ChunkFile, Progress, StreamOutput, file_identity, open_chunks, run_chunks
+from ..decoding_options import TRANSLATE, asked_of, declared
 from ..errors import EncdecError
 from ..folders import model_identity
 from ..io_utils import refuse_overlap, require_file
@@ -24,33 +25,22 @@ from .decoding import DecodeOptions, Engine, Hypothesis, decode_lines, resolve_o
 from .sentences import decode_split
 
 
-@dataclass
-class TranslationOutput:
-    """What each input line becomes in ``encdec translate``'s output: its translation, or with ``n_best``, ``scores``
-    or ``alignments`` the fields ``[ID |||] HYPOTHESIS [||| SCORE] [||| ALIGNMENT]`` (ID: the 0-based input line;
-    up to ``n_best`` lines of them per input line, Moses's n-best format, the best log P(hypothesis | input) first;
-    ``keep_duplicates``: a text may be listed more than once, see ``translate_detailed``); with ``split_sentences``,
-    each line's translation put together from its sentences' (``sentences.decode_split``)."""
-
-    n_best: int | None = None
-    scores: bool = False
-    alignments: bool = False
-    alignment_layer: int | str | None = None
-    alignment_head: int | None = None
-    keep_duplicates: bool = False
-    split_sentences: str | None = None  # a language ("": not known): each line translated sentence by sentence
+class OutputForm:
+    """What each input line becomes in ``encdec translate``'s output (``TranslationOutput``): its translation, or with
+    ``n_best``, ``scores`` or ``alignments`` the fields ``[ID |||] HYPOTHESIS [||| SCORE] [||| ALIGNMENT]`` (ID: the
+    0-based input line; up to ``n_best`` lines of them per input line, Moses's n-best format, the best
+    log P(hypothesis | input) first; see ``translate_detailed``); with ``split_sentences``, each line's translation
+    put together from its sentences' (``sentences.decode_split``)."""
 
     @property
     def detailed(self) -> bool:
         return self.n_best is not None or self.scores or self.alignments
 
     def options(self, generation_config: Any, **decoding: Any) -> DecodeOptions:
-        """The decoding options of ``encdec translate``: ``decoding`` (``translate``'s, ``inference.options``) and
+        """The decoding options of ``encdec translate``: ``decoding`` (``translate``'s, ``decoding_options``) and
         this output's n-best list (ranked by log P), scores and alignments, resolved against the model's generation
         config (``decoding.resolve_options``)."""
-        return resolve_options(generation_config, n_best=self.n_best, ranked=True, keep_duplicates=self.keep_duplicates,
-                               scores=self.scores, alignments=self.alignments, alignment_layer=self.alignment_layer,
-                               alignment_head=self.alignment_head, **decoding)
+        return resolve_options(generation_config, ranked=True, **asked_of(self, TRANSLATE), **decoding)
 
     def chunk(self, engine: Engine, tokenizer: Any, chunk: Chunk, options: DecodeOptions, batch_size: int = 32,
               truncate: bool = False) -> str:
@@ -72,6 +62,15 @@ class TranslationOutput:
         if self.alignments:
             fields.append(hypothesis.alignment or "")
         return " ||| ".join(fields)
+
+
+# The options of ``encdec translate``'s output (each one its front end ``TRANSLATE`` offers, ``decoding_options``:
+# the n-best list, scores, alignments), and ``split_sentences``: a language ("": not known) whose rules cut each line
+# into sentences, or None.
+TranslationOutput = dataclasses.make_dataclass("TranslationOutput", [
+    *[(item.name, Any, field(default=item.default)) for item in declared(TRANSLATE)],
+    ("split_sentences", str | None, field(default=None))], bases=(OutputForm,))
+TranslationOutput.__module__ = __name__
 
 
 def translate_file(models: list[str], input_path: str | None, output_path: str | None, *,

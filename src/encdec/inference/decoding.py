@@ -3,7 +3,7 @@ a batch of sources into their hypotheses.
 
 ``encdec translate`` (and corpus translation, ``distill``'s teacher and ``evaluate``), ``encdec serve``'s native API
 and its LibreTranslate API each turn what they were asked (flags, JSON fields, a recipe) into a ``DecodeOptions`` with
-``resolve_options`` (``encdec.inference.options``), as ``generate()`` resolves its ``GenerationConfig`` once: the
+``resolve_options`` (``encdec.decoding_options``), as ``generate()`` resolves its ``GenerationConfig`` once: the
 model's generation config fills what was not asked, and every rule and check (beam size, n-best within the beam,
 length penalty, token budget, a server's limits) is made there, raising an ``OptionError`` that names the option.
 ``decode_batch`` then runs an engine (``encdec.inference.engines``) over a batch of source ids with those options and
@@ -22,7 +22,7 @@ search decides each token from the tokens before it only, so one greedy batch ru
 output is cut to its own; beam search ends differently at another budget, so sources of other budgets are decoded
 in separate ``generate`` calls.
 
-What a caller may ask, and the rules that resolve it, are declared once in ``encdec.inference.options``: a new
+What a caller may ask, and the rules that resolve it, are declared once in ``encdec.decoding_options``: a new
 decoding option is a field there, and every front end offers it from that declaration.
 """
 
@@ -38,6 +38,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import GenerationConfig
 
+from ..decoding_options import LENGTH_PENALTY_RANGE, DecodeLimits, DecodeOptions, auto_max_new_tokens, resolve
 from ..errors import EncdecError, OptionError
 from .alignment import (
     alignment_weights,
@@ -48,7 +49,6 @@ from .alignment import (
     word_links,
 )
 from .engines import Engine, as_engine, engines_that
-from .options import LENGTH_PENALTY_RANGE, DecodeLimits, DecodeOptions, auto_max_new_tokens, resolve
 
 
 def resolve_options(generation_config: Any = None, *, limits: DecodeLimits | None = None, model_config: Any = None,

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..chunked import Chunk, Progress, file_identity, open_chunks, paired_chunks, run_chunks
+from ..decoding_options import DECODING, check_offered
 from ..errors import InputFileError
 from ..folders import refuse_model_overwrite
 from ..io_utils import (
@@ -33,7 +34,6 @@ from . import CHUNK_SIZE, load_engine, load_model_and_tokenizer, max_source_leng
 from .alignment import choose_layer, default_layer, encode_pairs, parse_pharaoh, record_layer
 from .corpus import open_output
 from .decoding import DecodeOptions, align, decode_lines, resolve_options
-from .options import DECODING, check_offered
 
 logger = logging.getLogger(__name__)
 
@@ -95,7 +95,7 @@ def evaluate_model(
     Prints nothing but the progress (on stderr; the source is streamed in chunks, ``encdec.chunked``). Input
     problems raise ``InputFileError``; an existing ``output_file`` raises ``OverwriteError`` unless ``overwrite``; both
     are checked before any translation. ``options``: the decoding options every command takes
-    (those ``encdec.inference.options.DecodeRequest`` offers every front end: the beam size, the budget, ...); left
+    (those ``encdec.decoding_options.DecodeRequest`` offers every front end: the beam size, the budget, ...); left
     out or ``None``, the model's generation config (the budget: else 2 x the longest source of a batch + 10); all
     recorded as resolved (``DecodeOptions.describe``).
     :param engine, quantize, dtype: those of ``inference.load_engine`` (recorded); ``model_dir`` is an exported

@@ -41,13 +41,13 @@ from typing import Any
 from ..chunked import ChunkFile, difference
 from ..config_io import apply_overrides, from_dict, load_yaml
 from ..data import DataSpec, load_data, write_aligned_splits
+from ..decoding_options import TEACHER, asked_of, declared, in_words
 from ..errors import EncdecError
 from ..folders import model_identity
 from ..inference import CHUNK_SIZE
 from ..inference.corpus import TranslationOutput, translate_file
 from ..inference.engines import DEFAULT_ENGINE
 from ..inference.ensemble import check_same_tokenizer, tokenizer_difference
-from ..inference.options import TEACHER, asked_of, declared, in_words
 from ..io_utils import WriterLock, atomic_output, atomic_write_json, batched, require_file
 from ..processes import Shard, is_main_process, on_main, process_state, rank_and_world
 from ..tokenization import load_tokenizer
@@ -71,7 +71,7 @@ class TeacherChecks:
 
 
 # The ``teacher`` section: the model(s) that translate (one model folder, or several: an ensemble, the mean of their
-# log-probabilities each step) and how they decode: each decoding option a teacher takes (``inference.options``,
+# log-probabilities each step) and how they decode: each decoding option a teacher takes (``decoding_options``,
 # ``None``: the first model's generation config), the sentences per generate() call, the engine (``--engine``'s: one
 # that reads an export takes the folder `encdec export` wrote) and its quantization (``--quantize``'s).
 TeacherSettings = dataclasses.make_dataclass("TeacherSettings", [

@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from ..inference.options import JSON, declared, json_name
+from ..decoding_options import JSON, declared, json_name
 from .offload import MAX_JSON_DEPTH
 from .service import ServeLimits
 
@@ -106,7 +106,7 @@ def request_schema(limits: ServeLimits) -> type[BaseModel]:
 
 
 def option_fields(limits: ServeLimits) -> dict[str, tuple[Any, Any]]:
-    """The request's decoding fields, one for each option the native API offers (``inference.options``, under its
+    """The request's decoding fields, one for each option the native API offers (``decoding_options``, under its
     JSON name): its type, default, bounds (a server's limit where it has one) and description."""
     bounds = limits.decoding
     fields = {}

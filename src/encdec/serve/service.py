@@ -22,6 +22,7 @@ from typing import Any
 from transformers import PreTrainedTokenizerBase
 
 from ..cards import card_languages, read_card
+from ..decoding_options import json_name, python_name
 from ..errors import EncdecError, OptionError
 from ..inference.decoding import (
     LENGTH_PENALTY_RANGE,
@@ -33,7 +34,6 @@ from ..inference.decoding import (
     max_source_length,
     resolve_options,
 )
-from ..inference.options import json_name, python_name
 from ..inference.sentences import fit
 from ..version import __version__
 from .offload import lone_surrogate
@@ -137,7 +137,7 @@ class TranslationService:
 
     def jobs(self, text: str | list[str], **asked: Any) -> list[Job]:
         """Check one request (the fields of ``POST /translate``; ``asked``: its decoding options by their JSON names,
-        ``inference.options``) against the limits and turn each of its texts into a job; a ``RequestError`` naming
+        ``decoding_options``) against the limits and turn each of its texts into a job; a ``RequestError`` naming
         the field otherwise. With ``n_best``, each text also gets a job for its n-best list, after all the
         translations' (``per_text`` puts them together): the list ``encdec translate --n-best`` prints (every beam
         ordered by log P, each text once unless asked to keep duplicates), while the translation stays the one asked

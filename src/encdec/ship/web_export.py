@@ -34,9 +34,9 @@ from pathlib import Path
 from transformers import GenerationConfig
 
 from ..backends import BACKENDS
+from ..decoding_options import AUTO_BUDGET, DECODING, declared, resolve
 from ..errors import EncdecError
 from ..folders import require_model_folder
-from ..inference.options import AUTO_BUDGET, DECODING, declared, resolve
 from ..io_utils import atomic_write_json, refuse_existing, refuse_overlap, replace_folder
 from .onnx_export import export_onnx
 
@@ -79,7 +79,7 @@ def check_generation_config(model_dir: Path) -> None:
 
 
 def decoding_rules(model_dir: Path) -> dict:
-    """What the browser decodes by, as ``encdec translate`` resolves it (``inference.options``): the model's defaults
+    """What the browser decodes by, as ``encdec translate`` resolves it (``decoding_options``): the model's defaults
     (beam size, budget, the length penalty beam search divides by, the n-gram size, early stopping), the budget of a
     source when none is asked, the widest beam the site takes, and the declared bounds of the options."""
     config = GenerationConfig.from_pretrained(model_dir)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -9,6 +10,7 @@ from typing import Any
 
 from ..config_io import apply_overrides, from_dict, load_yaml
 from ..data import DataSpec
+from ..decoding_options import SAVED, declared
 
 
 @dataclass
@@ -61,11 +63,14 @@ class TrainingSettings:
     average_every: int | None = None  # steps between those snapshots (the last step is always one)
 
 
-@dataclass
-class GenerationSettings:
-    num_beams: int = 5  # beam size for evaluation and the saved generation_config.json; 1 = greedy
-    max_new_tokens: int = 128  # longest generated output
-    length_penalty: float = 1.0  # beam search: exponent of the length normalisation
+# The ``generation`` section: the decoding options a trained model saves as its defaults (its
+# generation_config.json, which every front end resolves against), with evaluation's beam size. Derived from their
+# declaration (``decoding_options``: the options of its ``SAVED`` front, each with the run config's default and help).
+GenerationSettings = dataclasses.make_dataclass("GenerationSettings", [
+    (item.name, item.metadata["kind"], field(default=item.metadata["saved"][0],
+                                             metadata={"help": item.metadata["saved"][1]}))
+    for item in declared(SAVED)])
+GenerationSettings.__module__ = __name__
 
 
 @dataclass

@@ -3,6 +3,7 @@ generation defaults it ships with, and the checks made before training (position
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -44,8 +45,7 @@ def build_model(model_config, generation: GenerationSettings, tokenizer) -> PreT
     model.generation_config = GenerationConfig(
         decoder_start_token_id=model_config.decoder_start_token_id, bos_token_id=model_config.bos_token_id,
         eos_token_id=model_config.eos_token_id, pad_token_id=model_config.pad_token_id,
-        num_beams=generation.num_beams, max_new_tokens=generation.max_new_tokens,
-        length_penalty=generation.length_penalty,
+        **dataclasses.asdict(generation),  # the run's generation section: every option a model saves as its default
     )
     return model
 

@@ -5,7 +5,9 @@ shows (``help``: the command line's; ``description``: the JSON schema's), and wh
 Every front end is derived from it, as fairseq's ``GenerationConfig`` dataclass feeds its command line and
 transformers' one ``GenerationConfig`` is validated once: ``encdec translate``'s and ``evaluate``'s flags
 (``encdec_cli.parser``), the native API's JSON schema (``serve.schema``), distillation's ``teacher`` settings
-(``recipes.distill``), ``evaluate_model``'s and the Python API's keyword arguments (``encdec.inference``).
+(``recipes.distill``), a run config's ``generation`` section, the defaults a trained model saves in its
+``generation_config.json`` (``training.config``), ``evaluate_model``'s and the Python API's keyword arguments
+(``encdec.inference``).
 
 ``resolve`` holds every rule: the model's generation config fills what was not asked; an n-best list widens a beam
 that was not asked; split sentences give one translation (no n-best list, scores or alignments); every bound is
@@ -29,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 try:
-    from ..errors import OptionError
+    from .errors import OptionError
 except ImportError:  # read alone by ``encdec --help`` (see the module docstring)
     OptionError = ValueError  # type: ignore[assignment,misc]
 
@@ -38,18 +40,20 @@ except ImportError:  # read alone by ``encdec --help`` (see the module docstring
 # server accepts (1024 ** 10 ~ 1e30), where 1e308 overflows.
 LENGTH_PENALTY_RANGE = (-10.0, 10.0)
 DECODING, TRANSLATE, JSON, TEACHER = "decoding", "translate", "json", "teacher"  # front ends (``fronts``)
+SAVED = "generation"  # a run config's ``generation`` section: a trained model's saved defaults (``saved``)
 
 
 def option(default: Any, kind: type, help: str, description: str | None = None, fronts: tuple[str, ...] = (),
            minimum: float | None = None, maximum: float | None = None, limit: str | None = None,
-           json_name: str | None = None, short: str | None = None) -> Any:
+           json_name: str | None = None, short: str | None = None, saved: tuple[Any, str] | None = None) -> Any:
     """A declared option: ``kind`` (int, float, bool or str, None allowed when ``default`` is None), its bounds
     (``limit``: the ``DecodeLimits`` field a server bounds it by), its command-line ``help`` and JSON ``description``
-    (``help`` if None), the ``fronts`` that offer it, its JSON name (``json_name``: the field's name if None) and
-    its name in a sentence (``short``, as a model card names the teacher's decoding: its name in words if None)."""
+    (``help`` if None), the ``fronts`` that offer it, its JSON name (``json_name``: the field's name if None), its
+    name in a sentence (``short``, as a model card names the teacher's decoding: its name in words if None) and,
+    for the ``SAVED`` front, the run config's default and the words of its YAML comment (``saved``)."""
     return field(default=default, metadata={
         "kind": kind, "help": help, "description": description or help, "fronts": fronts, "minimum": minimum,
-        "maximum": maximum, "limit": limit, "json_name": json_name, "short": short})
+        "maximum": maximum, "limit": limit, "json_name": json_name, "short": short, "saved": saved})
 
 
 ALL = (DECODING, JSON, TEACHER)  # the options of every front end, evaluate's and the teacher's included
@@ -62,18 +66,20 @@ class DecodeRequest:
     num_beams: int | None = option(
         None, int, "beam size; 1 = greedy; default: the model's generation_config.json (what `encdec train` saved "
         "from the recipe's generation.num_beams; 1 if unset), as `encdec serve` uses",
-        "Beam size; 1 is greedy search. Default: the model's.", ALL, minimum=1, limit="max_beams", short="beam")
+        "Beam size; 1 is greedy search. Default: the model's.", (*ALL, SAVED), minimum=1, limit="max_beams",
+        short="beam", saved=(5, "beam size for evaluation and the saved generation_config.json; 1 = greedy"))
     max_new_tokens: int | None = option(
         None, int, "longest output; default: the model's generation_config.json, else 2 x source + 10",
-        "Most tokens to generate, `</s>` included. Default: the model's, else 2 x the source length + 10.", ALL,
-        minimum=1, limit="max_new_tokens")
+        "Most tokens to generate, `</s>` included. Default: the model's, else 2 x the source length + 10.",
+        (*ALL, SAVED), minimum=1, limit="max_new_tokens", saved=(128, "longest generated output"))
     length_penalty: float | None = option(
         None, float, "beam search's length normalisation exponent: scores are log p / length**this; default: the "
         "model's generation_config (greedy search ignores it)",
         "Beam search: the exponent of the length normalisation of hypothesis scores (score / length ** "
         "length_penalty): above 0 favours longer translations, below 0 shorter ones; a finite number from "
-        f"{LENGTH_PENALTY_RANGE[0]:g} to {LENGTH_PENALTY_RANGE[1]:g}. Default: the model's.", ALL,
-        minimum=LENGTH_PENALTY_RANGE[0], maximum=LENGTH_PENALTY_RANGE[1], limit="length_penalty")
+        f"{LENGTH_PENALTY_RANGE[0]:g} to {LENGTH_PENALTY_RANGE[1]:g}. Default: the model's.", (*ALL, SAVED),
+        minimum=LENGTH_PENALTY_RANGE[0], maximum=LENGTH_PENALTY_RANGE[1], limit="length_penalty",
+        saved=(1.0, "beam search: exponent of the length normalisation"))
     no_repeat_ngram_size: int | None = option(
         None, int, "no n-gram of this many tokens occurs twice in an output (generate()'s no_repeat_ngram_size, "
         "CTranslate2's too); 0 = off; default: the model's generation_config (off if unset)",
