@@ -1,6 +1,7 @@
 """The ``encdec`` argument parser: every subcommand, its flags and their help, built with the standard library
 alone, so that ``encdec --help`` and a mistyped flag answer at once; the engine and export choices come from
-encdec's backend registry, a standard-library file read without importing encdec (``engine_registry``). Each
+encdec's backend registry, a standard-library file read without importing encdec (``engine_registry``), and the
+flags of each API of ``encdec serve`` from its own flags module, read the same way (``api_flags``). Each
 subcommand's ``func`` is its ``encdec_cli.commands.cmd_*``."""
 
 from __future__ import annotations
