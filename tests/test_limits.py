@@ -27,10 +27,11 @@ import pytest
 
 from encdec.errors import EncdecError
 from encdec.serve import ServeLimits
+from encdec.serve.app import configured
 from encdec.serve.held_batches import HOLD_ENV
 from encdec.serve.keys import KeyDatabase
 from encdec.serve.libretranslate.files import FileSettings
-from encdec.serve.limits import SWEEP_EVERY, Access, RateLimiter, redact_keys
+from encdec.serve.limits import SWEEP_EVERY, RateLimiter, redact_keys
 from encdec.serve.server import EncdecServer, check_bind, create_app, load_models, server_config
 from test_serve import Server, only_batcher, request
 from test_translate_file import multipart
@@ -258,7 +259,7 @@ def test_suggestions_are_stored_in_the_key_database(folder, tmp_path) -> None:
     rows = sqlite3.connect(path).execute("SELECT q, s, source, target FROM suggestions").fetchall()
     assert rows == [("3 Mar 2021", "2021-03-03", "de", "en"), ("3 Mar 2021", "03.03.2021", "de", "en")]
     with pytest.raises(EncdecError, match="--suggestions stores the suggestions in the key database"):
-        Access(suggestions=True)
+        configured(None, {"suggestions": True}, None)  # as serve() checks it, before the models load
 
 
 def test_the_429_is_documented_and_a_key_database_may_face_the_network(folder, tmp_path) -> None:

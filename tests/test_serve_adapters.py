@@ -1,17 +1,22 @@
 """The APIs of `encdec serve` are adapters over one serving core (encdec.serve.adapter, encdec.serve.apis): a toy API
 added in this file and one line (its entry in ``apis.ADAPTERS``) translates on the test app what the native API
-translates, with its own prefix, CORS headers and error shape, beside the native and LibreTranslate APIs; and no code
-of the server outside LibreTranslate's folder refers to it, but the list of APIs."""
+translates, with its own prefix, CORS headers and error shape, beside the native and LibreTranslate APIs; it adds a
+flag of its own to `encdec serve` from this same file (its flags module), which reaches its adapter as its settings;
+and no code of the package or the command line outside LibreTranslate's folder refers to LibreTranslate, but the
+list of APIs."""
 
 from __future__ import annotations
 
+import argparse
 import ast
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from fastapi import Request
 from fastapi.responses import JSONResponse
 
+from encdec.errors import EncdecError
 from encdec.serve import RequestError, ServeLimits, apis
 from encdec.serve.adapter import Adapter
 from encdec.serve.core import Plan, translate_parts
@@ -21,7 +26,25 @@ from encdec_cli import build_parser
 from test_serve import Server, request
 from tiny_model_folders import build_model_folders
 
-SERVE = Path(__file__).resolve().parents[1] / "src" / "encdec" / "serve"
+SRC = Path(__file__).resolve().parents[1] / "src"
+SERVE = SRC / "encdec" / "serve"
+TOY = apis.API(__name__, "a toy API (under /toy/)", __name__)  # its adapter and its flags: this file
+CHAR_LIMIT = "a greeting of the toy API"  # what --char-limit counts in the toy API (its flags module's)
+
+
+@dataclass(frozen=True)
+class ToySettings:
+    greeting: str = "hello"
+
+
+def add_flags(group: argparse._ArgumentGroup) -> None:
+    """The toy API's flags module (``TOY.flags``): its one flag."""
+    group.add_argument("--toy-greeting", default="hello", help="what GET /toy/greeting answers")
+
+
+def settings(args: argparse.Namespace) -> dict:
+    """The toy API's settings (``ToySettings``' keyword arguments) from ``encdec serve``'s arguments."""
+    return {"greeting": args.toy_greeting}
 
 
 class ToyAPI(Adapter):
@@ -30,8 +53,13 @@ class ToyAPI(Adapter):
 
     prefix = "/toy"
     cors = {"Access-Control-Allow-Origin": "https://toy.example"}
+    Settings = ToySettings
 
     def mount(self, app) -> None:
+        @app.get("/toy/greeting")
+        async def greeting() -> JSONResponse:
+            return JSONResponse({"greeting": self.settings.greeting})
+
         @app.post("/toy/translate")
         async def translate(request: Request) -> JSONResponse:
             body = await request.json()
@@ -56,7 +84,7 @@ def folders(tmp_path_factory):
 
 
 def test_a_toy_api_is_one_class_and_one_line(folders, monkeypatch) -> None:
-    monkeypatch.setattr(apis, "ADAPTERS", [*apis.ADAPTERS, apis.API(__name__, "a toy API (under /toy/)")])
+    monkeypatch.setattr(apis, "ADAPTERS", [*apis.ADAPTERS, TOY])
     models = load_models([f"de-en={folders['transformer']}"], limits=ServeLimits(max_new_tokens=6))
     sentences = ["3 March 2021", "12/1/1999"]
     with Server(create_app(models)) as server:
@@ -74,13 +102,45 @@ def test_a_toy_api_is_one_class_and_one_line(folders, monkeypatch) -> None:
 
 
 def test_serve_s_help_names_every_api_of_the_list(monkeypatch, capsys) -> None:
-    """``encdec serve --help`` says what each listed API is, in the list's words."""
-    monkeypatch.setattr(apis, "ADAPTERS", [*apis.ADAPTERS, apis.API(__name__, "a toy API (under /toy/)")])
+    """``encdec serve --help`` says what each listed API is, in the list's words, and lists each API's flags under
+    its summary; ``--char-limit`` says what each counts."""
+    monkeypatch.setattr(apis, "ADAPTERS", [*apis.ADAPTERS, TOY])
     with pytest.raises(SystemExit):
         build_parser().parse_args(["serve", "--help"])
     summary = " ".join(capsys.readouterr().out.split())
     assert [api.summary in summary for api in apis.ADAPTERS] == [True] * 3
     assert "LibreTranslate's API (under /libretranslate/)" in summary
+    assert "a toy API (under /toy/): --toy-greeting TOY_GREETING what GET /toy/greeting answers" in summary
+    assert ("LibreTranslate's API (under /libretranslate/): --max-file-bytes MAX_FILE_BYTES largest file that "
+            "LibreTranslate's /translate_file takes (default 10 MB)") in summary
+    assert ("--char-limit N characters a text of the native API, or a request of LibreTranslate's (all its texts), "
+            "or a greeting of the toy API, may have") in summary
+
+
+def test_a_toy_api_s_flag_reaches_its_adapter_as_its_settings(folders, monkeypatch) -> None:
+    """The toy API's flag, parsed by `encdec serve`'s parser, becomes its settings (``apis.settings_from``, as
+    ``cmd_serve`` does) and reaches its adapter; ``create_app`` also takes them as keywords named as its
+    ``Settings``' fields; a keyword that no API takes, or a wrong setting of LibreTranslate's, is refused."""
+    monkeypatch.setattr(apis, "ADAPTERS", [*apis.ADAPTERS, TOY])
+    args = build_parser().parse_args(["serve", "--model", "m", "--toy-greeting", "servus", "--max-file-bytes", "9"])
+    given = apis.settings_from(args)
+    assert given[__name__] == {"greeting": "servus"}
+    assert given["encdec.serve.libretranslate"]["files"]["max_file_bytes"] == 9
+    models = load_models([f"de-en={folders['transformer']}"], limits=ServeLimits(max_new_tokens=6))
+    with Server(create_app(models, api_settings=given)) as server:
+        by_flag = request(f"{server.url}/toy/greeting")
+        lt = request(f"{server.url}/libretranslate/frontend/settings")
+    with Server(create_app(models, greeting="hi")) as server:
+        by_keyword = request(f"{server.url}/toy/greeting")
+    with Server(create_app(models)) as server:
+        by_default = request(f"{server.url}/toy/greeting")
+    assert [answer[1] for answer in (by_flag, by_keyword, by_default)] == [{"greeting": "servus"},
+                                                                           {"greeting": "hi"}, {"greeting": "hello"}]
+    assert lt[1]["suggestions"] is False
+    with pytest.raises(TypeError, match=r"no API of encdec serve takes the settings \['colour'\]"):
+        create_app(models, colour="red")
+    with pytest.raises(EncdecError, match="--suggestions stores the suggestions in the key database"):
+        create_app(models, suggestions=True)
 
 
 def code_names(path: Path) -> set[str]:
@@ -99,9 +159,10 @@ def code_names(path: Path) -> set[str]:
     return found
 
 
-def test_no_code_of_the_server_outside_its_folder_names_libretranslate_but_the_list_of_apis() -> None:
-    modules = [path for path in SERVE.rglob("*.py") if "libretranslate" not in path.relative_to(SERVE).parts]
-    assert len(modules) > 10 and SERVE / "apis.py" in modules
-    naming = sorted(str(path.relative_to(SERVE)) for path in modules
+def test_no_code_outside_its_folder_names_libretranslate_but_the_list_of_apis() -> None:
+    """Every module of the package and the command line (``src/encdec``, ``src/encdec_cli``), its code only."""
+    modules = [path for path in SRC.rglob("*.py") if SERVE / "libretranslate" not in path.parents]
+    assert len(modules) > 50 and {SERVE / "apis.py", SRC / "encdec_cli" / "parser.py"} <= set(modules)
+    naming = sorted(str(path.relative_to(SRC)) for path in modules
                     if any("libretranslate" in name.lower() for name in code_names(path)))
-    assert naming == ["apis.py"]
+    assert naming == ["encdec/serve/apis.py"]

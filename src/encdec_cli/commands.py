@@ -5,7 +5,6 @@ so that only the command that runs pays for importing torch and transformers (se
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import shlex
 import sys
@@ -250,7 +249,7 @@ def cmd_export(args: argparse.Namespace) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> None:
-    from encdec.serve.libretranslate.files import FileSettings
+    from encdec.serve.apis import settings_from
     from encdec.serve.server import serve
     from encdec.serve.service import ServeLimits
 
@@ -259,10 +258,9 @@ def cmd_serve(args: argparse.Namespace) -> None:
                          max_beams=args.max_beams, max_body_bytes=args.max_body_bytes, req_limit=args.req_limit,
                          char_limit=args.char_limit, max_queue=args.max_queue)
     serve(args.model, engine=args.engine, quantize=args.quantize, dtype=args.dtype, host=args.host, port=args.port,
-          api_key=args.api_key, limits=limits, log_level=args.log_level,
-          files=FileSettings(**{field.name: getattr(args, field.name) for field in dataclasses.fields(FileSettings)}),
-          api_keys_db=args.api_keys_db, suggestions=args.suggestions, metrics=args.metrics,
-          offline_site=args.offline_site, trusted_proxies=args.trusted_proxies)
+          api_key=args.api_key, limits=limits, log_level=args.log_level, api_keys_db=args.api_keys_db,
+          metrics=args.metrics, offline_site=args.offline_site, trusted_proxies=args.trusted_proxies,
+          api_settings=settings_from(args))
 
 
 def cmd_keys(args: argparse.Namespace) -> None:

@@ -1,6 +1,7 @@
 """The ``encdec`` argument parser: every subcommand, its flags and their help, built with the standard library
 alone, so that ``encdec --help`` and a mistyped flag answer at once; the engine and export choices come from
-encdec's backend registry, a standard-library file read without importing encdec (``engine_registry``). Each
+encdec's backend registry, a standard-library file read without importing encdec (``engine_registry``), and the
+flags of each API of ``encdec serve`` from its own flags module, read the same way (``api_flags``). Each
 subcommand's ``func`` is its ``encdec_cli.commands.cmd_*``."""
 
 from __future__ import annotations
@@ -104,9 +105,18 @@ def proxy_list(value: str) -> list[str]:
     return proxies
 
 
+def api_flags() -> list[tuple[ModuleType, ModuleType]]:
+    """The APIs of ``encdec serve`` that have flags of their own, each with its flags module (``encdec.serve.apis``),
+    read as ``engine_registry``."""
+    listed = standalone(SERVED_APIS, PRIVATE_SERVED_APIS).ADAPTERS
+    return [(api, standalone(api.flags, f"_encdec_cli_flags_{api.flags.replace('.', '_')}")) for api in listed
+            if api.flags]
+
+
 def add_serve_command(commands: argparse._SubParsersAction) -> None:
     summary = "serve models over HTTP: " + "; ".join(api.summary for api in standalone(SERVED_APIS,
                                                                                        PRIVATE_SERVED_APIS).ADAPTERS)
+    apis = api_flags()
     p = commands.add_parser("serve", help=summary, description=summary + ".")
     p.add_argument("--model", required=True, action="append",
                    help="a model folder (for an engine of `encdec export`'s: the folder it wrote); repeat it to serve "
@@ -130,12 +140,9 @@ def add_serve_command(commands: argparse._SubParsersAction) -> None:
                    help="the largest budget of new tokens a request may ask (default: the model's positions - 1)")
     p.add_argument("--max-beams", type=int, default=8, help="the largest beam size a request may ask")
     p.add_argument("--max-body-bytes", type=int, default=1_000_000, help="largest request body")
-    p.add_argument("--max-file-bytes", type=int, default=10_000_000,
-                   help="largest file that LibreTranslate's /translate_file takes (default 10 MB)")
-    p.add_argument("--file-expiry-minutes", type=float, default=30.0,
-                   help="how long a translated file can be downloaded before it is deleted (default 30)")
-    add_document_options(p)
-    add_limit_options(p)
+    add_limit_options(p, apis)
+    for api, flags in apis:  # each API's own flags, from its flags module (encdec.serve.apis)
+        flags.add_flags(p.add_argument_group(api.summary))
     p.add_argument("--log-level", choices=["critical", "error", "warning", "info", "debug"], default="info")
     p.add_argument("--offline-site", metavar="SITE", default=None,
                    help="also serve at /offline/ the site that `encdec export --format web` wrote (it translates in "
@@ -144,23 +151,10 @@ def add_serve_command(commands: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_serve)
 
 
-def add_document_options(p: argparse.ArgumentParser) -> None:
-    """`encdec serve`'s folder of translated files and bounds of a document (encdec.serve.files, .documents)."""
-    p.add_argument("--files-dir", default=None, metavar="DIR",
-                   help="where translated files are kept (default: encdec-files-<user id> in the temporary folder); "
-                        "a server started on it deletes the files of servers on it that were killed")
-    p.add_argument("--document-memory-mb", type=int, default=1024, metavar="MB",
-                   help="memory a worker process may take to read and write one .docx or .odt (default 1024)")
-    for flag, default, what in (("--max-archive-entries", 1_000, "files in a .docx or .odt archive"),
-                                ("--max-unpacked-bytes", 100_000_000, "bytes of a .docx or .odt once unpacked"),
-                                ("--max-compression-ratio", 100, "unpacked / packed size of an entry over 1 MB"),
-                                ("--max-document-paragraphs", 100_000, "paragraphs of a .docx or .odt"),
-                                ("--max-document-chars", 10_000_000, "characters to translate in a file")):
-        p.add_argument(flag, type=int, default=default, metavar="N", help=f"most {what} (default {default:,})")
-
-
-def add_limit_options(p: argparse.ArgumentParser) -> None:
-    """`encdec serve`'s keys, limits and metrics (encdec.serve.limits, encdec.serve.metrics)."""
+def add_limit_options(p: argparse.ArgumentParser, apis: list[tuple[ModuleType, ModuleType]]) -> None:
+    """`encdec serve`'s keys, limits and metrics (encdec.serve.limits, encdec.serve.metrics); ``apis``: the APIs with
+    flags (``api_flags``), which may say what --char-limit counts in them."""
+    counted = ["a text of the native API", *(flags.CHAR_LIMIT for _, flags in apis if hasattr(flags, "CHAR_LIMIT"))]
     p.add_argument("--api-keys-db", default=None, metavar="PATH",
                    help="require a key of this SQLite key database (`encdec keys`), each with its own requests a "
                         "minute; created if missing; --api-key keeps working beside it")
@@ -168,8 +162,8 @@ def add_limit_options(p: argparse.ArgumentParser) -> None:
                    help="requests a minute per client address (a text of a list counts as one) for requests "
                         "without a key of --api-keys-db; over it: 429 with Retry-After (default: no limit)")
     p.add_argument("--char-limit", type=positive_int, default=None, metavar="N",
-                   help="characters a text of the native API, or a request of LibreTranslate's (all its texts), may "
-                        "have (a key of --api-keys-db may have its own; default: no limit)")
+                   help=f"characters {', or '.join(counted)}{',' if len(counted) > 1 else ''} may have (a key of "
+                        "--api-keys-db may have its own; default: no limit)")
     p.add_argument("--trusted-proxies", type=proxy_list, default=None, metavar="IPS",
                    help="comma-separated addresses or networks (CIDR) of the proxies in front of the server: their "
                         "X-Forwarded-For names the client that --req-limit counts (default: none; the header is "
@@ -177,8 +171,6 @@ def add_limit_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-queue", type=positive_int, default=None, metavar="N",
                    help="texts a model's batcher may hold, waiting or being decoded; beyond it: 503 with "
                         "Retry-After (default: no bound)")
-    p.add_argument("--suggestions", action="store_true",
-                   help="store LibreTranslate's POST /libretranslate/suggest in the --api-keys-db database")
     p.add_argument("--metrics", action="store_true",
                    help="GET /metrics in Prometheus' text format (behind the API key when there is one)")
 

@@ -8,6 +8,7 @@ given."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import importlib
 import logging
 import os
@@ -35,20 +36,21 @@ from .site import add_offline_site, add_page
 logger = logging.getLogger("encdec.serve")
 
 
-def create_app(served: TranslationService | ServedModels, api_key: str | None = None, files: Any = None,
-               keys: KeyDatabase | None = None, suggestions: bool = False, metrics: bool = False,
-               offline_site: str | os.PathLike | None = None) -> Any:
-    """The ASGI app over one service or several (``ServedModels``). ``files``: the settings of file translation,
-    for the APIs that translate files; ``keys``: a key database (``encdec.serve.limits.Access`` has the rules);
-    ``metrics``: ``GET /metrics``; ``offline_site``: a site of ``encdec export --format web``, served at
-    ``/offline/``."""
+def create_app(served: TranslationService | ServedModels, api_key: str | None = None,
+               keys: KeyDatabase | None = None, metrics: bool = False, offline_site: str | os.PathLike | None = None,
+               api_settings: dict[str, dict[str, Any]] | None = None, **settings: Any) -> Any:
+    """The ASGI app over one service or several (``ServedModels``). ``keys``: a key database
+    (``encdec.serve.limits.Access`` has the rules); ``metrics``: ``GET /metrics``; ``offline_site``: a site of
+    ``encdec export --format web``, served at ``/offline/``; ``api_settings`` and ``settings``: the APIs' own
+    settings (``configured``), e.g. ``files=`` and ``suggestions=`` of LibreTranslate's API."""
     models = served if isinstance(served, ServedModels) else ServedModels([served_as(served)])
     first = next(iter(models.models.values())).service
     limits = first.limits
-    access = Access(api_key, keys, limits.req_limit, limits.char_limit, suggestions)
+    access = Access(api_key, keys, limits.req_limit, limits.char_limit)
+    configured_apis = configured(api_settings, settings, keys)
     observer = ServerMetrics() if metrics else None
     batchers = make_batchers(models, observer)
-    adapters = make_adapters(Serving(models, batchers, access, presented_key, files))
+    adapters = make_adapters(Serving(models, batchers, access, presented_key), configured_apis)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -82,9 +84,32 @@ def create_app(served: TranslationService | ServedModels, api_key: str | None = 
     return Guard(app, access, limits.max_body_bytes, adapters, observer)
 
 
-def make_adapters(serving: Serving) -> list[Adapter]:
-    """An adapter of each API that ``encdec.serve.apis`` lists, over ``serving``."""
-    return [importlib.import_module(api.module).ADAPTER(serving) for api in apis.ADAPTERS]
+def adapter_classes() -> dict[str, type[Adapter]]:
+    """The adapter of each API that ``encdec.serve.apis`` lists, by its module."""
+    return {api.module: importlib.import_module(api.module).ADAPTER for api in apis.ADAPTERS}
+
+
+def configured(api_settings: dict[str, dict[str, Any]] | None, settings: dict[str, Any],
+               keys: KeyDatabase | None) -> dict[str, Any]:
+    """Each API's settings, by its module, made and checked by its adapter's ``configure``: the keyword arguments
+    that ``api_settings`` holds under its module (``encdec.serve.apis.settings_from``: what its flags made of
+    ``encdec serve``'s arguments) and those of ``settings`` that name a field of its ``Settings``; ``keys``: the key
+    database. A setting no API takes is refused."""
+    given, settings = dict(api_settings or {}), dict(settings)
+    found = {}
+    for module, adapter in adapter_classes().items():
+        fields = [field.name for field in dataclasses.fields(adapter.Settings)] if adapter.Settings else []
+        mine = {**given.pop(module, {}), **{name: settings.pop(name) for name in fields if name in settings}}
+        found[module] = adapter.configure(mine, keys)
+    if given or settings:
+        raise TypeError(f"no API of encdec serve takes the settings {sorted([*given, *settings])}")
+    return found
+
+
+def make_adapters(serving: Serving, settings: dict[str, Any]) -> list[Adapter]:
+    """An adapter of each API that ``encdec.serve.apis`` lists, over ``serving``, with its ``settings`` (by module:
+    ``configured``)."""
+    return [adapter(serving, settings.get(module)) for module, adapter in adapter_classes().items()]
 
 
 def make_batchers(models: ServedModels, metrics: ServerMetrics | None) -> dict[str, DynamicBatcher]:
@@ -112,4 +137,4 @@ def add_metrics(app: Any, metrics: ServerMetrics, guarded: tuple[int, ...]) -> N
         return Response(body, media_type=media_type)
 
 
-__all__ = ["create_app", "make_adapters", "make_batchers"]
+__all__ = ["adapter_classes", "configured", "create_app", "make_adapters", "make_batchers"]

@@ -37,7 +37,6 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from ..errors import EncdecError
 from .keys import ApiKey, KeyDatabase, KeyDatabaseError
 
 WINDOW = 60.0  # seconds: limits are requests a minute
@@ -129,16 +128,12 @@ class RateLimiter:
 class Access:
     """A server's keys and limits: ``api_key`` (one key for everyone), ``database`` (keys with limits of their own),
     ``req_limit`` (requests a minute per client address, for requests without a key of the database), ``char_limit``
-    (characters a text), ``suggestions`` (suggested translations taken, stored in ``database``). A key is
-    required when either kind is given."""
+    (characters a text). A key is required when either kind is given."""
 
     def __init__(self, api_key: str | None = None, database: KeyDatabase | None = None,
-                 req_limit: int | None = None, char_limit: int | None = None, suggestions: bool = False,
+                 req_limit: int | None = None, char_limit: int | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        if suggestions and database is None:
-            raise EncdecError("--suggestions stores the suggestions in the key database: give --api-keys-db PATH "
-                              "too.")
-        self.api_key, self.database, self.suggestions = api_key, database, suggestions
+        self.api_key, self.database = api_key, database
         self.req_limit, self.char_limit = req_limit, char_limit
         self.rates = RateLimiter(clock)
         self.executor: ThreadPoolExecutor | None = None  # the key database's thread: from its first use until the
@@ -202,7 +197,7 @@ class Access:
         return next(((i, len(text), limit) for i, text in enumerate(texts) if len(text) > limit), None)
 
     async def suggest(self, q: str, s: str, source: str, target: str) -> None:
-        """Store a suggested translation ``s`` of ``q`` in the key database (under ``--suggestions``)."""
+        """Store a suggested translation ``s`` of ``q`` in the key database (an API that takes suggestions)."""
         await self.database_call(self.database.add_suggestion, q, s, source, target)
 
 

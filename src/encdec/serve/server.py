@@ -29,7 +29,7 @@ import psutil
 
 from ..errors import EncdecError
 from .keys import SERVER_TIMEOUT, KeyDatabase
-from .limits import Access, RedactKeys
+from .limits import RedactKeys
 from .served_models import build_service, load_models
 from .service import ServeLimits
 
@@ -41,7 +41,7 @@ try:
 except ImportError as missing:  # the CLI prints this as one line
     raise EncdecError(f"`encdec serve` needs FastAPI and uvicorn; install the extra with `{SERVE_INSTALL}`.") \
         from missing
-from .app import create_app  # noqa: E402 (needs FastAPI, checked above)
+from .app import configured, create_app  # noqa: E402 (needs FastAPI, checked above)
 from .held_batches import release_on_stdin  # noqa: E402
 from .schema import ErrorResponse, TranslateResponse, request_schema  # noqa: E402
 
@@ -128,17 +128,18 @@ class EncdecServer(uvicorn.Server):
 
 def serve(models: str | list[str], engine: str = "torch", quantize: str | None = None, dtype: str | None = None,
           host: str = "127.0.0.1", port: int = 8000, api_key: str | None = None, limits: ServeLimits | None = None,
-          log_level: str = "info", files: Any = None, api_keys_db: str | None = None,
-          suggestions: bool = False, metrics: bool = False, offline_site: str | None = None,
-          trusted_proxies: list[str] | None = None) -> None:
+          log_level: str = "info", api_keys_db: str | None = None, metrics: bool = False,
+          offline_site: str | None = None, trusted_proxies: list[str] | None = None,
+          api_settings: dict[str, dict[str, Any]] | None = None, **settings: Any) -> None:
     """Load the models and serve them until SIGINT or SIGTERM (``encdec serve``); ``port`` 0 takes a free port,
-    which the start-up line names. A port in use and a key database that cannot be used are refused before the
-    models load; ``trusted_proxies``: the proxies whose ``X-Forwarded-For`` names the client (``server_config``)."""
+    which the start-up line names. A port in use, a key database that cannot be used and an API's wrong settings
+    (``api_settings`` and ``settings``, as ``create_app`` takes them) are refused before the models load;
+    ``trusted_proxies``: the proxies whose ``X-Forwarded-For`` names the client (``server_config``)."""
     api_key = api_key or os.environ.get(API_KEY_ENV) or None
     check_bind(host, api_key or api_keys_db)
     check_port(host, port)
     keys = KeyDatabase(api_keys_db, timeout=SERVER_TIMEOUT) if api_keys_db else None
-    Access(api_key, keys, suggestions=suggestions)  # its refusals, before the models load
+    configured(api_settings, settings, keys)  # the APIs' refusals, before the models load
     served = load_models(models, engine, quantize, dtype, limits)
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for name, model in served.models.items():
@@ -151,8 +152,8 @@ def serve(models: str | list[str], engine: str = "torch", quantize: str | None =
         print(f"encdec serve: {len(served.models)} model(s) loaded, {resident:,.0f} MiB resident; on "
               f"{' and '.join(urls)} - page at /, API docs at /docs", flush=True)
 
-    app = create_app(served, api_key, files=files, keys=keys, suggestions=suggestions, metrics=metrics,
-                     offline_site=offline_site)
+    app = create_app(served, api_key, keys=keys, metrics=metrics, offline_site=offline_site,
+                     api_settings=api_settings, **settings)
     release_on_stdin(app.app.state.batchers)  # the test hook (encdec.serve.held_batches); inert in real runs
     server = EncdecServer(server_config(app, host, port, log_level, trusted_proxies), announce)
     with contextlib.suppress(KeyboardInterrupt):  # as uvicorn.run: Ctrl-C ends the command quietly

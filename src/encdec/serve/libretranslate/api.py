@@ -219,11 +219,13 @@ def check_request(body: dict[str, Any], max_texts: int) -> tuple[list[str], bool
 class LibreTranslateAPI:
     """The routes under ``/libretranslate`` over ``models`` and their ``batchers``, with the keys and limits of
     ``access``; ``presented_key(headers)`` reads an API key from a request's headers (the body's ``api_key`` comes
-    first, as in LibreTranslate)."""
+    first, as in LibreTranslate); ``suggestions``: ``/suggest`` stores what it is given (``--suggestions``) in the
+    key database of ``access``."""
 
     def __init__(self, models: ServedModels, batchers: dict[str, Any], access: Access, presented_key: Any,
-                 file_formats: list[str] | None = None) -> None:
+                 file_formats: list[str] | None = None, suggestions: bool = False) -> None:
         self.models, self.batchers, self.access, self.presented_key = models, batchers, access, presented_key
+        self.suggestions = suggestions
         self.file_formats = file_formats or []  # what /translate_file takes (encdec.serve.files), for the settings
         self.limits = next(iter(models.models.values())).service.limits
 
@@ -303,7 +305,7 @@ class LibreTranslateAPI:
     async def suggest(self, request: Request) -> JSONResponse:
         """A suggested translation ``s`` of ``q``, stored in the key database (LibreTranslate's ``/suggest``); ``q``
         and ``s`` each up to the character limit, else ``SUGGESTION_CHARS``."""
-        if not self.access.suggestions:
+        if not self.suggestions:
             raise Refusal("Suggestions are disabled on this server.", 403)
         body = await read_body(request)
         key = await self.admit(body, request)
@@ -329,7 +331,7 @@ class LibreTranslateAPI:
                 [{"code": "auto", "name": "Auto Detect"}, {"code": "", "name": ""}])
         return JSONResponse({"charLimit": self.access.char_limit or -1, "frontendTimeout": 500,
                              "apiKeys": self.access.required, "keyRequired": self.access.required,
-                             "suggestions": self.access.suggestions, "filesTranslation": bool(self.file_formats),
+                             "suggestions": self.suggestions, "filesTranslation": bool(self.file_formats),
                              "supportedFilesFormat": self.file_formats,
                              "language": {"source": pair[0], "target": pair[1]}})
 
