@@ -611,3 +611,11 @@ def test_a_wrong_flag_gets_a_suggestion_first_then_its_command_usage(capsys) -> 
     with pytest.raises(SystemExit):
         main(["serve", "--model", "runs/x", "--zzz"])
     assert capsys.readouterr().err.strip().splitlines()[0] == "encdec serve: error: unrecognized arguments: --zzz"
+    for argv, line in ((["translate", "--nbest", "3"], "encdec translate: error: the following arguments are required: "
+                        "--model"),
+                       (["export", "--model", "m", "--output", "o", "--format", "onx"],
+                        "encdec export: error: argument --format: invalid choice: 'onx'")):
+        with pytest.raises(SystemExit) as done:  # argparse's own errors too: their line first, then the usage
+            main(argv)
+        err = capsys.readouterr().err.strip().splitlines()
+        assert done.value.code == 2 and err[0].startswith(line) and err[1].startswith(f"usage: encdec {argv[0]} ")

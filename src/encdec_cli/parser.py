@@ -12,6 +12,7 @@ import ipaddress
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import NoReturn
 
 from .commands import (
     cmd_align,
@@ -351,8 +352,17 @@ def add_export_commands(commands: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_plot_attention)
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, whose errors (a missing flag, a wrong value) come as their one line first, then the usage:
+    argparse prints the usage first, where a long one buries the line that says what is wrong. Its subcommands'
+    parsers are of this class too (``add_subparsers`` makes them of the class of their parent)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n{self.format_usage()}")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="encdec", description="Train, evaluate, ship and inspect seq2seq models.")
+    parser = Parser(prog="encdec", description="Train, evaluate, ship and inspect seq2seq models.")
     commands = parser.add_subparsers(dest="command", required=True)
     add_training_commands(commands)
     add_inference_commands(commands)
