@@ -11,6 +11,9 @@ TORCH_VERSION ?= 2.13.0
 STAMP  := $(VENV)/.installed
 # the optional extras of pyproject.toml that the tests need
 EXTRAS ?= dev,ct2,onnx,serve,peft
+# pytest-xdist workers for `make test` (this project's machine has 2 cores); each test file runs whole on one worker
+# (--dist loadfile), so a file's module fixtures are built once; conftest.built_once shares the session ones
+TEST_WORKERS ?= 2
 
 export HF_HUB_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
@@ -93,7 +96,7 @@ $(WEB_RUNTIME): web/package.json web/package-lock.json web/build.mjs web/index.h
 web: $(WEB_RUNTIME)
 
 test: $(STAMP) $(WEB_RUNTIME)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests scripts benchmarks

@@ -3,7 +3,9 @@ from toy.py)."""
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +17,7 @@ from collections.abc import Callable  # noqa: E402
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
+from filelock import FileLock  # noqa: E402
 from transformers import PretrainedConfig, PreTrainedModel  # noqa: E402
 
 from toy import (  # noqa: E402
@@ -54,30 +57,56 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.integration)
 
 
+def built_once(tmp_path_factory, name: str, build: Callable[[Path], None]) -> Path:
+    """A folder ``build`` fills once per test run: with pytest-xdist's workers (``make test`` runs two), the first
+    worker to ask builds it under the run's shared temporary folder while the others wait on its lock, then all read
+    it (xdist's documented recipe for session fixtures). Read only."""
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    root, done = shared / name, shared / f"{name}.done"
+    with FileLock(str(shared / f"{name}.lock")):
+        if not done.exists():
+            shutil.rmtree(root, ignore_errors=True)
+            root.mkdir()
+            build(root)
+            done.touch()
+    return root
+
+
 @pytest.fixture(scope="session")
 def pairs(tmp_path_factory) -> dict[str, Path]:
     """Two language pairs to serve: de-en, a Transformer, and en-de, an RNN, each trained on dates for a moment (they
     answer differently). Read only; shared by the LibreTranslate tests (routes, clients, sentences, files)."""
-    from encdec.folders import save_for_pipeline
-    from tiny_model_folders import DATE_RNN, DATE_TRANSFORMER, date_data, train_on_dates
 
-    dates = date_data()
-    root = tmp_path_factory.mktemp("libretranslate")
-    return {"de-en": save_for_pipeline(train_on_dates(DATE_TRANSFORMER, dates, 150, 3e-3), dates[0], root / "a"),
-            "en-de": save_for_pipeline(train_on_dates(DATE_RNN, dates, 150, 5e-3), dates[0], root / "b")}
+    def build(root: Path) -> None:
+        from encdec.folders import save_for_pipeline
+        from tiny_model_folders import DATE_RNN, DATE_TRANSFORMER, date_data, train_on_dates
+
+        dates = date_data()
+        save_for_pipeline(train_on_dates(DATE_TRANSFORMER, dates, 150, 3e-3), dates[0], root / "a")
+        save_for_pipeline(train_on_dates(DATE_RNN, dates, 150, 5e-3), dates[0], root / "b")
+
+    root = built_once(tmp_path_factory, "libretranslate", build)
+    return {"de-en": root / "a", "en-de": root / "b"}
 
 
 @pytest.fixture(scope="session")
 def demo_run(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
-    """``encdec demo --max-steps 2`` run once for the session (test_demo.py checks it, test_readme_tour.py runs the
+    """``encdec demo --max-steps 2`` run once for the test run (test_demo.py checks it, test_readme_tour.py runs the
     README's tour on its models), as a user runs it: in a folder of its own, ``runs/`` beside the repository's
-    ``configs/`` (linked in, as in a checkout). Returns the folder and the finished process."""
-    root = tmp_path_factory.mktemp("demo")
-    (root / "configs").symlink_to(REPO / "configs")
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, "-m", "encdec", "demo", "--max-steps", "2", "--runs-dir", "runs"],
-                          cwd=root, env=env, capture_output=True, text=True, timeout=900)
-    return root, done
+    ``configs/`` (linked in, as in a checkout). Returns the folder and the finished process (its status and output,
+    kept in ``done.json`` for the other worker)."""
+
+    def build(root: Path) -> None:
+        (root / "configs").symlink_to(REPO / "configs")
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+        done = subprocess.run([sys.executable, "-m", "encdec", "demo", "--max-steps", "2", "--runs-dir", "runs"],
+                              cwd=root, env=env, capture_output=True, text=True, timeout=900)
+        kept = {"args": done.args, "returncode": done.returncode, "stdout": done.stdout, "stderr": done.stderr}
+        (root / "done.json").write_text(json.dumps(kept), encoding="utf-8")
+
+    root = built_once(tmp_path_factory, "demo", build)
+    return root, subprocess.CompletedProcess(**json.loads((root / "done.json").read_text(encoding="utf-8")))
 
 
 @pytest.fixture
