@@ -23,7 +23,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from ..errors import EncdecError
 from ..io_utils import atomic_output, refuse_existing
 from . import load_model_and_tokenizer, max_source_length
-from .alignment import MEAN
+from .alignment import MEAN, alignment_request
 from .decoding import decode_batch, resolve_options
 
 
@@ -62,8 +62,7 @@ def attention_matrix(
         max_new_tokens = min(max_new_tokens, max_positions - 1)
     model.eval()
     options = resolve_options(model.generation_config, num_beams=num_beams, max_new_tokens=max_new_tokens,
-                              alignments=True, alignment_layer=MEAN if mean and layer is None else layer,
-                              alignment_head=head)
+                              **alignment_request(MEAN if mean and layer is None else layer, head))
     try:
         best = decode_batch(model, tokenizer, [source_ids], options)[0][0]
     except EncdecError as error:
