@@ -45,8 +45,8 @@ def attention_matrix(
     """Translate ``text`` (greedy by default) and return its alignment, row t = the weights over the source when
     generating target token t (see the module docstring for ``layer``, ``head`` and ``mean``). The matrix is the
     best hypothesis' ``attention`` from ``decode_batch``, the one the native API's answer carries (``alignment``'s
-    ``weights``) transposed, so ``num_beams=None, max_new_tokens=None`` (the model's defaults, as the server fills them) plots
-    what the server's page draws for ``text``.
+    ``weights``) transposed, so ``num_beams=None, max_new_tokens=None`` (the model's defaults, as the server fills
+    them) plots what the server's page draws for ``text``.
 
     :return: matrix (T, S) whose rows sum to 1, the S source tokens (with ``</s>``) and the T generated tokens
     """
