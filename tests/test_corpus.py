@@ -297,7 +297,7 @@ def test_n_best_drops_texts_met_before_unless_asked_to_keep_them(model, tmp_path
     start = engine.config.decoder_start_token_id
     asked = []
 
-    def generate(self, input_ids, attention_mask, max_new_tokens, settings) -> list[list[int]]:
+    def generate(self, input_ids, attention_mask, budget, settings) -> list[list[int]]:
         asked.append(settings.get("num_return_sequences", 1))
         return [[start, *ids] for _ in input_ids for ids in beams][:len(input_ids) * asked[-1]]
 

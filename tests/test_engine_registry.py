@@ -61,7 +61,7 @@ class EchoEngine(Engine):
     def precision(self) -> str:
         return "float32"
 
-    def generate(self, input_ids, attention_mask, max_new_tokens, settings):
+    def generate(self, input_ids, attention_mask, budget, settings):
         return [[BOS, *row[mask.bool()].tolist(), EOS] for row, mask in zip(input_ids, attention_mask, strict=True)]
 
     def teacher_forced(self, source_ids, target_ids, alignment=False):

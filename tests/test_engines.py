@@ -273,7 +273,7 @@ def test_ctranslate2_refuses_what_it_lacks(exports) -> None:
     tokenizer = engine.tokenizer
     with pytest.raises(EncdecError, match="exceeds the 64 positions exported .* truncation"):
         translate(engine, tokenizer, [" ".join(["March 3"] * 60)])
-    with pytest.raises(EncdecError, match="`max_new_tokens`=64 .* at most 63"):
+    with pytest.raises(EncdecError, match="budget of 64 new tokens .* at most 63"):
         translate(engine, tokenizer, ["March 3, 2001"], max_new_tokens=64)
     assert translate(engine, tokenizer, [" ".join(["March 3"] * 60)], truncate=True)  # cut to 64: it translates
 

@@ -73,8 +73,9 @@ def render_model_card(model_dir_or_model: str | os.PathLike | PreTrainedModel, *
     :param dataset_name: human-readable name of the training/evaluation data
     :param dataset_id: its Hub dataset id, if it has one (goes into ``datasets`` and the model-index)
     :param metrics: ``{"bleu": float, "chrf": float, "bleu_signature": str, "chrf_signature": str,
-        "split": str}``, optionally ``"bleu_lowercase"`` and ``"num_beams"`` (other keys are ignored); the scores
-        go into the ``model-index`` as a translation result
+        "split": str}``, optionally ``"bleu_lowercase"`` and the decoding as ``DecodeOptions.describe`` records it
+        (the card shows its beam size; other keys are ignored); the scores go into the ``model-index`` as a
+        translation result
     :param training_summary: free-form ``{label: value}`` rows (steps, epochs, hardware, wall time, ...)
     :param repo_id: the Hub id used in the usage snippet and as the model name
     :param languages: ``[source, target]`` language codes (the Hub's ``language``; ``encdec serve`` takes a model's

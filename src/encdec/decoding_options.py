@@ -239,6 +239,12 @@ class DecodeOptions:
         return budget if limit is None else min(budget, limit)
 
 
+def with_budget(settings: dict[str, Any], budget: int) -> dict[str, Any]:
+    """``settings`` (``DecodeOptions.settings``) with ``budget``, the most tokens to generate, as ``generate()`` takes
+    them (the engines that hand them to it: ``encdec.inference.engines``)."""
+    return {**settings, "max_new_tokens": budget}
+
+
 # the budget of a source when none is asked: per_source_token x its length + extra, within the model's positions
 AUTO_BUDGET = {"per_source_token": 2, "extra": 10}
 
@@ -348,4 +354,4 @@ def check_bounds(request: DecodeRequest) -> None:
 
 __all__ = ["AUTO_BUDGET", "LENGTH_PENALTY_RANGE", "ONE_TRANSLATION", "DecodeLimits", "DecodeOptions", "DecodeRequest",
            "asked_of", "auto_max_new_tokens", "check_offered", "declared", "in_words", "json_name", "python_name",
-           "resolve"]
+           "resolve", "with_budget"]

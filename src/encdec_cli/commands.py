@@ -5,6 +5,7 @@ so that only the command that runs pays for importing torch and transformers (se
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import shlex
 import sys
@@ -253,10 +254,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
     from encdec.serve.server import serve
     from encdec.serve.service import ServeLimits
 
-    limits = ServeLimits(max_batch_size=args.max_batch_size, max_wait_ms=args.max_wait_ms, max_texts=args.max_texts,
-                         max_source_tokens=args.max_source_tokens, max_new_tokens=args.max_new_tokens,
-                         max_beams=args.max_beams, max_body_bytes=args.max_body_bytes, req_limit=args.req_limit,
-                         char_limit=args.char_limit, max_queue=args.max_queue)
+    limits = ServeLimits(**{item.name: getattr(args, item.name) for item in dataclasses.fields(ServeLimits)})
     serve(args.model, engine=args.engine, quantize=args.quantize, dtype=args.dtype, host=args.host, port=args.port,
           api_key=args.api_key, limits=limits, log_level=args.log_level, api_keys_db=args.api_keys_db,
           metrics=args.metrics, offline_site=args.offline_site, trusted_proxies=args.trusted_proxies,

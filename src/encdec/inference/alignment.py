@@ -167,6 +167,12 @@ def check_alignment_choice(config, layer: int | str | None, head: int | None) ->
                                             f"{head!r}.")
 
 
+def alignment_request(layer: int | str | None, head: int | None) -> dict[str, Any]:
+    """The decoding options (``resolve_options``'s) that ask for each translation's alignment on ``layer`` and
+    ``head`` (None: the model's alignment layer, the mean of its heads), as ``align`` and ``plot-attention`` ask it."""
+    return {"alignments": True, "alignment_layer": layer, "alignment_head": head}
+
+
 def layer_weights(by_layer: torch.Tensor, layer: int | str) -> torch.Tensor:
     """(S, T) weights of one decoder layer (0-based, negative counts from the top) or of ``"mean"``."""
     if layer == MEAN:
@@ -273,7 +279,7 @@ def date_alignment_pairs(n: int, seed: int = 0) -> list[tuple[str, str, Links]]:
     return triples
 
 
-__all__ = ["ALIGNMENT_FILE", "MEAN", "alignment_error_rate", "alignment_weights", "attention_by_layer",
-           "attention_shape", "check_alignment_choice", "choose_layer",
+__all__ = ["ALIGNMENT_FILE", "MEAN", "alignment_error_rate", "alignment_request", "alignment_weights",
+           "attention_by_layer", "attention_shape", "check_alignment_choice", "choose_layer",
            "date_alignment_pairs", "default_layer", "encode_pairs", "hard_links", "layer_weights", "parse_pharaoh",
            "record_layer", "recorded_layer", "teacher_forced_attention", "to_pharaoh", "word_links", "word_of_tokens"]

@@ -17,7 +17,7 @@ returns, per source, its hypotheses:
 - an n-best list: the beams as beam search returns them, or (``ranked``, what ``encdec translate --n-best`` prints)
   all the beams ordered by log P, each text once unless ``keep_duplicates``, the ``n_best`` first.
 
-Each source has its own generation budget (``max_new_tokens``, else the model's, else from its source length). Greedy
+Each source has its own generation budget (the one asked, else the model's, else from its source length). Greedy
 search decides each token from the tokens before it only, so one greedy batch runs to the largest budget and each
 output is cut to its own; beam search ends differently at another budget, so sources of other budgets are decoded
 in separate ``generate`` calls.

@@ -143,7 +143,7 @@ class EnsembleForSeq2SeqLM(CallerLengthMixin, PreTrainedModel, GenerationMixin):
     docstring). ``generate()`` (greedy, beam search, sampling, n-best lists) works on it as on any member.
 
     :param members: trained encdec models (any family) sharing one vocabulary; their generation config is the
-        first member's (a caller's ``max_length`` replaces its ``max_new_tokens``, as for a member:
+        first member's (a caller's ``max_length`` replaces its saved budget, as for a member:
         ``CallerLengthMixin``)
     """
 

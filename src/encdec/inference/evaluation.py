@@ -31,7 +31,7 @@ from ..io_utils import (
 from ..metrics import load_metric
 from ..processes import Shard, on_main
 from . import CHUNK_SIZE, load_engine, load_model_and_tokenizer, max_source_length
-from .alignment import choose_layer, default_layer, encode_pairs, parse_pharaoh, record_layer
+from .alignment import alignment_request, choose_layer, default_layer, encode_pairs, parse_pharaoh, record_layer
 from .corpus import open_output
 from .decoding import DecodeOptions, align, decode_lines, resolve_options
 
@@ -208,8 +208,8 @@ def align_file(model_dir: str | os.PathLike, source_file: str | os.PathLike, tar
                                                     stdout))
     skip = shard.broadcast(output.done_lines if output is not None else 0)
     model, tokenizer = load_model_and_tokenizer(model_dir, shard.device)
-    options = resolve_options(model.generation_config, alignments=True, model_config=model.config,
-                              alignment_layer=default_layer(model) if layer is None else layer, alignment_head=head)
+    options = resolve_options(model.generation_config, model_config=model.config,
+                              **alignment_request(default_layer(model) if layer is None else layer, head))
 
     def work(chunk: Chunk) -> str:
         sources, targets = zip(*chunk.lines, strict=True)

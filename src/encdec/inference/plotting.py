@@ -23,7 +23,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from ..errors import EncdecError
 from ..io_utils import atomic_output, refuse_existing
 from . import load_model_and_tokenizer, max_source_length
-from .alignment import MEAN
+from .alignment import MEAN, alignment_request
 from .decoding import decode_batch, resolve_options
 
 
@@ -44,9 +44,9 @@ def attention_matrix(
 ) -> tuple[np.ndarray, list[str], list[str]]:
     """Translate ``text`` (greedy by default) and return its alignment, row t = the weights over the source when
     generating target token t (see the module docstring for ``layer``, ``head`` and ``mean``). The matrix is the
-    best hypothesis' ``attention`` from ``decode_batch``, the one the native API's ``alignments`` field carries
-    transposed, so ``num_beams=None, max_new_tokens=None`` (the model's defaults, as the server fills them) plots
-    what the server's page draws for ``text``.
+    best hypothesis' ``attention`` from ``decode_batch``, the one the native API's answer carries (``alignment``'s
+    ``weights``) transposed, so ``num_beams=None, max_new_tokens=None`` (the model's defaults, as the server fills
+    them) plots what the server's page draws for ``text``.
 
     :return: matrix (T, S) whose rows sum to 1, the S source tokens (with ``</s>``) and the T generated tokens
     """
@@ -62,8 +62,7 @@ def attention_matrix(
         max_new_tokens = min(max_new_tokens, max_positions - 1)
     model.eval()
     options = resolve_options(model.generation_config, num_beams=num_beams, max_new_tokens=max_new_tokens,
-                              alignments=True, alignment_layer=MEAN if mean and layer is None else layer,
-                              alignment_head=head)
+                              **alignment_request(MEAN if mean and layer is None else layer, head))
     try:
         best = decode_batch(model, tokenizer, [source_ids], options)[0][0]
     except EncdecError as error:

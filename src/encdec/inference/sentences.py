@@ -6,7 +6,7 @@ first sentence, and a text longer than its positions does not fit at all. ``spli
 and each line into its sentences, the pieces to translate, and keeps everything between them (the spaces after a
 sentence, line breaks, blank lines) as pieces to write back unchanged; ``join`` puts each translation in its
 sentence's place. ``encdec translate --split-sentences`` (``decode_split``), and on ``encdec serve`` the
-LibreTranslate API (always), the native API's ``split_sentences`` and file translation all cut and join with these
+LibreTranslate API (always), the native API (when asked) and file translation all cut and join with these
 functions and decode the sentences through the one decoding path (``decoding.decode_sources`` here, the server's
 batcher and ``decoding.decode_batch`` there), so a sentence translates as it does alone.
 

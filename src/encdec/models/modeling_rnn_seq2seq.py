@@ -440,9 +440,7 @@ class RNNSeq2SeqForConditionalGeneration(Seq2SeqLMMixin, RNNSeq2SeqPreTrainedMod
         self.model = RNNSeq2SeqModel(config)
         self.lm_head = nn.Linear(config.output_size, config.vocab_size)  # W_o, b_o
         self.post_init()
-        if self.generation_config is not None:  # saved as generation_config.json; transformers' default is 20
-            # max_new_tokens rather than max_length: a caller's own max_new_tokens then replaces it without a warning
-            self.generation_config.max_new_tokens = 256
+        self.set_default_budget(256)
 
     @classmethod
     def _supports_default_dynamic_cache(cls) -> bool:

@@ -537,10 +537,7 @@ class TransformerSeq2SeqForConditionalGeneration(Seq2SeqLMMixin, TransformerSeq2
         self.model = TransformerSeq2SeqModel(config)
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         self.post_init()
-        if self.generation_config is not None:  # saved as generation_config.json; transformers' default is 20
-            # max_new_tokens rather than max_length: a caller's own max_new_tokens then replaces it without a warning
-            # (and a caller's max_length too: CallerLengthMixin)
-            self.generation_config.max_new_tokens = config.max_position_embeddings - 1  # + the start token
+        self.set_default_budget(config.max_position_embeddings - 1)  # + the start token
 
     @staticmethod
     def _reorder_cache(cache: EncoderDecoderCache, beam_idx: torch.LongTensor) -> EncoderDecoderCache:

@@ -18,8 +18,8 @@ Keyword arguments, at construction or per call:
   tokenizers, which the RNN family needs);
 - ``truncation`` (default ``False``: an over-long source reaches the model, whose error says so);
 - ``return_tensors`` (add ``generated_token_ids``), ``return_text``, ``clean_up_tokenization_spaces``;
-- everything else (``num_beams``, ``max_new_tokens``, ``do_sample``, ``top_k``, ``num_return_sequences``, ...) goes
-  to ``model.generate``, on top of the model's ``generation_config.json``.
+- everything else (``generate()``'s keyword arguments: the beam size, the budget, sampling and its settings,
+  ``num_return_sequences``, ...) goes to ``model.generate``, on top of the model's ``generation_config.json``.
 """
 
 from __future__ import annotations

@@ -144,6 +144,13 @@ class CallerLengthMixin:
             config.max_new_tokens = None
         return config, model_kwargs
 
+    def set_default_budget(self, tokens: int) -> None:
+        """Decode at most ``tokens`` new tokens unless the caller says otherwise, saved in ``generation_config.json``
+        (transformers' default is 20 in all): as ``max_new_tokens`` rather than ``max_length``, so that a caller's
+        own ``max_new_tokens`` replaces it without a warning, and a caller's ``max_length`` too (above)."""
+        if self.generation_config is not None:
+            self.generation_config.max_new_tokens = tokens
+
 
 class Seq2SeqLMMixin(CallerLengthMixin):
     """What every ``*ForConditionalGeneration`` of this package shares: the accessors transformers expects,

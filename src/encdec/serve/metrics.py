@@ -42,7 +42,7 @@ class ServerMetrics:
         self.batch_size = Histogram("encdec_batch_size", "Texts in each batch a model decoded", ["model"],
                                     buckets=BATCH_BUCKETS, registry=registry)
         self.texts = Counter("encdec_texts_translated", "Texts translated (sentences, where a text is cut into them: "
-                             "split_sentences, an API that cuts its texts)", ["model"], registry=registry)
+                             "asked of the native API, or an API that cuts its texts)", ["model"], registry=registry)
         self.source_tokens = Counter("encdec_source_tokens_translated", "Source tokens translated, </s> included",
                                      ["model"], registry=registry)
         self.queue_depth = Gauge("encdec_queue_depth", "Texts a model's batcher holds: waiting or being decoded",

@@ -1,11 +1,10 @@
 """The native API, an adapter like any other (``encdec.serve.adapter``) that owns the paths no other API claims:
 ``POST /translate`` (a text or a list; the model by pair or name; the decoding options of ``encdec translate``;
-``split_sentences``), ``GET /health`` and ``GET /info``. Its request schema and errors in words are
+sentence by sentence), ``GET /health`` and ``GET /info``. Its request schema and errors in words are
 ``encdec.serve.schema``'s; a request is checked against the limits (``admit``), picked a model
 (``ServedModels.pick``) and answered by the serving core (``core.answers``). Its errors are the server's own shape,
 ``ErrorResponse`` (``encdec.serve.http_errors``), with the field at fault."""
 
-import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -29,7 +28,7 @@ from .schema import (
     value_hints,
 )
 from .served_models import ServedModels
-from .service import RequestError
+from .service import RequestError, widest
 
 
 class NativeAPI(Adapter):
@@ -39,10 +38,7 @@ class NativeAPI(Adapter):
         serving = self.serving
         models, access = serving.models, serving.access
         # the schema takes the largest limits of the models; each model's own are checked when its jobs are made
-        limits = next(iter(models.models.values())).service.limits
-        widest = {name: max(getattr(model.service.limits, name) for model in models.models.values())
-                  for name in ("max_new_tokens", "max_source_tokens")}
-        schema = request_schema(dataclasses.replace(limits, **widest))
+        schema = request_schema(widest([model.service.limits for model in models.models.values()]))
         add_handlers(app, value_hints(schema))
         guarded = (401,) if access.required else ()
         busy = (429,) * access.limited + (503,) * any(b.max_queue is not None for b in serving.batchers.values())

@@ -57,8 +57,8 @@ class Translation(BaseModel):
                           "source when target token t was produced, and `links`, the word alignment in Pharaoh "
                           "format (`i-j`: source word i, output word j), as `encdec translate --alignments` gives "
                           "it. The layer is the model's alignment layer (recorded by `encdec align --record`, "
-                          "else the penultimate), averaged over its heads, unless `alignment_layer` or "
-                          "`alignment_head` say otherwise.")
+                          "else the penultimate), averaged over its heads, unless the request chose another layer or "
+                          "head.")
 
 
 class TranslateResponse(BaseModel):

@@ -4,16 +4,18 @@ a batch of them. Plain Python and threads; ``encdec.serve.core`` and the APIs pu
 
 A batch gives each text what translating it alone gives: the server checks a request's options into a
 ``decoding.DecodeOptions`` (``decoding.resolve_options``, within its limits) and decodes a batch with
-``decoding.decode_batch``, as ``encdec translate`` does. Each text has its own budget (``max_new_tokens``, else the
+``decoding.decode_batch``, as ``encdec translate`` does. Each text has its own budget (the one asked, else the
 model's, else 2 x its source + 10); greedy jobs of any budgets share a batch, beam jobs only with the same budget.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import threading
 import time
+from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -102,6 +104,17 @@ def limits_for(limits: ServeLimits, tokenizer: PreTrainedTokenizerBase, config: 
                           "its `max_position_embeddings` - 1); lower it.")
     return ServeLimits(**{**limits.__dict__, "max_source_tokens": limits.max_source_tokens or longest,
                           "max_new_tokens": limits.max_new_tokens or budget})
+
+
+# the limits that ``limits_for`` fills from each model
+FROM_THE_MODEL = ("max_source_tokens", "max_new_tokens")
+
+
+def widest(limits: Sequence[ServeLimits]) -> ServeLimits:
+    """The first of ``limits`` (each model's, from ``limits_for``) with the largest of those each model fills: what
+    any of the models accepts."""
+    return dataclasses.replace(limits[0], **{name: max(getattr(each, name) for each in limits)
+                                             for name in FROM_THE_MODEL})
 
 
 @dataclass
@@ -261,4 +274,4 @@ class TranslationService:
 
 
 __all__ = ["LENGTH_PENALTY_RANGE", "DecodeOptions", "Job", "RequestError", "ServeLimits", "TranslationService",
-           "limits_for"]
+           "limits_for", "widest"]

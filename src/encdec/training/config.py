@@ -48,7 +48,7 @@ class TrainingSettings:
     eval_strategy: str = "epoch"  # "epoch", "steps" or "no": when BLEU/chrF are computed
     eval_steps: int | None = None  # with eval_strategy "steps"
     eval_max_samples: int | None = None  # evaluate on the first N validation pairs (faster), null for all
-    eval_num_beams: int | None = None  # beam size for validation during training; null = generation.num_beams
+    eval_num_beams: int | None = None  # beam size for validation during training; null = the generation section's
     save_total_limit: int = 2  # checkpoints kept (the best is always kept)
     early_stopping_patience: int | None = None  # evaluations without BLEU gain before stopping; null disables
     metric_for_best_model: str = "bleu"  # "bleu", "chrf" or "loss"

@@ -36,8 +36,8 @@ class EncdecTrainer(Seq2SeqTrainer):
     tokens when ``max_tokens`` is set.
 
     ``Seq2SeqTrainer.prediction_step`` fills transformers' defaults into ``model.generation_config`` (``max_length``
-    = 20), after which every ``generate()`` warns that ``max_new_tokens`` and ``max_length`` are both set, and the
-    saved ``generation_config.json`` carries the stray 20.
+    = 20), after which every ``generate()`` warns that both length limits are set (that 20 and the model's saved
+    budget), and the saved ``generation_config.json`` carries the stray 20.
     """
 
     def __init__(self, *args: Any, max_tokens: int | None = None, **kwargs: Any) -> None:

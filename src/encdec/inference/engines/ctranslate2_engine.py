@@ -114,7 +114,7 @@ class CTranslate2Engine(Engine):
         """What it computes in, as CTranslate2 reports it (e.g. ``int8_float32`` for int8 on a CPU)."""
         return self.translator.compute_type
 
-    def options(self, settings: dict[str, Any], max_new_tokens: int) -> dict[str, Any]:
+    def options(self, settings: dict[str, Any], budget: int) -> dict[str, Any]:
         """``generate()`` settings as ``translate_batch`` options, unset ones taken from the model's generation
         config, then transformers' defaults, as ``generate()`` takes them; a one-line error for any it lacks."""
         unknown = sorted(set(settings) - set(CT2_OPTIONS) - {"do_sample", "early_stopping"})
@@ -138,21 +138,20 @@ class CTranslate2Engine(Engine):
                 raise EncdecError("The ctranslate2 engine samples with one beam only; pass num_beams=1 with sampling.")
         else:  # generate() ignores them without do_sample
             options.update(sampling_topk=1, sampling_topp=1.0, sampling_temperature=1.0)
-        # max_new_tokens counts the </s>, as max_decoding_length does; sources are never cut (max_input_length 0)
-        return {**options, "max_decoding_length": max_new_tokens, "max_input_length": 0}
+        # the budget counts the </s>, as max_decoding_length does; sources are never cut (max_input_length 0)
+        return {**options, "max_decoding_length": budget, "max_input_length": 0}
 
-    def generate(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, max_new_tokens: int,
+    def generate(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, budget: int,
                  settings: dict[str, Any]) -> list[list[int]]:
         """:return: each output's ids, the start token first, as ``generate()`` returns them"""
-        check_positions(self.config.max_position_embeddings, int(attention_mask.sum(dim=1).max()), max_new_tokens,
+        check_positions(self.config.max_position_embeddings, int(attention_mask.sum(dim=1).max()), budget,
                         "CTranslate2")
         tokens = [self.tokenizer.convert_ids_to_tokens(row[mask.bool()].tolist())
                   for row, mask in zip(input_ids, attention_mask, strict=True)]
-        results = self.translator.translate_batch(tokens, **self.options(settings, max_new_tokens))
+        results = self.translator.translate_batch(tokens, **self.options(settings, budget))
         start, eos = self.config.decoder_start_token_id, self.config.eos_token_id
         # CTranslate2 leaves out the </s>; a hypothesis shorter than the budget (which counts the </s>) ended with it
-        return [[start, *self.tokenizer.convert_tokens_to_ids(hypothesis), *([eos] if len(hypothesis) < max_new_tokens
-                                                                             else [])]
+        return [[start, *self.tokenizer.convert_tokens_to_ids(hypothesis), *([eos] if len(hypothesis) < budget else [])]
                 for result in results for hypothesis in result.hypotheses]
 
     def teacher_forced(self, source_ids: list[int], target_ids: list[int], alignment: bool = False

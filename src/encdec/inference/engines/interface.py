@@ -49,12 +49,14 @@ class Engine(ABC):
         """What it computes in (``float32``, ``bfloat16``, ``int8_float32``...), read from what it loaded."""
 
     @abstractmethod
-    def generate(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, max_new_tokens: int,
+    def generate(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, budget: int,
                  settings: dict[str, Any]) -> list[list[int]]:
         """Decode a batch as ``generate()`` does; an option of ``settings`` the engine lacks is refused in one line
         that names it.
 
         :param input_ids: (B, S) right-padded
+        :param budget: the most tokens to generate, ``</s>`` included (``DecodeOptions.budget``; ``generate()`` takes
+            it with the settings: ``with_budget``)
         :param settings: ``generate()`` keyword arguments (``DecodeOptions.settings``), the budget apart
         :return: each output's ids, the decoder start token first (``num_return_sequences`` per source, one source
             after the other)
@@ -81,7 +83,7 @@ def check_precision(spec: Backend, quantize: str | None, dtype: str | None) -> N
                           "their activations in float32.")
 
 
-def check_positions(limit: int | None, source_length: int, max_new_tokens: int, export: str) -> None:
+def check_positions(limit: int | None, source_length: int, budget: int, export: str) -> None:
     """An exported Transformer holds ``limit`` positions (``max_position_embeddings``), for sources and targets
     alike (None: no limit): a one-line error for a source or a budget beyond them. ``export``: its name in the
     message (its backend's format)."""
@@ -90,9 +92,9 @@ def check_positions(limit: int | None, source_length: int, max_new_tokens: int, 
     if source_length > limit:
         raise EncdecError(f"A source of {source_length} tokens exceeds the {limit} positions exported to {export} "
                           "(`max_position_embeddings`); shorten it, or translate with truncation.")
-    if max_new_tokens + 1 > limit:  # the decoder start token takes position 0
-        raise EncdecError(f"`max_new_tokens`={max_new_tokens} needs {max_new_tokens + 1} decoder positions; the "
-                          f"{export} export has {limit} (`max_position_embeddings`): use at most {limit - 1}.")
+    if budget + 1 > limit:  # the decoder start token takes position 0
+        raise EncdecError(f"A budget of {budget} new tokens needs {budget + 1} decoder positions; the {export} export "
+                          f"has {limit} (`max_position_embeddings`): ask for at most {limit - 1}.")
 
 
 __all__ = ["Engine", "check_positions", "check_precision", "engine_spec"]

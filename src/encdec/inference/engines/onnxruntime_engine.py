@@ -36,6 +36,7 @@ from transformers.cache_utils import Cache
 from transformers.modeling_outputs import Seq2SeqLMOutput
 from transformers.utils import ModelOutput
 
+from ...decoding_options import with_budget
 from ...errors import EncdecError, InputFileError
 from ...folders import require_model_folder
 from ...models.compat import CACHE_NAME, cache_field
@@ -307,13 +308,13 @@ class OnnxRuntimeEngine(Engine):
         """``float32``, or ``int8_float32`` for int8 weights (activations quantized on the fly, the rest float32)."""
         return "int8_float32" if self.layout.weights == "int8" else "float32"
 
-    def generate(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, max_new_tokens: int,
+    def generate(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, budget: int,
                  settings: dict[str, Any]) -> list[list[int]]:
         """``generate()`` over the graphs. :param input_ids: (B, S) right-padded :return: each output's ids"""
-        check_positions(self.layout.max_positions, int(attention_mask.sum(dim=1).max()), max_new_tokens, "ONNX")
+        check_positions(self.layout.max_positions, int(attention_mask.sum(dim=1).max()), budget, "ONNX")
         with torch.inference_mode():
             generated = self.model.generate(input_ids=input_ids, attention_mask=attention_mask,
-                                            max_new_tokens=max_new_tokens, **settings)  # (B x n, 1 + T)
+                                            **with_budget(settings, budget))  # (B x n, 1 + T)
         return generated.tolist()
 
     def teacher_forced(self, source_ids: list[int], target_ids: list[int], alignment: bool = False

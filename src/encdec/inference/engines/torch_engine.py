@@ -13,6 +13,7 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from ...decoding_options import with_budget
 from ..model_loading import load_ensemble, load_model_and_tokenizer
 from .int8 import note_if_int8_is_slower
 from .interface import Engine, check_precision
@@ -69,13 +70,13 @@ class TorchEngine(Engine):
             return "int8_float32"
         return str(next(self.model.parameters()).dtype).removeprefix("torch.")
 
-    def generate(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, max_new_tokens: int,
+    def generate(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, budget: int,
                  settings: dict[str, Any]) -> list[list[int]]:
         """:param input_ids: (B, S) right-padded :return: each output's ids (num_return_sequences per source)"""
         device = self.model.device
         with torch.inference_mode():
             generated = self.model.generate(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device),
-                                            max_new_tokens=max_new_tokens, **settings)  # (B x n, 1 + T)
+                                            **with_budget(settings, budget))  # (B x n, 1 + T)
         return generated.tolist()
 
     def teacher_forced(self, source_ids: list[int], target_ids: list[int], alignment: bool = False
