@@ -38,7 +38,8 @@ from encdec.data import (
 )
 from encdec.data.dates import DATE_RANGE, write_date
 from encdec.data.multilingual import rows_dataset
-from encdec.errors import EncdecError, InputFileError
+from encdec.errors import EncdecError, InputFileError, OverwriteError
+from encdec.training import load_run_config
 from encdec_cli import main
 from tiny_model_folders import REPO_ROOT
 
@@ -202,6 +203,9 @@ def test_a_multiway_folder_with_a_missing_or_misaligned_file_is_refused_naming_i
     with pytest.raises(EncdecError, match="the direction 'de-cs' names the language 'cs', which is not among the "
                                           "languages de, en, fr"):
         load_multiway_corpus(multiway_dir, directions="de-cs")
+    with pytest.raises(InputFileError, match=re.escape(f"The data folder {multiway_dir} has no files training.LANG, "
+                                                       "dev.LANG")):
+        load_multiway_corpus(multiway_dir, splits={"train": "training", "validation": "dev"})
     write_lines(multiway_dir / "val.fr", [])
     with pytest.raises(InputFileError, match=re.escape(f"The fr file {multiway_dir / 'val.fr'} is empty.")):
         load_multiway_corpus(multiway_dir)
@@ -217,6 +221,12 @@ def test_pair_folders_load_one_direction_each(tmp_path: Path) -> None:
     loaded = load_data(spec)
     assert rows(loaded["test"]) == [("fr", "en", LINES["fr"][i], LINES["en"][i]) for i in range(2)] + \
         [("de", "en", LINES["de"][i], LINES["en"][i]) for i in range(2)]
+    with pytest.raises(OverwriteError, match=re.escape(f"holds the input {tmp_path / 'de-en'}")):
+        write_data_folder(spec, tmp_path / "de-en", overwrite=True)
+    config = tmp_path / "configs" / "run.yaml"  # a config's pair folders are relative to the config's own folder
+    config.parent.mkdir()
+    config.write_text("model: m.json\ndata: {format: text, pair_dirs: {de-en: ../de-en}}\n", encoding="utf-8")
+    assert load_run_config(config).data.pair_dirs == {"de-en": str(tmp_path / "de-en")}
     (tmp_path / "de-en" / "val.en").unlink()
     with pytest.raises(InputFileError, match=re.escape(f"The en file {tmp_path / 'de-en' / 'val.en'} does not "
                                                        "exist")):

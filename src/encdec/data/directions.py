@@ -91,13 +91,16 @@ def direction_rows(dataset: Dataset) -> dict[Direction, np.ndarray]:
     if missing:
         raise EncdecError(f"The split has no column {', '.join(map(repr, missing))}: a multilingual split has the "
                           f"columns {', '.join(MULTILINGUAL_COLUMNS)}.")
-    rows: dict[Direction, list[int]] = {}
+    rows: dict[Direction, list[np.ndarray]] = {}
     start = 0
     for batch in dataset.select_columns(["source_lang", "target_lang"]).iter(batch_size=READ_BATCH):
-        for offset, direction in enumerate(zip(batch["source_lang"], batch["target_lang"], strict=True)):
-            rows.setdefault(direction, []).append(start + offset)
-        start += len(batch["source_lang"])
-    return {direction: np.asarray(numbers, dtype=np.int64) for direction, numbers in rows.items()}
+        keys = np.asarray([f"{s}\t{t}" for s, t in zip(batch["source_lang"], batch["target_lang"], strict=True)])
+        found, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+        for index in np.argsort(first):  # the batch's directions in the order they appear
+            source, target = str(found[index]).split("\t")
+            rows.setdefault((source, target), []).append(np.flatnonzero(inverse == index) + start)
+        start += len(keys)
+    return {direction: np.concatenate(parts) for direction, parts in rows.items()}
 
 
 def split_by_direction(dataset: Dataset) -> dict[Direction, Dataset]:

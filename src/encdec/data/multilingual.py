@@ -112,6 +112,10 @@ def load_multiway_corpus(data_dir: PathLike, languages: Sequence[str] | None = N
     """
     data_dir, splits = _folder(data_dir, "data folder"), dict(MULTI30K_SPLITS if splits is None else splits)
     languages = list(languages or languages_in(data_dir, splits.values()))
+    if not languages:
+        wanted = ", ".join(f"{prefix}.LANG" for prefix in splits.values())
+        raise InputFileError(f"The data folder {data_dir} has no files {wanted} (e.g. train.de, train.en, as "
+                             "Multi30k's); name the splits' file prefixes in splits.")
     directions = parse_directions(directions, languages, f"The data folder {data_dir}")
     used = [lang for lang in languages if any(lang in direction for direction in directions)]
     loaded = {}
