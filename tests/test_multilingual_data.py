@@ -34,6 +34,7 @@ from encdec.data import (
     parse_directions,
     sample_by_temperature,
     split_by_direction,
+    tokenize_dataset,
     write_data_folder,
 )
 from encdec.data.dates import DATE_RANGE, write_date
@@ -250,6 +251,13 @@ def test_the_date_task_refuses_a_language_it_lacks_naming_its_own() -> None:
     with pytest.raises(EncdecError, match="the multilingual date task has no language 'cs'; its languages are de, "
                                           "en, fr, iso"):
         load_data(DataSpec(languages=["de", "cs"]))
+
+
+def test_multilingual_splits_are_not_tokenized_without_their_language_tokens() -> None:
+    """Tokenized as source/target alone, a model could not know which language to write: refused, not trained on."""
+    loaded = load_builtin_multilingual_dates(12, 0, 0)
+    with pytest.raises(EncdecError, match=r"several directions .* train on one direction \(data.source_lang"):
+        tokenize_dataset(loaded, tokenizer=None, use_cache=False)
 
 
 # -- temperature sampling and the tokenizer's sample ----------------------------------------------------------------
