@@ -26,6 +26,7 @@ from encdec.data import (
     load_data,
     load_direction_folder,
     load_multiway_corpus,
+    load_pair_files,
     load_pair_folders,
     make_date_pairs,
     make_date_splits,
@@ -222,6 +223,14 @@ def test_pair_folders_load_one_direction_each(tmp_path: Path) -> None:
     loaded = load_data(spec)
     assert rows(loaded["test"]) == [("fr", "en", LINES["fr"][i], LINES["en"][i]) for i in range(2)] + \
         [("de", "en", LINES["de"][i], LINES["en"][i]) for i in range(2)]
+    named = {d: {split: [str(tmp_path / d / f"{prefix}.{lang}") for lang in d.split("-")]
+                 for split, prefix in SPLITS.items()} for d in ("fr-en", "de-en")}
+    assert {split: rows(data) for split, data in load_pair_files(named).items()} == \
+        {split: rows(data) for split, data in loaded.items()}  # the same files named one by one
+    named["de-en"].pop("validation")
+    with pytest.raises(EncdecError, match="The pair files of de-en must be .* for each of the splits train, "
+                                          "validation, test"):
+        load_pair_files(named)
     with pytest.raises(OverwriteError, match=re.escape(f"holds the input {tmp_path / 'de-en'}")):
         write_data_folder(spec, tmp_path / "de-en", overwrite=True)
     config = tmp_path / "configs" / "run.yaml"  # a config's pair folders are relative to the config's own folder

@@ -65,6 +65,7 @@ from .multilingual import (
     load_builtin_multilingual_dates,
     load_direction_folder,
     load_multiway_corpus,
+    load_pair_files,
     load_pair_folders,
 )
 from .text_files import write_aligned_splits, write_data_folder, write_direction_splits
@@ -82,8 +83,9 @@ __all__ = ["COLUMNS", "DATE_FORMATS", "DATE_LANGUAGES", "DATE_RANGE", "FORMATS",
            "LengthGroupedPairs", "TokenBatchSampler", "balanced_sample", "column_lengths", "default_cache_dir",
            "direction_name", "direction_probabilities", "every_direction", "format_report", "load_builtin_dates",
            "load_builtin_multilingual_dates", "load_data", "load_delimited", "load_direction_folder",
-           "load_hub_dataset", "load_jsonl", "load_multiway_corpus", "load_pair_folders", "load_parallel_corpus",
-           "load_text_pair", "make_date_pairs", "make_date_splits", "make_multilingual_date_rows",
-           "make_multilingual_date_splits", "padding_share", "pair_lengths", "parse_directions", "plan_summary",
-           "sample_by_temperature", "split_by_direction", "token_batches", "tokenize_dataset", "tokenizer_identity",
-           "trained_tokenizer_folder", "write_aligned_splits", "write_data_folder", "write_direction_splits"]
+           "load_hub_dataset", "load_jsonl", "load_multiway_corpus", "load_pair_files", "load_pair_folders",
+           "load_parallel_corpus", "load_text_pair", "make_date_pairs", "make_date_splits",
+           "make_multilingual_date_rows", "make_multilingual_date_splits", "padding_share", "pair_lengths",
+           "parse_directions", "plan_summary", "sample_by_temperature", "split_by_direction", "token_batches",
+           "tokenize_dataset", "tokenizer_identity", "trained_tokenizer_folder", "write_aligned_splits",
+           "write_data_folder", "write_direction_splits"]

@@ -6,7 +6,8 @@
   the ones chosen (``load_multiway_corpus``);
 - a folder of direction files ``{prefix}.{src}-{tgt}.{src}`` / ``.{tgt}``, fairseq's naming, which ``encdec data``
   writes (``load_direction_folder``);
-- several pair folders, one a direction, each holding ``{prefix}.{src}`` / ``{prefix}.{tgt}`` (``load_pair_folders``);
+- several pair folders, one a direction, each holding ``{prefix}.{src}`` / ``{prefix}.{tgt}`` (``load_pair_folders``),
+  or each direction's files named one by one (``load_pair_files``);
 - the built-in multilingual date task (``load_builtin_multilingual_dates``, ``encdec.data.dates``).
 
 Each direction is read from its two files by ``datasets``' generator builder into the Arrow cache (memory-mapped,
@@ -157,6 +158,26 @@ def load_pair_folders(folders: Mapping[str | Sequence[str], PathLike], splits: M
         for d in directions]) for split, prefix in splits.items()})
 
 
+def load_pair_files(files: Mapping[str, Mapping[str, Sequence[PathLike]]]) -> DatasetDict:
+    """Several directions' files named one by one: direction -> split -> ``[source_file, target_file]``, e.g.
+    ``{"de-en": {"train": ["a.de", "a.en"]}, "fr-en": {"train": ["b.fr", "b.en"]}}``. Every direction needs the
+    same splits; each split concatenates its directions in the order given."""
+    if not files:
+        raise EncdecError("No pair files given: name at least one direction, e.g. {de-en: {train: [a.de, a.en]}}.")
+    languages = sorted({lang for name in files for lang in name.split("-")})
+    directions = parse_directions(list(files), languages, "The pair files")
+    splits = list(next(iter(files.values())))
+    for direction, named in zip(directions, files.values(), strict=True):
+        if list(named) != splits or any(len(pair) != 2 for pair in named.values()):
+            raise EncdecError(f"The pair files of {direction_name(direction)} must be [source_file, target_file] for "
+                              f"each of the splits {', '.join(splits)}, as the first direction's; got {dict(named)}.")
+    return DatasetDict({split: concatenate_datasets([
+        _direction_dataset(*_aligned({"source": Path(named[split][0]), "target": Path(named[split][1])},
+                                     f"Line i of one must be the translation of line i of the other "
+                                     f"({direction_name(direction)}).").values(), direction)
+        for direction, named in zip(directions, files.values(), strict=True)]) for split in splits})
+
+
 def load_direction_folder(data_dir: PathLike, directions: Directions = None, splits: Mapping[str, str] | None = None
                           ) -> DatasetDict:
     """A folder of direction files ``{prefix}.{src}-{tgt}.{src}`` and ``.{tgt}`` (fairseq's naming:
@@ -213,4 +234,4 @@ def load_builtin_multilingual_dates(train: int = 24000, validation: int = 240, t
 
 __all__ = ["ENCDEC_DATA_SPLITS", "MULTI30K_SPLITS", "counted_text_files", "direction_files", "file_identity",
            "has_direction_files", "languages_in", "load_builtin_multilingual_dates", "load_direction_folder",
-           "load_multiway_corpus", "load_pair_folders", "rows_dataset"]
+           "load_multiway_corpus", "load_pair_files", "load_pair_folders", "rows_dataset"]
