@@ -77,15 +77,15 @@ def cmd_distill(args: argparse.Namespace) -> None:
 
 
 def cmd_data(args: argparse.Namespace) -> None:
-    from encdec.data.text_files import SUFFIXES, write_data_folder
+    from encdec.data.text_files import data_file_names, write_data_folder
     from encdec.training import load_run_config
 
     overrides = take_data_options(args)
     config = load_run_config(args.config, overrides)
     counts = write_data_folder(config.data, args.output, overwrite=args.overwrite, inputs=[args.config])
-    for split, lines in counts.items():
-        files = ", ".join(str(Path(args.output) / f"{split}.{suffix}") for suffix in SUFFIXES)
-        print(f"{split}: {lines:,} lines in {files}")
+    for name, lines in counts.items():  # a split ("test": test.src, test.tgt) or a direction's ("test.de-en")
+        files = ", ".join(str(Path(args.output) / file) for file in data_file_names(name))
+        print(f"{name}: {lines:,} lines in {files}")
 
 
 def take_data_options(args: argparse.Namespace) -> list[str]:

@@ -29,13 +29,24 @@ import datasets
 from datasets import Dataset, DatasetDict, Features, Translation, Value
 
 from ..errors import EncdecError, InputFileError
-from ..io_utils import count_text_lines, is_blank, require_file, text_lines
-from .dates import make_date_splits
+from ..io_utils import require_file, text_lines
+from .dates import DATE_LANGUAGES, make_date_splits
+from .directions import direction_name, every_direction, parse_directions
+from .multilingual import (
+    MULTI30K_SPLITS,
+    counted_text_files,
+    file_identity,
+    has_direction_files,
+    languages_in,
+    load_builtin_multilingual_dates,
+    load_direction_folder,
+    load_multiway_corpus,
+    load_pair_folders,
+)
 
 COLUMNS = ("source", "target")
 TEXT_FEATURES = Features({"source": Value("string"), "target": Value("string")})
-MULTI30K_SPLITS = {"train": "train", "validation": "val", "test": "test2016"}  # split -> file prefix
-FORMATS = ("builtin_dates", "text", "csv", "tsv", "jsonl", "hub")
+FORMATS = ("builtin_dates", "text", "csv", "tsv", "jsonl", "hub")  # multilingual: builtin_dates and text
 _DELIMITERS = {".csv": ",", ".tsv": "\t", ".tab": "\t"}
 
 PathLike = str | os.PathLike
@@ -60,18 +71,13 @@ def _text_pair_dataset(source_file: PathLike, target_file: PathLike) -> Dataset:
     """Two aligned plain-text files as a memory-mapped dataset. Only ``\n`` (or ``\r\n``) ends a line, so a stray
     ``\r`` or U+2028 inside a sentence cannot break the alignment; the line counts are checked first, by a streaming
     count, before anything is read into the cache."""
-    paths = [require_file(source_file, "source file"), require_file(target_file, "target file")]
-    counts = [count_text_lines(path, f"{what} file") for path, what in zip(paths, ("source", "target"), strict=True)]
-    for path, what in zip(paths, ("source", "target"), strict=True):
-        if is_blank(path):
-            raise InputFileError(f"The {what} file {path} is empty.")
+    paths, counts = counted_text_files([(source_file, "source file"), (target_file, "target file")])
     if counts[0] != counts[1]:
         raise InputFileError(
             f"The parallel files are not aligned: the source file {paths[0]} has {counts[0]} lines but the target "
             f"file {paths[1]} has {counts[1]}. Line i of one must be the translation of line i of the other.")
     paths = [path.resolve() for path in paths]
-    # a string: datasets reads a list in gen_kwargs as shards, one generator call each
-    identity = " ".join(f"{path.stat().st_size}:{path.stat().st_mtime_ns}" for path in paths)
+    identity = file_identity(paths)
     try:
         return Dataset.from_generator(_read_pairs, features=TEXT_FEATURES, gen_kwargs={
             "source_file": str(paths[0]), "target_file": str(paths[1]), "identity": identity})
@@ -123,8 +129,7 @@ def load_parallel_corpus(
     data_dir = Path(data_dir)
     if not data_dir.is_dir():
         raise InputFileError(f"The data folder {data_dir} does not exist or is not a folder.")
-    prefixes = set(splits.values())
-    found = sorted({p.suffix[1:] for p in data_dir.iterdir() if p.is_file() and p.suffix and p.stem in prefixes})
+    found = languages_in(data_dir, splits.values())
     where = f"The data folder {data_dir} (files {', '.join(f'{prefix}.*' for prefix in splits.values())})"
     source_lang, target_lang = _resolve_languages(found, source_lang, target_lang, where)
     return DatasetDict({
@@ -385,6 +390,19 @@ class DataSpec:
     the length settings, so that a rerun skips tokenization. Default (null): encdec-tokenized in the datasets cache
     (HF_DATASETS_CACHE)."""
 
+    languages: list[str] | str | None = None
+    """Multilingual data, for one model of several directions: its language codes, e.g. [de, en, fr, cs].
+    builtin_dates: some of de, en, fr and iso (the multilingual date task; null with directions set: all four).
+    text with data_dir: the languages of a multi-way parallel folder, one {prefix}.{lang} file each, line i the same
+    sentence in every language (null with directions set: every suffix found). Null, with directions and pair_dirs
+    null too: bilingual data (source_lang and target_lang)."""
+    directions: list[str] | str | None = None
+    """Multilingual data: the directions to load, e.g. [de-en, fr-en] or "de-en,fr-en"; null (or all): every
+    direction between the languages (4 languages: 12)."""
+    pair_dirs: dict[str, str] | None = None
+    """text, multilingual: a folder per direction instead of data_dir, e.g. {de-en: data/de-en, fr-en: data/fr-en},
+    each with {prefix}.{src} and {prefix}.{tgt} files (the prefixes of splits)."""
+
     distilled_from: str | None = None
     """Set by encdec distill: the model folder(s) whose translations are the training targets. The model card
     says so; nothing else changes."""
@@ -400,13 +418,39 @@ class DataSpec:
         if self.files is not None and not isinstance(self.files, Mapping):
             raise EncdecError(f"data.files must map split names to files, e.g. {{train: data/train.csv}}; "
                               f"got {self.files!r}.")
-        if self.format == "text":
+        if isinstance(self.languages, str):
+            self.languages = [lang.strip() for lang in self.languages.split(",") if lang.strip()]
+        if self.multilingual:
+            self._check_multilingual()
+        elif self.format == "text":
             self._check_text()
         elif self.format in ("csv", "tsv", "jsonl") and not self.files:
             raise EncdecError(f"data.format {self.format!r} needs data.files, e.g. "
                               f"{{train: data/train.{self.format}}}.")
         elif self.format == "hub" and not self.hub_name:
             raise EncdecError("data.format 'hub' needs data.hub_name, e.g. wmt16 (and data.hub_config, e.g. de-en).")
+
+    @property
+    def multilingual(self) -> bool:
+        """Whether the data has several directions (the columns source_lang and target_lang as well)."""
+        return bool(self.languages or self.directions or self.pair_dirs)
+
+    def _check_multilingual(self) -> None:
+        if self.format not in ("builtin_dates", "text"):
+            raise EncdecError(f"data.languages, data.directions and data.pair_dirs take data.format builtin_dates or "
+                              f"text, not {self.format!r}.")
+        if self.source_lang or self.target_lang:
+            raise EncdecError("data.source_lang and data.target_lang choose one pair of bilingual data; multilingual "
+                              "data names data.languages or data.directions instead. Drop one of them.")
+        if self.files is not None:
+            raise EncdecError("data.files takes one pair of bilingual files; for multilingual text use data.data_dir "
+                              "or data.pair_dirs.")
+        if self.format == "text" and (self.data_dir is None) == (self.pair_dirs is None):
+            raise EncdecError("Multilingual data.format 'text' needs exactly one of data.data_dir (a multi-way "
+                              "folder of {prefix}.{lang} files) and data.pair_dirs ({de-en: folder, ...}).")
+        if self.pair_dirs is not None and (self.languages or self.directions):
+            raise EncdecError("data.pair_dirs names the directions itself, one folder each; drop data.languages and "
+                              "data.directions.")
 
     def _check_text(self) -> None:
         if (self.data_dir is None) == (self.files is None):
@@ -419,8 +463,11 @@ class DataSpec:
 
 
 def load_data(spec: DataSpec) -> DatasetDict:
-    """Load the parallel text that ``spec`` describes as a ``DatasetDict`` of ``source``/``target`` strings."""
-    if spec.format == "builtin_dates":
+    """Load the parallel text that ``spec`` describes as a ``DatasetDict`` of ``source``/``target`` strings, and
+    ``source_lang``/``target_lang`` as well for multilingual data (``spec.multilingual``)."""
+    if spec.multilingual:
+        loaded = _load_multilingual(spec)
+    elif spec.format == "builtin_dates":
         loaded = load_builtin_dates(spec.builtin_train, spec.builtin_validation, spec.builtin_test, spec.seed)
     elif spec.format == "text" and spec.data_dir is not None:
         loaded = load_parallel_corpus(spec.data_dir, spec.source_lang, spec.target_lang, spec.splits)
@@ -440,3 +487,27 @@ def load_data(spec: DataSpec) -> DatasetDict:
         if len(dataset) == 0:
             raise EncdecError(f"The {split!r} split of the {spec.format} data is empty.")
     return loaded
+
+
+def _load_multilingual(spec: DataSpec) -> DatasetDict:
+    """The multilingual data of ``spec``: the date task, pair folders, a folder of direction files (as ``encdec
+    data`` writes them: ``train.de-en.de``, its splits' own names unless data.splits names others) or a multi-way
+    folder."""
+    if spec.format == "builtin_dates":
+        languages = spec.languages or list(DATE_LANGUAGES)
+        unknown = [lang for lang in languages if lang not in DATE_LANGUAGES]
+        if unknown:
+            raise EncdecError(f"data.languages: the multilingual date task has no language {unknown[0]!r}; its "
+                              f"languages are {', '.join(DATE_LANGUAGES)}.")
+        return load_builtin_multilingual_dates(spec.builtin_train, spec.builtin_validation, spec.builtin_test,
+                                               parse_directions(spec.directions, languages, "data.directions"),
+                                               spec.seed)
+    if spec.pair_dirs is not None:
+        return load_pair_folders(spec.pair_dirs, spec.splits)
+    directions = spec.directions
+    if directions is None and spec.languages:
+        directions = [direction_name(d) for d in every_direction(spec.languages)]
+    if has_direction_files(spec.data_dir):
+        return load_direction_folder(spec.data_dir, directions,
+                                     None if spec.splits == MULTI30K_SPLITS else spec.splits)
+    return load_multiway_corpus(spec.data_dir, spec.languages, directions, spec.splits)

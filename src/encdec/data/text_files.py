@@ -1,5 +1,7 @@
 """Splits of parallel text as aligned plain-text files: ``{name}.{source suffix}`` and ``{name}.{target suffix}``,
-one sentence a line, line i of one the translation of line i of the other.
+one sentence a line, line i of one the translation of line i of the other. Multilingual splits are written a
+direction at a time, as fairseq names them: ``{split}.{src}-{tgt}.{src}`` and ``{split}.{src}-{tgt}.{tgt}``
+(``train.de-fr.de``, ``train.de-fr.fr``), which ``encdec.data.multilingual.load_direction_folder`` reads back.
 
 ``write_aligned_splits`` writes the splits of a loaded ``DatasetDict`` into a folder, file by file (each atomic),
 streamed from the ``datasets`` cache: ``encdec distill`` writes its student's sources with it. ``write_data_folder``
@@ -18,6 +20,7 @@ from datasets import Dataset
 
 from ..errors import EncdecError, OverwriteError
 from ..io_utils import atomic_output, refuse_existing, replace_folder
+from .directions import MULTILINGUAL_COLUMNS, direction_name, split_by_direction
 from .loading import DataSpec, load_data
 
 SUFFIXES = ("src", "tgt")  # encdec data's file suffixes: {split}.src / {split}.tgt
@@ -51,6 +54,26 @@ def write_aligned_splits(splits: Mapping[str, Dataset], folder: str | os.PathLik
     return counts
 
 
+def write_direction_splits(splits: Mapping[str, Dataset], folder: str | os.PathLike) -> dict[str, int]:
+    """Write each direction of each multilingual split as ``folder/{split}.{src}-{tgt}.{src}`` and ``.{tgt}`` (each
+    file atomically) and return the line count of each, by file stem (``{"train.de-en": 2000, ...}``). The
+    directions of a split come in the order they first appear in it."""
+    counts = {}
+    for split, data in splits.items():
+        for direction, part in split_by_direction(data).items():
+            counts.update(write_aligned_splits({f"{split}.{direction_name(direction)}": part}, folder, direction))
+    return counts
+
+
+def data_file_names(name: str) -> tuple[str, str]:
+    """The two files that ``write_data_folder`` wrote for ``name``, one of its counts' keys: ``test`` ->
+    ``(test.src, test.tgt)``; ``test.de-en`` -> ``(test.de-en.de, test.de-en.en)``."""
+    if "." not in name:
+        return f"{name}.{SUFFIXES[0]}", f"{name}.{SUFFIXES[1]}"
+    source, target = name.split(".", 1)[1].split("-", 1)
+    return f"{name}.{source}", f"{name}.{target}"
+
+
 def _one_line(text: str, split: str, line: int, side: str) -> str:
     if "\n" in text or "\r" in text:
         raise EncdecError(f"Pair {line} of the {split!r} split (line {line} of its files) holds a line break in its "
@@ -61,7 +84,9 @@ def _one_line(text: str, split: str, line: int, side: str) -> str:
 def write_data_folder(spec: DataSpec, output: str | os.PathLike, overwrite: bool = False,
                       inputs: Sequence[str | os.PathLike] = ()) -> dict[str, int]:
     """Every split of ``spec`` (a run config's ``data`` section) as ``output/{split}.src`` and ``{split}.tgt``;
-    returns each split's line count.
+    returns each split's line count. Multilingual data (``spec.multilingual``) is written a direction at a time
+    (``write_direction_splits``: ``output/{split}.{src}-{tgt}.{src}``, ``.{tgt}``); the counts are then by file stem
+    (``data_file_names`` gives the two files of each).
 
     The folder is written beside ``output`` and renamed to it once every split is written: a refusal (a line break
     in a sentence) or an interruption leaves the old folder as it was. An existing non-empty ``output`` is replaced
@@ -71,13 +96,15 @@ def write_data_folder(spec: DataSpec, output: str | os.PathLike, overwrite: bool
     output = refuse_existing(output, overwrite, "output folder", folder=True)
     _refuse_replacing_inputs(spec, output, inputs)
     splits = load_data(spec)
-    return replace_folder(lambda staging: write_aligned_splits(splits, staging), output)
+    multilingual = all(set(MULTILINGUAL_COLUMNS) <= set(data.column_names) for data in splits.values())
+    write = write_direction_splits if multilingual else write_aligned_splits
+    return replace_folder(lambda staging: write(splits, staging), output)
 
 
 def _refuse_replacing_inputs(spec: DataSpec, output: Path, inputs: Sequence[str | os.PathLike]) -> None:
     """``output`` may not be the working folder, the data folder, or a folder that holds the working folder, the
     data's files or ``inputs``: replacing it would delete them."""
-    inputs = [*inputs, *([spec.data_dir] if spec.data_dir else [])]
+    inputs = [*inputs, *([spec.data_dir] if spec.data_dir else []), *(spec.pair_dirs or {}).values()]
     for files in (spec.files or {}).values():
         inputs += [files] if isinstance(files, str | os.PathLike) else list(files)
     target, here = output.resolve(), Path.cwd().resolve()
@@ -91,4 +118,4 @@ def _refuse_replacing_inputs(spec: DataSpec, output: Path, inputs: Sequence[str 
                                  "another --output path.")
 
 
-__all__ = ["SUFFIXES", "write_aligned_splits", "write_data_folder"]
+__all__ = ["SUFFIXES", "data_file_names", "write_aligned_splits", "write_data_folder", "write_direction_splits"]

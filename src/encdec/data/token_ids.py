@@ -119,6 +119,7 @@ def tokenize_dataset(
     """
     settings = {"max_source_length": max_source_length, "max_target_length": max_target_length, "overlong": overlong}
     _check(settings, num_proc)
+    _refuse_languages(dataset)
     encode = functools.partial(_encode_batch, tokenizer=tokenizer, max_source_length=max_source_length,
                                max_target_length=max_target_length, truncate=overlong == "truncate")
     folder = Path(cache_dir) if cache_dir is not None else default_cache_dir()
@@ -150,6 +151,16 @@ def _check(settings: dict[str, Any], num_proc: int | None) -> None:
             raise EncdecError(f"`{name}` must be >= 2 (one token and </s>), got {settings[name]}.")
     if num_proc is not None and num_proc < 1:
         raise EncdecError(f"`num_proc` (data.num_proc) must be at least 1, got {num_proc}.")
+
+
+def _refuse_languages(dataset: DatasetDict) -> None:
+    """Multilingual splits (``source_lang``/``target_lang`` columns) need the language tokens of a multilingual
+    tokenizer on each side; tokenized as ``source``/``target`` alone, a model could not tell which language to
+    translate into. Until that tokenization exists, they are refused rather than trained on silently."""
+    if any("target_lang" in data.column_names for data in dataset.values()):
+        raise EncdecError("This data has several directions (data.languages, data.directions or data.pair_dirs), and "
+                          "tokenizing it with the language tokens that tell a model which language to translate into "
+                          "is not supported yet; train on one direction (data.source_lang and data.target_lang).")
 
 
 def _tokenize(data: Dataset, encode: Any, split: str, num_proc: int | None, settings: dict[str, Any],

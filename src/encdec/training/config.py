@@ -86,7 +86,8 @@ class RunConfig:
 def load_run_config(path: str | Path, overrides: list[str] | None = None) -> RunConfig:
     """Read a run YAML, apply ``--section.key value`` overrides, and check every key and type.
 
-    The input paths the YAML names (``model``, ``tokenizer.path``, ``data.data_dir``, ``data.files``) are relative
+    The input paths the YAML names (``model``, ``tokenizer.path``, ``data.data_dir``, ``data.files``,
+    ``data.pair_dirs``) are relative
     to the YAML file's own folder, so a config works from any folder and keeps working when copied with its files;
     ``training.output_dir`` and the paths given as overrides are relative to the current folder, as every path typed
     on a command line is."""
@@ -116,3 +117,5 @@ def anchor_input_paths(data: dict, base: Path) -> None:
             section["data_dir"] = anchored(section["data_dir"])
         if isinstance(section.get("files"), dict):
             section["files"] = {split: anchored(files) for split, files in section["files"].items()}
+        if isinstance(section.get("pair_dirs"), dict):
+            section["pair_dirs"] = {name: anchored(folder) for name, folder in section["pair_dirs"].items()}
