@@ -21,10 +21,11 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoTokenizer, PreTrainedModel, pipeline
 
 from encdec import RNNSeq2SeqConfig, Seq2SeqMultilingualTokenizer, TransformerSeq2SeqConfig
-from encdec.errors import EncdecError
+from encdec.errors import EncdecError, LanguageError
 from encdec.folders import check_model_folder, save_for_pipeline
 from encdec.tokenization import (
     check_tokenizer_matches_model,
+    language_settings,
     multilingual_tokenizer,
     special_token_ids,
     tokenizer_languages,
@@ -147,11 +148,13 @@ def test_generation_starts_with_the_target_token_cached_or_not_and_sampling(trai
     with torch.no_grad():
         cached = model.generate(**batch, forced_bos_token_id=forced, max_new_tokens=8, use_cache=True)
         uncached = model.generate(**batch, forced_bos_token_id=forced, max_new_tokens=8, use_cache=False)
+        beams = [model.generate(**batch, forced_bos_token_id=forced, max_new_tokens=8, num_beams=3, use_cache=cache)
+                 for cache in (True, False)]
         sampled = model.generate(**batch, forced_bos_token_id=forced, max_new_tokens=8, do_sample=True, top_k=5,
                                  num_return_sequences=2)
-    assert torch.equal(cached, uncached)
+    assert torch.equal(cached, uncached) and torch.equal(*beams)
     assert cached[:, 0].eq(model.config.decoder_start_token_id).all()
-    assert cached[:, 1].eq(forced).all() and sampled[:, 1].eq(forced).all()
+    assert cached[:, 1].eq(forced).all() and beams[0][:, 1].eq(forced).all() and sampled[:, 1].eq(forced).all()
     assert tokenizer.decode(cached[0]).split()[:2] == ["<s>", "__rev__"]
     assert "__rev__" not in tokenizer.decode(cached[0], skip_special_tokens=True)
 
@@ -273,6 +276,20 @@ def test_train_tokenizer_adds_language_tokens_after_the_trained_vocabulary() -> 
     assert multilingual("12")["input_ids"] == [multilingual.get_lang_id("de"), *bilingual("12")["input_ids"]]
     assert special_token_ids(multilingual) == {**special_token_ids(bilingual), "vocab_size": len(bilingual) + 2,
                                                "languages": ["de", "fr"]}
+
+
+def test_language_settings_force_the_target_or_name_the_languages() -> None:
+    tokenizer = toy_tokenizer()
+    assert language_settings(tokenizer, "rev", "sort") == {"forced_bos_token_id": 16} and tokenizer.src_lang == "rev"
+    assert language_settings(tokenizer, target_lang="copy") == {"forced_bos_token_id": 14}
+    with pytest.raises(LanguageError, match=r"^This model has no language 'de'; its languages are copy, rev, sort\.$"):
+        language_settings(tokenizer, "de", "rev")
+    with pytest.raises(LanguageError, match=r"^This model is multilingual \(copy, rev, sort\): name the target"):
+        language_settings(tokenizer, "rev")
+    bilingual = digit_tokenizer()
+    assert language_settings(bilingual) == {}
+    with pytest.raises(LanguageError, match=r"^This model is bilingual .* takes no language; drop 'fr'\.$"):
+        language_settings(bilingual, target_lang="fr")
 
 
 # --- the config -------------------------------------------------------------------------------------------------------

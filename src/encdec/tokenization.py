@@ -6,6 +6,10 @@ training run's tokenizer (configured, cached or trained here).
 The result is a ``PreTrainedTokenizerFast`` (saved as a folder that ``AutoTokenizer.from_pretrained`` loads),
 with ``<pad>``, ``<s>``, ``</s>`` and ``<unk>`` at ids 0-3 and ``</s>`` appended to every encoded text.
 ``train_tokenizer_from_files`` backs ``encdec tokenizer train``; ``load_tokenizer`` loads a saved folder.
+
+A multilingual model's tokenizer (``train_tokenizer(..., languages=[...])``, ``multilingual_tokenizer``) is a
+``Seq2SeqMultilingualTokenizer`` (``encdec.models.tokenization_multilingual``) with one ``__CODE__`` special token per
+language; ``language_settings`` turns a source and a target language into ``generate()`` keywords.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from typing import Any
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-from .errors import EncdecError, InputFileError
+from .errors import EncdecError, InputFileError, LanguageError
 from .io_utils import ensure_output_dir, read_lines, refuse_existing, refuse_overlap
 from .models.tokenization_multilingual import Seq2SeqMultilingualTokenizer, language_token
 from .models.validation import check_languages
@@ -137,6 +141,31 @@ def tokenizer_languages(tokenizer) -> list[str] | None:
     ``trust_remote_code``), in order; None for a bilingual one."""
     tokens = getattr(tokenizer, "language_tokens", None)
     return list(tokens) if tokens else None
+
+
+def language_settings(tokenizer, source_lang: str | None = None, target_lang: str | None = None) -> dict[str, int]:
+    """The ``generate()`` keywords that translate from ``source_lang`` into ``target_lang``: for a multilingual
+    tokenizer its ``src_lang`` is set to ``source_lang`` (when given) and the target language token is forced
+    (``{"forced_bos_token_id": id}``); for a bilingual one, ``{}``.
+
+    :raises LanguageError: a code the tokenizer lacks, a language given to a bilingual model, or no target language
+        for a multilingual one; the message names the model's languages
+    """
+    languages = tokenizer_languages(tokenizer)
+    asked = [code for code in (source_lang, target_lang) if code is not None]
+    if not languages:
+        if asked:
+            raise LanguageError(f"This model is bilingual (it has no language tokens) and takes no language; drop "
+                                f"{' and '.join(map(repr, asked))}.")
+        return {}
+    unknown = [code for code in asked if code not in languages]
+    if unknown:
+        raise LanguageError(f"This model has no language {unknown[0]!r}; its languages are {', '.join(languages)}.")
+    if target_lang is None:
+        raise LanguageError(f"This model is multilingual ({', '.join(languages)}): name the target language.")
+    if source_lang is not None:
+        tokenizer.src_lang = source_lang
+    return {"forced_bos_token_id": tokenizer.get_lang_id(target_lang)}
 
 
 def check_tokenizer_matches_model(tokenizer: PreTrainedTokenizerFast, config) -> None:
