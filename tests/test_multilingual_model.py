@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import json
+import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoTokenizer, PreTrainedModel, pipeline
 
 from encdec import RNNSeq2SeqConfig, Seq2SeqMultilingualTokenizer, TransformerSeq2SeqConfig
-from encdec.errors import EncdecError, LanguageError
+from encdec.errors import EncdecError, InputFileError, LanguageError
 from encdec.folders import check_model_folder, save_for_pipeline
 from encdec.tokenization import (
     check_tokenizer_matches_model,
@@ -177,6 +178,13 @@ def test_a_saved_folder_reloads_exactly(family: str, folders: dict[str, Path]) -
     assert generate(loaded, loaded_tokenizer, "sort") == generate(model, tokenizer, "sort")
     loaded.save_pretrained(folder.parent / f"{family}-resaved")
     assert AutoConfig.from_pretrained(folder.parent / f"{family}-resaved").languages == LANGUAGES
+
+
+def test_a_folder_without_the_tokenizer_code_is_refused(folders: dict[str, Path], tmp_path: Path) -> None:
+    copy = shutil.copytree(folders["rnn"], tmp_path / "copy")
+    (copy / "tokenization_multilingual.py").unlink()
+    with pytest.raises(InputFileError, match=r"tokenization_multilingual\.py \(code that `trust_remote_code` loading"):
+        check_model_folder(copy)
 
 
 def test_the_pipeline_takes_src_lang_and_tgt_lang(folders: dict[str, Path]) -> None:
