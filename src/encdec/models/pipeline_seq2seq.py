@@ -12,16 +12,17 @@ Output convention (that of v4's ``Text2TextGenerationPipeline``):
 - ``pipe(["a", "b"])`` -> ``[{"generated_text": ...}, {"generated_text": ...}]``, one dict per input, when each
   input yields one sequence; with ``num_return_sequences=k > 1`` it is a list of lists of ``k`` dicts, best first.
 
+A multilingual model (its tokenizer has ``language_tokens``, as ``Seq2SeqMultilingualTokenizer``) takes ``src_lang``
+and ``tgt_lang``, at construction or per call: ``src_lang`` sets the tokenizer's source language (which stays set;
+without it, the tokenizer's own: the model's first language unless set), ``tgt_lang`` forces its token as the first
+generated one (``forced_bos_token_id``) and is required. A bilingual model refuses both.
+
 Keyword arguments, at construction or per call:
 
 - ``batch_size``: inputs per ``generate`` call, padded on the tokenizer's ``padding_side`` (right for encdec
   tokenizers, which the RNN family needs);
 - ``truncation`` (default ``False``: an over-long source reaches the model, whose error says so);
 - ``return_tensors`` (add ``generated_token_ids``), ``return_text``, ``clean_up_tokenization_spaces``;
-- ``src_lang`` and ``tgt_lang``, for a multilingual model (its tokenizer has ``language_tokens``, as
-  ``Seq2SeqMultilingualTokenizer``): ``src_lang`` sets the tokenizer's source language (which stays set; the
-  tokenizer's own, the model's first language unless set, without it), ``tgt_lang`` forces its token as the first
-  generated one (``forced_bos_token_id``), and is required; a bilingual model refuses both;
 - everything else (``num_beams``, ``max_new_tokens``, ``do_sample``, ``top_k``, ``num_return_sequences``, ...) goes
   to ``model.generate``, on top of the model's ``generation_config.json``.
 """
