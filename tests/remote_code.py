@@ -87,6 +87,7 @@ LOAD_FOLDERS = BLOCK_ENCDEC + textwrap.dedent(
         results[folder] = {
             "classes": {role: [type(obj).__name__, type(obj).__module__, inspect.getfile(type(obj))]
                         for role, obj in (("config", config), ("model", model), ("pipeline", pipe))},
+            "tokenizer_class": [type(tokenizer).__name__, type(tokenizer).__module__],
             "task": pipe.task,
             "input_ids": batch["input_ids"].tolist(),
             "generated": generated,

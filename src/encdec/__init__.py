@@ -2,13 +2,14 @@
 
 Importing the package registers every model family with ``AutoConfig``, ``AutoModel`` and
 ``AutoModelForSeq2SeqLM``, and marks the classes so that ``save_pretrained`` writes ``auto_map`` and copies
-the code files for ``trust_remote_code`` loading. It also registers the ``seq2seq-generation`` pipeline task.
+the code files for ``trust_remote_code`` loading; likewise the multilingual tokenizer with ``AutoTokenizer``. It also
+registers the ``seq2seq-generation`` pipeline task.
 
 The package is laid out by stage (docs/architecture.md): ``models/`` and ``data/``, then ``training/``, ``inference/``,
 ``serve/`` and ``ship/``, with ``recipes/`` for the jobs that chain them and shared helpers at the root.
 """
 
-from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
+from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM, AutoTokenizer
 from transformers.pipelines import PIPELINE_REGISTRY
 
 from .inference.ensemble import EnsembleForSeq2SeqLM
@@ -20,7 +21,9 @@ from .models import (
     TransformerSeq2SeqForConditionalGeneration,
     TransformerSeq2SeqModel,
 )
+from .models.configuration_seq2seq import Seq2SeqConfig
 from .models.pipeline_seq2seq import Seq2SeqGenerationPipeline
+from .models.tokenization_multilingual import Seq2SeqMultilingualTokenizer
 from .version import __version__
 
 _FAMILIES = [
@@ -42,6 +45,12 @@ def _register(config_cls: type, model_cls: type, lm_cls: type) -> None:
 for _family in _FAMILIES:
     _register(*_family)
 
+# `AutoTokenizer.from_pretrained(folder)` finds the class that `tokenizer_config.json` names (registered under the
+# families' shared base config, which no folder's config is, so a bilingual folder's tokenizer loads as before);
+# `save_pretrained` copies its file and writes `auto_map`, for `trust_remote_code` loading without encdec
+AutoTokenizer.register(Seq2SeqConfig, tokenizer_class=Seq2SeqMultilingualTokenizer, exist_ok=True)
+Seq2SeqMultilingualTokenizer.register_for_auto_class("AutoTokenizer")
+
 # `pipeline("seq2seq-generation", model=..., tokenizer=...)`; saving through the pipeline writes `custom_pipelines`
 PIPELINE_REGISTRY.register_pipeline("seq2seq-generation", pipeline_class=Seq2SeqGenerationPipeline,
                                     pt_model=AutoModelForSeq2SeqLM, type="text")
@@ -52,6 +61,7 @@ __all__ = [
     "RNNSeq2SeqForConditionalGeneration",
     "RNNSeq2SeqModel",
     "Seq2SeqGenerationPipeline",
+    "Seq2SeqMultilingualTokenizer",
     "TransformerSeq2SeqConfig",
     "TransformerSeq2SeqForConditionalGeneration",
     "TransformerSeq2SeqModel",

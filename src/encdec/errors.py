@@ -16,6 +16,11 @@ class OverwriteError(EncdecError):
     """An output would replace something the user wrote, and ``--overwrite`` was not given."""
 
 
+class LanguageError(EncdecError):
+    """A language the model lacks, a bilingual model asked for a language, or a multilingual one asked for no target
+    language; the message names the model's languages."""
+
+
 class OptionError(EncdecError):
     """A decoding option out of its range (``encdec.decoding_options.resolve``). ``field`` is the option at fault, by
     its Python name (``decoding_options.DecodeRequest``); ``problem`` says what is wrong, naming other options as

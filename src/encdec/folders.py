@@ -11,8 +11,9 @@ change the answer; ``refuse_model_overwrite`` keeps outputs off every file of th
 
 A shippable folder holds exactly what ``check_model_folder`` lists: ``config.json`` (with ``auto_map`` and
 ``custom_pipelines``), ``generation_config.json``, ``model.safetensors``, the tokenizer files, the code files that
-``trust_remote_code`` loading imports (the family's modeling/configuration files, their single-dot siblings and
-``pipeline_seq2seq.py``) and, once written, the ``README.md`` model card. ``save_for_pipeline`` writes such a folder.
+``trust_remote_code`` loading imports (the family's modeling/configuration files, their single-dot siblings,
+``pipeline_seq2seq.py`` and, for a multilingual model, ``tokenization_multilingual.py``) and, once written, the
+``README.md`` model card. ``save_for_pipeline`` writes such a folder.
 """
 
 from __future__ import annotations
@@ -253,7 +254,8 @@ def check_model_folder(model_dir: str | os.PathLike) -> list[str]:
 
     Checks: ``config.json`` names an encdec family and has the ``auto_map`` entries and the ``seq2seq-generation``
     ``custom_pipelines`` entry that remote-code loading needs; ``model.safetensors`` opens with safetensors;
-    ``generation_config.json`` and the tokenizer files parse; every code file those entries reach is present; a
+    ``generation_config.json`` and the tokenizer files parse; every code file those entries (and the ``auto_map`` of
+``tokenizer_config.json``, for a multilingual tokenizer's class) reach is present; a
     README.md, if any, has readable card metadata. Anything else in the folder (checkpoints, logs, plots) is not
     uploaded. Raises ``InputFileError``.
     """
@@ -274,8 +276,9 @@ def check_model_folder(model_dir: str | os.PathLike) -> list[str]:
     read_safetensors_shapes(model_dir / WEIGHTS_NAME)
     read_json(model_dir / "generation_config.json", "the generation defaults")
     read_json(model_dir / "tokenizer.json", "the tokenizer")
-    read_json(model_dir / "tokenizer_config.json", "the tokenizer settings")
-    files = set(REQUIRED_FILES) | _code_files(model_dir, _code_modules(config))
+    tokenizer_config = read_json(model_dir / "tokenizer_config.json", "the tokenizer settings")
+    # a multilingual tokenizer's class is code too (tokenizer_config.json's auto_map)
+    files = set(REQUIRED_FILES) | _code_files(model_dir, _code_modules(config) | _code_modules(tokenizer_config))
     files |= {name for name in OPTIONAL_FILES if (model_dir / name).is_file()}
     if "README.md" in files:
         try:

@@ -6,6 +6,10 @@ training run's tokenizer (configured, cached or trained here).
 The result is a ``PreTrainedTokenizerFast`` (saved as a folder that ``AutoTokenizer.from_pretrained`` loads),
 with ``<pad>``, ``<s>``, ``</s>`` and ``<unk>`` at ids 0-3 and ``</s>`` appended to every encoded text.
 ``train_tokenizer_from_files`` backs ``encdec tokenizer train``; ``load_tokenizer`` loads a saved folder.
+
+A multilingual model's tokenizer (``train_tokenizer(..., languages=[...])``, ``multilingual_tokenizer``) is a
+``Seq2SeqMultilingualTokenizer`` (``encdec.models.tokenization_multilingual``) with one ``__CODE__`` special token per
+language; ``language_settings`` turns a source and a target language into ``generate()`` keywords.
 """
 
 from __future__ import annotations
@@ -14,14 +18,17 @@ import itertools
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
-from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-from .errors import InputFileError
+from .errors import EncdecError, InputFileError, LanguageError
 from .io_utils import ensure_output_dir, read_lines, refuse_existing, refuse_overlap
+from .models.tokenization_multilingual import Seq2SeqMultilingualTokenizer, language_token
+from .models.validation import check_languages
 
 SPECIAL_TOKENS = {"pad_token": "<pad>", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}
 ALGORITHMS = ("bpe", "unigram")
@@ -57,9 +64,14 @@ def train_tokenizer(
     pre_tokenizer: str = "metaspace",
     min_frequency: int = 2,
     model_max_length: int = 512,
+    languages: Sequence[str] | None = None,
 ) -> PreTrainedTokenizerFast:
     """Train one vocabulary over source and target texts together (a joint vocabulary, so the embedding
     matrices can be tied) and wrap it as a ``PreTrainedTokenizerFast``.
+
+    With ``languages`` (codes, in the model's order) the vocabulary gets one special token per language,
+    ``__CODE__`` (M2M100's spelling), after the trained ones, and the result is a ``Seq2SeqMultilingualTokenizer``
+    (``multilingual_tokenizer``): ``src_lang``/``tgt_lang`` put their token before each source/target.
 
     :param texts: every source and target sentence of the training split, or a sample of them; any iterable, read
         once (``training_texts`` streams a memory-mapped split)
@@ -91,23 +103,81 @@ def train_tokenizer(
     tokenizer.post_processor = processors.TemplateProcessing(
         single=f"$A {eos}", pair=f"$A {eos} $B {eos}", special_tokens=[(eos, tokenizer.token_to_id(eos))]
     )
+    if languages:
+        return multilingual_tokenizer(tokenizer, languages, model_max_length=model_max_length)
     return PreTrainedTokenizerFast(tokenizer_object=tokenizer, model_max_length=model_max_length, **SPECIAL_TOKENS)
 
 
-def special_token_ids(tokenizer: PreTrainedTokenizerFast) -> dict[str, int]:
-    """The ids a model config takes from its tokenizer: vocabulary size and the special tokens."""
-    return {
+def multilingual_tokenizer(backend: Tokenizer, languages: Sequence[str], **kwargs) -> Seq2SeqMultilingualTokenizer:
+    """A ``Seq2SeqMultilingualTokenizer`` over a trained ``tokenizers`` vocabulary (``backend``, left unchanged) with
+    ``<pad>``, ``<s>``, ``</s>`` and ``<unk>``: each language's ``__CODE__`` token is added as a special token
+    (one not in the vocabulary yet gets the next free id); ``kwargs`` go to the tokenizer (``src_lang``,
+    ``model_max_length``, ...)."""
+    check_languages(languages, "languages", error=EncdecError)
+    tokens = {code: language_token(code) for code in languages}
+    backend = Tokenizer.from_str(backend.to_str())  # a copy: the caller's vocabulary stays as it was
+    backend.add_special_tokens([AddedToken(token, special=True, normalized=False) for token in tokens.values()])
+    return Seq2SeqMultilingualTokenizer(tokenizer_object=backend, language_tokens=tokens,
+                                        extra_special_tokens=list(tokens.values()), **SPECIAL_TOKENS, **kwargs)
+
+
+def special_token_ids(tokenizer: PreTrainedTokenizerFast) -> dict[str, Any]:
+    """The ids a model config takes from its tokenizer: vocabulary size and the special tokens, and for a
+    multilingual tokenizer its ``languages`` (codes, in order)."""
+    ids: dict[str, Any] = {
         "vocab_size": len(tokenizer),
         "pad_token_id": tokenizer.pad_token_id,
         "bos_token_id": tokenizer.bos_token_id,
         "eos_token_id": tokenizer.eos_token_id,
         "decoder_start_token_id": tokenizer.bos_token_id,
     }
+    if tokenizer_languages(tokenizer):
+        ids["languages"] = tokenizer_languages(tokenizer)
+    return ids
+
+
+def tokenizer_languages(tokenizer) -> list[str] | None:
+    """The language codes of a multilingual tokenizer (``Seq2SeqMultilingualTokenizer``, or its copy loaded through
+    ``trust_remote_code``), in order; None for a bilingual one."""
+    tokens = getattr(tokenizer, "language_tokens", None)
+    return list(tokens) if tokens else None
+
+
+def language_settings(tokenizer, source_lang: str | None = None, target_lang: str | None = None) -> dict[str, int]:
+    """The ``generate()`` keywords that translate from ``source_lang`` into ``target_lang``: for a multilingual
+    tokenizer its ``src_lang`` is set to ``source_lang`` (when given) and the target language token is forced
+    (``{"forced_bos_token_id": id}``); for a bilingual one, ``{}``.
+
+    :raises LanguageError: a code the tokenizer lacks, a language given to a bilingual model, or no target language
+        for a multilingual one; the message names the model's languages
+    """
+    languages = tokenizer_languages(tokenizer)
+    asked = [code for code in (source_lang, target_lang) if code is not None]
+    if not languages:
+        if asked:
+            raise LanguageError(f"This model is bilingual (it has no language tokens) and takes no language; drop "
+                                f"{' and '.join(map(repr, asked))}.")
+        return {}
+    unknown = [code for code in asked if code not in languages]
+    if unknown:
+        raise LanguageError(f"This model has no language {unknown[0]!r}; its languages are {', '.join(languages)}.")
+    if target_lang is None:
+        raise LanguageError(f"This model is multilingual ({', '.join(languages)}): name the target language.")
+    if source_lang is not None:
+        tokenizer.src_lang = source_lang
+    return {"forced_bos_token_id": tokenizer.get_lang_id(target_lang)}
 
 
 def check_tokenizer_matches_model(tokenizer: PreTrainedTokenizerFast, config) -> None:
     """Raise a clear error when a tokenizer and a model config disagree on the vocabulary."""
     expected = special_token_ids(tokenizer)
+    model_languages = getattr(config, "languages", None) or None
+    if model_languages != expected.pop("languages", None):
+        raise ValueError(
+            f"Tokenizer and model disagree on `languages`: tokenizer has {tokenizer_languages(tokenizer)}, model "
+            f"config has {model_languages}. Use the tokenizer the model was trained with, or build the model config "
+            "from this tokenizer (encdec.tokenization.special_token_ids)."
+        )
     for key, value in expected.items():
         model_value = getattr(config, key, None)
         mismatch = model_value < value if key == "vocab_size" else model_value != value

@@ -82,7 +82,7 @@ class RNNSeq2SeqConfig(Seq2SeqConfig):
         dropout: float = 0.2,
         tie_word_embeddings: bool = False,
         init_range: float = 0.1,
-        **kwargs,  # the special-token ids, use_cache and transformers' own keys (Seq2SeqConfig)
+        **kwargs,  # the special-token ids, use_cache, languages and transformers' own keys (Seq2SeqConfig)
     ) -> None:
         self.vocab_size = vocab_size
         self.embedding_dim = embedding_dim

@@ -72,7 +72,7 @@ class TransformerSeq2SeqConfig(Seq2SeqConfig):
         tie_word_embeddings: bool = True,
         layer_norm_eps: float = 1e-5,
         init_std: float = 0.02,
-        **kwargs,  # the special-token ids, use_cache and transformers' own keys (Seq2SeqConfig)
+        **kwargs,  # the special-token ids, use_cache, languages and transformers' own keys (Seq2SeqConfig)
     ) -> None:
         self.vocab_size = vocab_size
         self.d_model = d_model

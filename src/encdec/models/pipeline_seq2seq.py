@@ -12,6 +12,11 @@ Output convention (that of v4's ``Text2TextGenerationPipeline``):
 - ``pipe(["a", "b"])`` -> ``[{"generated_text": ...}, {"generated_text": ...}]``, one dict per input, when each
   input yields one sequence; with ``num_return_sequences=k > 1`` it is a list of lists of ``k`` dicts, best first.
 
+A multilingual model (its tokenizer has ``language_tokens``, as ``Seq2SeqMultilingualTokenizer``) takes ``src_lang``
+and ``tgt_lang``, at construction or per call: ``src_lang`` sets the tokenizer's source language (which stays set;
+without it, the tokenizer's own: the model's first language unless set), ``tgt_lang`` forces its token as the first
+generated one (``forced_bos_token_id``) and is required. A bilingual model refuses both.
+
 Keyword arguments, at construction or per call:
 
 - ``batch_size``: inputs per ``generate`` call, padded on the tokenizer's ``padding_side`` (right for encdec
@@ -65,14 +70,35 @@ class Seq2SeqGenerationPipeline(Pipeline):
     def _sanitize_parameters(self, **kwargs: Any) -> tuple[dict, dict, dict]:
         preprocess_params = {key: kwargs.pop(key) for key in _PREPROCESS_KEYS if key in kwargs}
         postprocess_params = {key: kwargs.pop(key) for key in _POSTPROCESS_KEYS if key in kwargs}
-        return preprocess_params, kwargs, postprocess_params  # the rest are generate() kwargs
+        languages = {key: kwargs[key] for key in ("src_lang", "tgt_lang") if kwargs.get(key) is not None}
+        if languages and not self.languages:
+            raise ValueError(f"This model is bilingual (its tokenizer has no language tokens): drop "
+                             f"{' and '.join(languages)}.")
+        for code in languages.values():
+            self.tokenizer.get_lang_token(code)  # an unknown code: one line naming the model's languages
+        if "src_lang" in kwargs:
+            preprocess_params["src_lang"] = kwargs.pop("src_lang")
+        return preprocess_params, kwargs, postprocess_params  # the rest are generate() kwargs (and tgt_lang)
 
-    def preprocess(self, text: str, truncation: bool = False) -> dict[str, torch.Tensor]:
+    @property
+    def languages(self) -> list[str]:
+        """The model's language codes (its tokenizer's ``language_tokens``); [] for a bilingual model."""
+        return list(getattr(self.tokenizer, "language_tokens", None) or ())
+
+    def preprocess(self, text: str, truncation: bool = False, src_lang: str | None = None) -> dict[str, torch.Tensor]:
         """One source text -> ``input_ids`` and ``attention_mask`` of shape (1, S); the base class pads batches."""
+        if src_lang is not None:
+            self.tokenizer.src_lang = src_lang
         encoded = self.tokenizer(text, truncation=truncation, return_tensors="pt")
         return {"input_ids": encoded["input_ids"], "attention_mask": encoded["attention_mask"]}
 
-    def _forward(self, model_inputs: dict[str, torch.Tensor], **generate_kwargs: Any) -> dict[str, torch.Tensor]:
+    def _forward(self, model_inputs: dict[str, torch.Tensor], tgt_lang: str | None = None,
+                 **generate_kwargs: Any) -> dict[str, torch.Tensor]:
+        if tgt_lang is not None:
+            generate_kwargs["forced_bos_token_id"] = self.tokenizer.get_lang_id(tgt_lang)
+        elif self.languages and generate_kwargs.get("forced_bos_token_id") is None:
+            raise ValueError(f"This model is multilingual ({', '.join(self.languages)}): pass the target language, "
+                             f"e.g. pipeline(model=..., tgt_lang={self.languages[-1]!r}) or pipe(text, tgt_lang=...).")
         in_b = model_inputs["input_ids"].shape[0]
         if "max_new_tokens" in generate_kwargs and "generation_config" not in generate_kwargs:
             # the call's length limit replaces the saved `max_length` (generate() warns when both are set)

@@ -38,3 +38,18 @@ def check_special_tokens(config: PretrainedConfig) -> None:
                     f"`{name}`={token_id!r} is outside the vocabulary (vocab_size={config.vocab_size}); "
                     f"use an id in [0, {config.vocab_size}) or enlarge `vocab_size`."
                 )
+
+
+def check_languages(value, name: str = "languages", error: type[Exception] = ValueError) -> list[str] | None:
+    """``value`` as a list of language codes, or None for a bilingual model (None or empty); ``error`` naming
+    ``name`` unless it is a list of distinct non-empty codes without spaces (``["de", "en", "fr"]``)."""
+    if value is None or (isinstance(value, (list, tuple)) and not value):
+        return None
+    codes = list(value) if isinstance(value, (list, tuple)) else None
+    if codes is None or not all(isinstance(code, str) and code and code.split() == [code] for code in codes):
+        raise error(f"`{name}` must be a list of language codes such as ['de', 'en', 'fr'] (or None for a "
+                    f"bilingual model), got {value!r}.")
+    repeated = sorted({code for code in codes if codes.count(code) > 1})
+    if repeated:
+        raise error(f"`{name}` names {repeated} more than once; list each language once.")
+    return codes
