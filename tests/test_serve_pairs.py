@@ -129,7 +129,7 @@ def test_a_pair_no_model_serves_goes_through_a_pivot(pairs, texts) -> None:
     assert "pivot" not in direct
     assert [(entry["code"], entry["targets"]) for entry in listed] == [("de", ["en", "fr"]), ("en", ["fr"]),
                                                                       ("fr", [])]
-    assert back == {"error": "German (de) is not available as a target language from French (fr)"}
+    assert back == {"error": "fr is not supported"}  # no model from fr: as LibreTranslate says of a source it lacks
 
 
 def test_a_direct_model_comes_before_a_pivot_and_the_first_listed_among_equals(pairs, texts) -> None:
@@ -141,6 +141,9 @@ def test_a_direct_model_comes_before_a_pivot_and_the_first_listed_among_equals(p
     hops = [Hop("de-en", "de", "en"), Hop("de-it", "de", "it"), Hop("it-fr", "it", "fr"), Hop("en-fr", "en", "fr")]
     assert [hop.model for hop in find_route(hops, "de", "fr").hops] == ["de-en", "en-fr"]
     assert find_route(hops, "it", "it").hops == () and find_route(hops, "fr", "de") is None
+    with serve(f"de-en={a}", f"fr-it={b}") as server:  # from de, to it, but no route between
+        _, apart, _ = request(f"{server.url}{LT}/translate", {"q": texts[0], "source": "de", "target": "IT"})
+    assert apart == {"error": "Italian (it) is not available as a target language from German (de)"}
 
 
 def load(*values: str) -> ServedModels:

@@ -131,16 +131,17 @@ def choose(models: ServedModels, source: str, target: str) -> Route:
     """The route of models for ``source`` -> ``target`` (codes in any case, or LibreTranslate's aliases: ``DE``,
     ``pt-BR``, ``zh-Hans``): none for one language, a direct model, else through a pivot (``encdec.serve.pairs``);
     refused in LibreTranslate's words."""
-    served = models.languages()
-    found = {name: served_code(code, served) for name, code in (("source", source), ("target", target))}
-    for name, code in (("source", source), ("target", target)):
-        if found[name] is None:
+    directions, served = models.directions(), models.languages()
+    found = served_code(source, served), served_code(target, served)
+    if found[0] is not None and found[0] == found[1]:
+        return Route(found[0], found[1], ())
+    for code, known, side in ((source, found[0], 0), (target, found[1], 1)):
+        if known is None or known not in {hop[side + 1] for hop in directions}:  # no model from it, or into it
             raise Refusal(f"{code} is not supported")
-    route = find_route(models.directions(), found["source"], found["target"])
+    route = find_route(directions, *found)
     if route is None:
-        source, target = found["source"], found["target"]
-        raise Refusal(f"{name_of(target)} ({target}) is not available as a target language from {name_of(source)} "
-                      f"({source})")
+        raise Refusal(f"{name_of(found[1])} ({found[1]}) is not available as a target language from "
+                      f"{name_of(found[0])} ({found[0]})")
     return route
 
 
