@@ -23,7 +23,7 @@ from encdec.inference import load_model_and_tokenizer, plotting, translate
 from encdec.recipes import demo
 from encdec.serve.server import create_app, load_models
 from encdec_cli import main
-from test_serve import Server, request, serve_app
+from test_serve import ServeProcess, Server, request, serve_app
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -131,3 +131,18 @@ def test_the_readme_s_libretranslate_call_works_after_the_demo(demo_workspace) -
     client_text = re.search(r'client\.translate\("(.*?)"', python)[1]
     assert printed.getvalue().startswith(translate(model, tokenizer, [client_text])[0] + " [")
     assert "'code': 'en', 'name': 'English', 'targets': ['iso']" in printed.getvalue()
+
+
+def test_serving_the_two_demo_models_says_how_each_is_reached(demo_workspace) -> None:
+    """`encdec serve` with both demo models, as a new user tries it: the start-up names the second (of the pair the
+    first serves) and how to ask for it; /libretranslate/languages lists en -> iso, and en -> iso translates."""
+    runs = demo_workspace / "runs"
+    with ServeProcess("--model", str(runs / "demo-transformer"), "--model", str(runs / "demo-lstm-bahdanau")) as server:
+        output = "".join(server.output)
+        _, listed, _ = request(f"{server.url}/libretranslate/languages")
+        status, _, _ = request(f"{server.url}/libretranslate/translate", {"q": demo.EXAMPLE, "source": "en",
+                                                                          "target": "iso"})
+    assert f"encdec serve: {runs / 'demo-lstm-bahdanau'} translates en-iso, which the model listed first for it " \
+           "serves; it answers the requests that name it (model=demo-lstm-bahdanau)\n" in output
+    assert [(entry["code"], entry["targets"]) for entry in listed] == [("en", ["iso"]), ("iso", [])]
+    assert status == 200

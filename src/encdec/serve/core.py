@@ -213,12 +213,19 @@ def assemble(parts: list[tuple[bool, str]], translations: list[str], text_format
                 else translations)
 
 
-async def answers(served: ServedModel, batcher: Any, request: dict[str, Any]) -> list[dict[str, Any]]:
+async def answers(served: ServedModel, batcher: Any, request: dict[str, Any], checked: bool = False
+                  ) -> list[dict[str, Any]]:
     """One answer per text of ``request`` (the text, ``split_sentences`` and the decoding fields of ``POST
     /translate``): its translation, with the scores, n-best list and alignment it asked for; with
     ``split_sentences``, its translation put together from its sentences'. A text with nothing to translate
-    (``nothing_to_translate``) is its own answer, decoded by no model."""
-    fields, texts = served.service.texts(request["text"])
+    (``nothing_to_translate``) is its own answer, decoded by no model. ``checked``: the texts are what an earlier
+    model of a route translated, not checked again (an empty one is its own answer)."""
+    given = request["text"]
+    if not checked:
+        fields, texts = served.service.texts(given)
+    else:  # an earlier model's translations, named as the request named its texts
+        texts = [given] if isinstance(given, str) else given
+        fields = ["text"] if isinstance(given, str) else [f"text[{i}]" for i in range(len(texts))]
     todo = [i for i, text in enumerate(texts) if not nothing_to_translate(text)]
     found = [{"text": text} for text in texts]
     if todo:
@@ -253,12 +260,13 @@ async def route_answers(route: Route, batchers: dict[str, Any], request: dict[st
     (one language): the texts as they are, checked by ``check`` as any text is."""
     if not route.hops:
         return [{"text": text} for text in check.texts(request["text"])[1]]
-    for hop in route.hops[:-1]:
+    for k, hop in enumerate(route.hops[:-1]):
         found = await answers(hop.model, batchers[hop.model.name],
-                              {name: value for name, value in request.items() if name not in OUTPUT_FIELDS})
-        request = {**request, "text": [answer["text"] for answer in found]}
+                              {name: value for name, value in request.items() if name not in OUTPUT_FIELDS}, k > 0)
+        request = {**request, "text": [answer["text"] for answer in found] if isinstance(request["text"], list)
+                   else found[0]["text"]}
     last = route.hops[-1].model
-    return await answers(last, batchers[last.name], request)
+    return await answers(last, batchers[last.name], request, len(route.hops) > 1)
 
 
 async def translate_route(route: Route, batchers: dict[str, Any], texts: list[str], plan: Plan | None = None

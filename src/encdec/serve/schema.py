@@ -101,7 +101,7 @@ def request_schema(limits: ServeLimits) -> type[BaseModel]:
                                      examples=["Wednesday, 3 Mar 2021"])),
         **option_fields(limits),
         source=(str | None, Field(None, description="Several models served: the source language (with `target`), "
-                                                    "in any case or as LibreTranslate's aliases (`DE`, `pt-BR`); "
+                                                    "in any case, with its aliases (`DE`, `pt-BR`, `zh-Hans`); "
                                                     "see `/info`.", examples=["de"])),
         target=(str | None, Field(None, description="Several models served: the target language (with `source`); "
                                                     "the same as `source`: the texts come back as they are; a pair "

@@ -196,7 +196,7 @@ def build_service(model_dir: str, engine: str | None = "torch", quantize: str | 
 def load_models(models: str | list[str], engine: str = "torch", quantize: str | None = None,
                 dtype: str | None = None, limits: ServeLimits | None = None) -> ServedModels:
     """The ``--model`` arguments (``[SRC-TGT=]DIR[,engine=E,quantize=Q,dtype=D]``), each loaded once, with the
-    command's engine options as defaults; every refusal (a malformed value, two models for one pair, a pair that the
+    command's engine options as defaults; every refusal (a malformed value, two models of one name, a pair that the
     card contradicts) comes before the server starts."""
     specs = [ModelSpec.parse(value) for value in ([models] if isinstance(models, str) else models)]
     defaults = {"engine": engine, "quantize": quantize, "dtype": dtype}

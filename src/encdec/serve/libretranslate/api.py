@@ -276,7 +276,7 @@ class LibreTranslateAPI:
         alternatives = alternatives_of(body, self.limits.max_beams - 1) if text_format == "text" else 0
         target = served_code(body["target"], self.models.languages()) or body["target"]
         detected = await off_loop(lambda: detect_source(self.models, plain_texts(texts, text_format), target)
-                                  ) if body["source"] == "auto" else None
+                                  ) if body["source"].lower() == "auto" else None
         route = choose(self.models, detected["language"] if detected else body["source"], body["target"])
         results = await translate_texts(route, self.batchers, texts, Plan(text_format, alternatives))
         answer: dict[str, Any] = {"translatedText": [r[0] for r in results] if batch else results[0][0]}
