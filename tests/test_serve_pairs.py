@@ -15,6 +15,8 @@ from encdec.serve.core import nothing_to_translate
 from encdec.serve.pairs import Hop, find_route, served_code
 from encdec.serve.server import build_service, create_app, load_models
 from test_serve import Server, chromium_driver, request, serve_app
+from test_translate_file import download, upload
+from test_translate_file import serve as serve_files
 from tiny_model_folders import date_data
 
 LT = "/libretranslate"
@@ -130,6 +132,30 @@ def test_a_pair_no_model_serves_goes_through_a_pivot(pairs, texts) -> None:
     assert [(entry["code"], entry["targets"]) for entry in listed] == [("de", ["en", "fr"]), ("en", ["fr"]),
                                                                       ("fr", [])]
     assert back == {"error": "fr is not supported"}  # no model from fr: as LibreTranslate says of a source it lacks
+
+
+def test_a_file_goes_through_the_pivot_and_one_language_gives_it_back(pairs, texts) -> None:
+    data = "".join(f"{text}\n" for text in texts[:2]).encode()
+    through_en = alone(pairs["en-de"], alone(pairs["de-en"], texts[:2]))
+    with serve_files({"de-en": pairs["de-en"], "en-fr": pairs["en-de"]}) as server:
+        status, pivoted, _ = upload(server, "dates.txt", data, target="fr")
+        _, same, _ = upload(server, "same.txt", data, source="DE", target="de")
+        files = [download(answer["translatedFileUrl"])[1] for answer in (pivoted, same)]
+    assert status == 200 and files == ["".join(f"{text}\n" for text in through_en).encode(), data]
+
+
+def test_an_empty_translation_on_the_way_comes_back_empty(pairs, texts) -> None:
+    """A first model of a route that translates a text to nothing: the next model is given no text to decode and the
+    answer is empty (not a refusal of a text the client never sent)."""
+    models = load_models([f"de-en={pairs['de-en']}", f"en-fr={pairs['en-de']}"], limits=ServeLimits())
+    first = models.models["de-en"].service
+    decode = first.decode
+    first.decode = lambda jobs: [{**answer, "text": ""} for answer in decode(jobs)]
+    with Server(create_app(models)) as server:
+        status, native, _ = request(f"{server.url}/translate", {"text": texts[:2], "source": "de", "target": "fr"})
+        _, lt, _ = request(f"{server.url}{LT}/translate", {"q": texts[:2], "source": "de", "target": "fr"})
+    assert status == 200 and native == {"translations": [{"text": ""}, {"text": ""}], "pivot": ["en"]}
+    assert lt == {"translatedText": ["", ""], "pivot": ["en"]}
 
 
 def test_a_direct_model_comes_before_a_pivot_and_the_first_listed_among_equals(pairs, texts) -> None:
