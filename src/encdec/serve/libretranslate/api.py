@@ -135,8 +135,9 @@ def choose(models: ServedModels, source: str, target: str) -> Route:
     found = served_code(source, served), served_code(target, served)
     if found[0] is not None and found[0] == found[1]:
         return Route(found[0], found[1], ())
-    for code, known, side in ((source, found[0], 0), (target, found[1], 1)):
-        if known is None or known not in {hop[side + 1] for hop in directions}:  # no model from it, or into it
+    sources, targets = {hop.source for hop in directions}, {hop.target for hop in directions}
+    for code, known, side in ((source, found[0], sources), (target, found[1], targets)):
+        if known not in side:  # not a served language (None), or no model from it or into it
             raise Refusal(f"{code} is not supported")
     route = find_route(directions, *found)
     if route is None:
