@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
 import os
 import queue
 import re
@@ -14,11 +17,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from huggingface_hub import ModelCard
 
-from encdec.inference import plotting
+from encdec.inference import load_model_and_tokenizer, plotting, translate
 from encdec.recipes import demo
+from encdec.serve.server import create_app, load_models
 from encdec_cli import main
-from test_serve import request, serve_app
+from test_serve import ServeProcess, Server, request, serve_app
+
+README = Path(__file__).resolve().parents[1] / "README.md"
 
 
 def test_the_demo_runs_outside_the_repository(demo_run) -> None:
@@ -98,3 +105,44 @@ def test_the_demo_heatmap_is_the_alignment_the_page_draws(demo_workspace, name, 
     weights = np.array(body["translations"][0]["alignment"]["weights"]).T  # (T, S), as plotted
     assert plotted["matrix"].shape == weights.shape
     np.testing.assert_allclose(plotted["matrix"], weights, atol=1e-6, rtol=0)
+
+
+def test_the_readme_s_libretranslate_call_works_after_the_demo(demo_workspace) -> None:
+    """The README's LibreTranslate example right after the demo: its `encdec serve` (the two demo models, whose cards
+    name en and iso: the second, of the same pair, served by its name, as the start-up line says), its curl body and
+    its Python client answer with the demo Transformer's translation, and list en -> iso."""
+    section = README.read_text()[README.read_text().index("## Serve LibreTranslate's clients"):]
+    shell = re.search(r"```bash\n(.*?)```", section, re.S)[1].replace("\\\n", " ")
+    words = shlex.split(next(line for line in shell.splitlines() if line.startswith("encdec serve ")))
+    folders = [demo_workspace / words[i + 1] for i, word in enumerate(words) if word == "--model"]
+    body = json.loads(re.search(r"-d '(.*?)'", shell)[1])
+    python = re.search(r"```python\n(.*?)```", section, re.S)[1]
+    assert [ModelCard.load(folder / "README.md").data.language for folder in folders] == [["en", "iso"]] * 2
+    served = load_models([str(folder) for folder in folders])
+    assert list(served.models) == ["en-iso", "demo-lstm-bahdanau"]
+    assert [line.split(" translates ")[1][:6] for line in served.notices()] == ["en-iso"]
+    model, tokenizer = load_model_and_tokenizer(str(folders[0]))
+    printed = io.StringIO()
+    with Server(create_app(served)) as server:
+        status, answer, _ = request(f"{server.url}/libretranslate/translate", body)
+        with contextlib.redirect_stdout(printed):
+            exec(python.replace("http://127.0.0.1:8000", server.url), {})  # the README's own code
+    assert status == 200 and answer["translatedText"] == translate(model, tokenizer, [body["q"]])[0]
+    client_text = re.search(r'client\.translate\("(.*?)"', python)[1]
+    assert printed.getvalue().startswith(translate(model, tokenizer, [client_text])[0] + " [")
+    assert "'code': 'en', 'name': 'English', 'targets': ['iso']" in printed.getvalue()
+
+
+def test_serving_the_two_demo_models_says_how_each_is_reached(demo_workspace) -> None:
+    """`encdec serve` with both demo models, as a new user tries it: the start-up names the second (of the pair the
+    first serves) and how to ask for it; /libretranslate/languages lists en -> iso, and en -> iso translates."""
+    runs = demo_workspace / "runs"
+    with ServeProcess("--model", str(runs / "demo-transformer"), "--model", str(runs / "demo-lstm-bahdanau")) as server:
+        output = "".join(server.output)
+        _, listed, _ = request(f"{server.url}/libretranslate/languages")
+        status, _, _ = request(f"{server.url}/libretranslate/translate", {"q": demo.EXAMPLE, "source": "en",
+                                                                          "target": "iso"})
+    assert f"encdec serve: {runs / 'demo-lstm-bahdanau'} translates en-iso, which the model listed first for it " \
+           "serves; it answers the requests that name it (model=demo-lstm-bahdanau)\n" in output
+    assert [(entry["code"], entry["targets"]) for entry in listed] == [("en", ["iso"]), ("iso", [])]
+    assert status == 200

@@ -41,7 +41,9 @@ from tiny_model_folders import (
 
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "ENCDEC_THREADS": "1"}
 TRAIN = 240  # built-in training dates: six chunks of 40 for the teacher to translate
-DATA = {"builtin_train": TRAIN, "builtin_validation": 20, "builtin_test": 20}
+# the demo's dates without their languages (en, iso): the corpus files are .source and .target, the student's card
+# claims no languages
+DATA = {"builtin_train": TRAIN, "builtin_validation": 20, "builtin_test": 20, "source_lang": None, "target_lang": None}
 STUDENT_TRAINING = {"max_steps": 100, "eval_steps": 50, "logging_steps": 50, "save_total_limit": 3}
 
 
@@ -105,7 +107,7 @@ def test_the_workflow_writes_a_corpus_a_manifest_and_a_student_that_names_its_te
     assert (student / "model.safetensors").is_file()
     card = (student / "README.md").read_text()
     assert "distilled from" in card and f"{teacher} (beam 2)" in card
-    assert ModelCard.load(student / "README.md").data.language is None  # dates name no languages: none claimed
+    assert ModelCard.load(student / "README.md").data.language is None  # data without languages: none claimed
     results = json.loads((student / "eval_results.json").read_text())
     assert results["train"]["global_step"] == STUDENT_TRAINING["max_steps"]
 

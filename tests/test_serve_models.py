@@ -42,6 +42,8 @@ def copy_with_card(folder, root, name: str, languages: list[str] | None):
 
 
 CONTRADICTED = "--model fr-en={}: its model card says de-en; give the card's pair, or fix the card."
+TWO_NAMED = ("Two --model arguments are both named {} (a pair is served by the first model listed for it, a later one "
+             "by its folder's name); give each folder a name of its own.")
 
 
 def load(*values: str) -> ServedModels:
@@ -91,7 +93,7 @@ def test_pairs_come_from_the_argument_or_the_card_and_route_requests(folder, tmp
     assert models.pick(model="fr-en").source == "fr"
     assert languages(models) == [{"code": "de", "name": "German", "targets": ["en"]},
                                   {"code": "en", "name": "English", "targets": ["de"]},
-                                  {"code": "fr", "name": "French", "targets": ["en"]}]
+                                  {"code": "fr", "name": "French", "targets": ["de", "en"]}]  # de: through en
     with pytest.raises(RequestError, match="^target: no model translates de into fr; the served ones are de-en, "
                                            "en-de, fr-en.$"):
         models.pick("de", "fr")
@@ -111,11 +113,16 @@ def test_one_model_is_served_as_before_and_named_by_its_folder(folder) -> None:
     assert languages(models) == []
 
 
-def test_two_models_for_one_pair_and_a_contradicted_card_are_refused(folder, tmp_path) -> None:
+def test_two_models_of_one_name_and_a_contradicted_card_are_refused(folder, tmp_path) -> None:
+    """Two models of one pair: the first listed serves it, the second is named by its folder; two of one name are
+    refused."""
     de_en = copy_with_card(folder, tmp_path, "a", ["de", "en"])
     other = copy_with_card(folder, tmp_path, "b", None)
-    with pytest.raises(EncdecError, match="^Two --model arguments serve de-en; give each language pair one model.$"):
-        load(str(de_en), f"de-en={other}")
+    models = load(str(de_en), f"de-en={other}")
+    assert [(name, model.service.model_dir) for name, model in models.models.items()] == [("de-en", de_en),
+                                                                                          ("b", other)]
+    with pytest.raises(EncdecError, match=f"^{re.escape(TWO_NAMED.format('b'))}$"):
+        load(str(de_en), f"de-en={other}", str(other))
     with pytest.raises(EncdecError, match=f"^{re.escape(CONTRADICTED.format(de_en))}$"):
         load(f"fr-en={de_en}")
 
@@ -170,9 +177,8 @@ def test_one_server_translates_with_the_model_of_each_pair(folder, tmp_path) -> 
 def test_the_command_refuses_bad_model_arguments_before_it_starts(folder, capsys) -> None:
     assert main(["serve", "--model", f"de={folder}"]) == 2
     assert capsys.readouterr().err == f"encdec serve: error: --model 'de={folder}' {MALFORMED}\n"
-    assert main(["serve", "--model", f"de-en={folder}", "--model", f"de-en={folder}"]) == 2
-    assert capsys.readouterr().err == "encdec serve: error: Two --model arguments serve de-en; give each language " \
-                                      "pair one model.\n"
+    assert main(["serve", "--model", f"de-en={folder}", "--model", f"de-en={folder}", "--model", str(folder)]) == 2
+    assert capsys.readouterr().err == f"encdec serve: error: {TWO_NAMED.format('dates')}\n"
 
 
 def test_each_model_serves_in_its_own_engine_and_precision(folder, tmp_path) -> None:

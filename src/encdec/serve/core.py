@@ -10,6 +10,12 @@ dialect; the core raises only ``service.RequestError`` (a field and what is wron
   every sentence a job on the model's batcher, and the text put back together around the translations; with
   ``alternatives``, up to that many other versions from the sentences' n-best lists.
 
+- ``translate_route`` and ``route_answers``: the same along a route of models (``encdec.serve.pairs``): none when
+  the source and target languages are the same (the texts come back as they are), one, or several through pivot
+  languages, each model's translations the next one's texts.
+- ``nothing_to_translate``: a text (or a line, a sentence, the text between two tags) without a letter or a digit,
+  or one number alone, comes back as it is, and is not decoded.
+
 A request crosses into the engine once each way: one pass on the CPU threads (``encdec.serve.offload``) resolves its
 options, cuts its texts and tokenizes them into jobs; the batcher decodes them (``decoding.decode_batch``); one pass
 puts the texts together.
@@ -18,7 +24,9 @@ puts the texts together.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import html
+import re
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from typing import Any
@@ -26,12 +34,17 @@ from typing import Any
 from ..inference.decoding import DecodeOptions
 from ..inference.sentences import Parts, join, line_parts, pieces_to_translate, split_parts
 from .offload import off_loop
+from .pairs import Route
 from .served_models import ServedModel
 from .service import RequestError, TranslationService
 
 MAX_PIECES = 1024  # sentences one request may hold (a body of 1 MB could hold 500,000)
 NO_TRANSLATION = {"script", "style"}  # HTML elements whose content is not text to translate
 FORMATS = ("text", "html")
+NUMBER = re.compile(r"[+-]?\d+(?:[.,]\d+)?%?")  # one number alone: 42, -3.5, 2,5, 99%
+# the native request's fields of what a translation comes with: a step before the last of a route leaves them out
+OUTPUT_FIELDS = ("n_best", "keep_duplicates", "return_scores", "return_alignments", "alignment_layer",
+                 "alignment_head")
 
 
 class TooManySentences(RequestError):
@@ -83,6 +96,14 @@ class Segments(HTMLParser):
 
     def handle_pi(self, data: str) -> None:
         self.add("markup", f"<?{data}>")
+
+
+def nothing_to_translate(text: str) -> bool:
+    """Whether ``text`` holds nothing a model translates: no letter and no digit (emoji, symbols, punctuation,
+    spaces: LibreTranslate's ``detect_translatable`` skips emoji and spaces alone), or one number alone (``42``,
+    ``-3.5``, ``99%``). Digits with other punctuation are text: the date task translates ``03.03.2021``."""
+    stripped = text.strip()
+    return not any(character.isalnum() for character in stripped) or NUMBER.fullmatch(stripped) is not None
 
 
 def html_parts(text: str) -> list[tuple[bool, str]]:
@@ -150,7 +171,8 @@ def sentence_jobs(model: ServedModel, texts: list[str], plan: Plan) -> tuple[lis
     service = model.service
     main, others = decode_options(service, plan.alternatives)
     main = main if plan.decoding is None else service.options(**plan.decoding)
-    cut = [split_parts(html_parts(text) if plan.text_format == "html" else line_parts(text), model.source)
+    cut = [[(translate and not nothing_to_translate(piece), piece) for translate, piece in
+            split_parts(html_parts(text) if plan.text_format == "html" else line_parts(text), model.source)]
            for text in texts]
     todo = [(i, piece) for i, parts in enumerate(cut) for piece in pieces_to_translate([parts])]
     if plan.max_pieces is not None and len(todo) > plan.max_pieces:
@@ -191,10 +213,36 @@ def assemble(parts: list[tuple[bool, str]], translations: list[str], text_format
                 else translations)
 
 
-async def answers(served: ServedModel, batcher: Any, request: dict[str, Any]) -> list[dict[str, Any]]:
+async def answers(served: ServedModel, batcher: Any, request: dict[str, Any], checked: bool = False
+                  ) -> list[dict[str, Any]]:
     """One answer per text of ``request`` (the text, ``split_sentences`` and the decoding fields of ``POST
     /translate``): its translation, with the scores, n-best list and alignment it asked for; with
-    ``split_sentences``, its translation put together from its sentences'."""
+    ``split_sentences``, its translation put together from its sentences'. A text with nothing to translate
+    (``nothing_to_translate``) is its own answer, decoded by no model. ``checked``: the texts are what an earlier
+    model of a route translated, not checked again (an empty one is its own answer)."""
+    given = request["text"]
+    if not checked:
+        fields, texts = served.service.texts(given)
+    else:  # an earlier model's translations, named as the request named its texts
+        texts = [given] if isinstance(given, str) else given
+        fields = ["text"] if isinstance(given, str) else [f"text[{i}]" for i in range(len(texts))]
+    todo = [i for i, text in enumerate(texts) if not nothing_to_translate(text)]
+    found = [{"text": text} for text in texts]
+    if todo:
+        try:
+            decoded_answers = await translated(served, batcher, {**request, "text": [texts[i] for i in todo]})
+        except RequestError as error:  # named as the request names the text: text[k] of the texts decoded
+            at = re.fullmatch(r"text(?:\[(\d+)\])?", error.field)
+            if at is None or isinstance(error, TooManySentences):  # a field of its own, or the request's count
+                raise
+            raise RequestError(fields[todo[int(at[1] or 0)]], error.reason) from None
+        for i, answer in zip(todo, decoded_answers, strict=True):
+            found[i] = answer
+    return found
+
+
+async def translated(served: ServedModel, batcher: Any, request: dict[str, Any]) -> list[dict[str, Any]]:
+    """``answers`` of texts to translate, every one decoded."""
     request = dict(request)
     if not request.pop("split_sentences", False):
         jobs = await off_loop(served.service.jobs, **request)
@@ -205,5 +253,35 @@ async def answers(served: ServedModel, batcher: Any, request: dict[str, Any]) ->
     return [{"text": found[0]} for found in results]
 
 
+async def route_answers(route: Route, batchers: dict[str, Any], request: dict[str, Any],
+                        check: TranslationService) -> list[dict[str, Any]]:
+    """``answers`` along ``route``: each step decodes with the request's options, and the last gives what the request
+    asks (its scores, n-best list and alignment are the last step's, of the text in the pivot language); no step
+    (one language): the texts as they are, checked by ``check`` as any text is."""
+    if not route.hops:
+        return [{"text": text} for text in check.texts(request["text"])[1]]
+    for k, hop in enumerate(route.hops[:-1]):
+        found = await answers(hop.model, batchers[hop.model.name],
+                              {name: value for name, value in request.items() if name not in OUTPUT_FIELDS}, k > 0)
+        request = {**request, "text": [answer["text"] for answer in found] if isinstance(request["text"], list)
+                   else found[0]["text"]}
+    last = route.hops[-1].model
+    return await answers(last, batchers[last.name], request, len(route.hops) > 1)
+
+
+async def translate_route(route: Route, batchers: dict[str, Any], texts: list[str], plan: Plan | None = None
+                          ) -> list[list[str]]:
+    """``translate_parts`` along ``route``: each model's translations are the next one's texts, decoded as ``plan``
+    says, the alternatives the last model's; no model (one language): the texts as they are."""
+    plan = plan or Plan()
+    if not route.hops:
+        return [[text] for text in texts]
+    for hop in route.hops[:-1]:
+        texts = [found[0] for found in await translate_parts(hop.model, batchers[hop.model.name], texts,
+                                                             dataclasses.replace(plan, alternatives=0))]
+    last = route.hops[-1].model
+    return await translate_parts(last, batchers[last.name], texts, plan)
+
+
 __all__ = ["FORMATS", "MAX_PIECES", "Plan", "TooManySentences", "answers", "decode_options", "html_parts",
-           "plain_texts", "translate_parts"]
+           "nothing_to_translate", "plain_texts", "route_answers", "translate_parts", "translate_route"]

@@ -1,9 +1,10 @@
 """The native API, an adapter like any other (``encdec.serve.adapter``) that owns the paths no other API claims:
 ``POST /translate`` (a text or a list; the model by pair or name; the decoding options of ``encdec translate``;
 sentence by sentence), ``GET /health`` and ``GET /info``. Its request schema and errors in words are
-``encdec.serve.schema``'s; a request is checked against the limits (``admit``), picked a model
-(``ServedModels.pick``) and answered by the serving core (``core.answers``). Its errors are the server's own shape,
-``ErrorResponse`` (``encdec.serve.http_errors``), with the field at fault."""
+``encdec.serve.schema``'s; a request is checked against the limits (``admit``), given its route of models
+(``ServedModels.route``: by name, or by its languages, through a pivot where no model serves them directly, none for
+one language) and answered by the serving core (``core.route_answers``), the pivot languages named in ``pivot``. Its
+errors are the server's own shape, ``ErrorResponse`` (``encdec.serve.http_errors``), with the field at fault."""
 
 from collections.abc import Callable
 from typing import Any
@@ -74,9 +75,12 @@ def add_translate(app: Any, schema: type, errors: dict[int | str, dict[str, Any]
     async def translate(body: schema, http: Request) -> TranslateResponse:  # type: ignore[valid-type]
         request = body.model_dump()
         admit(app.state.access, http, request["text"])
-        served = app.state.models.pick(request.pop("source"), request.pop("target"), request.pop("model"))
-        answers = await core.answers(served, app.state.batchers[served.name], request)
-        return TranslateResponse(translations=[Translation(**answer) for answer in answers])
+        models = app.state.models
+        route = models.route(request.pop("source"), request.pop("target"), request.pop("model"))
+        check = next(iter(models.models.values())).service  # texts of one language, checked as any
+        answers = await core.route_answers(route, app.state.batchers, request, check)
+        return TranslateResponse(translations=[Translation(**answer) for answer in answers],
+                                 pivot=route.pivots or None)
 
     app.router.add_api_route("/translate", translate, methods=["POST"], response_model=TranslateResponse,
                              response_model_exclude_none=True, responses=errors, route_class_override=BoundedJSONRoute,

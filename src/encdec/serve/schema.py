@@ -63,6 +63,10 @@ class Translation(BaseModel):
 
 class TranslateResponse(BaseModel):
     translations: list[Translation] = Field(description="One per input text, in order.")
+    pivot: list[str] | None = Field(None, description="Where no served model translates `source` into `target`: "
+                                                      "the languages the texts went through, in order (`[\"en\"]` "
+                                                      "for de -> en -> fr), each step a model's translation of the "
+                                                      "last; absent for a direct translation.")
 
 
 class ErrorResponse(BaseModel):
@@ -96,10 +100,13 @@ def request_schema(limits: ServeLimits) -> type[BaseModel]:
                                                  f"{limits.max_source_tokens} source tokens.",
                                      examples=["Wednesday, 3 Mar 2021"])),
         **option_fields(limits),
-        source=(str | None, Field(None, description="Several models served: the source language of the model to "
-                                                    "use (with `target`); see `/info`.", examples=["de"])),
-        target=(str | None, Field(None, description="Several models served: the target language of the model to "
-                                                    "use (with `source`).", examples=["en"])),
+        source=(str | None, Field(None, description="Several models served: the source language (with `target`), "
+                                                    "in any case, with its aliases (`DE`, `pt-BR`, `zh-Hans`); "
+                                                    "see `/info`.", examples=["de"])),
+        target=(str | None, Field(None, description="Several models served: the target language (with `source`); "
+                                                    "the same as `source`: the texts come back as they are; a pair "
+                                                    "no model serves goes through a pivot (`pivot`).",
+                                  examples=["en"])),
         model=(str | None, Field(None, description="Several models served: the name of the model to use (its pair, "
                                                    "`de-en`, or its folder's name); instead of source and target.")),
     )

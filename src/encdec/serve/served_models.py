@@ -1,9 +1,11 @@
 """The models one server serves, by language pair: ``--model [SRC-TGT=]DIR[,engine=E]...`` parsed (``ModelSpec``),
 each loaded once (``load_models``), each model's pair checked against its model card (``served_as``), and the
-request's model found (``ServedModels``). ``LANGUAGE_NAMES``: the English names of common language codes."""
+request's model found (``ServedModels``), or the route of models between two languages (``ServedModels.route``:
+``encdec.serve.pairs``). ``LANGUAGE_NAMES``: the English names of common language codes."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -12,6 +14,7 @@ from ..cards import LANGUAGE_CODE as CARD_LANGUAGE_CODE
 from ..errors import EncdecError
 from ..inference import load_engine
 from ..inference.engines import option_choices
+from .pairs import Hop, Route, find_route, served_code
 from .service import RequestError, ServeLimits, TranslationService
 
 LANGUAGE_CODE = CARD_LANGUAGE_CODE.pattern  # ISO 639-1 or 639-3, optionally a script or region: zh_Hant
@@ -27,6 +30,7 @@ LANGUAGE_NAMES = {
     "pt": "Portuguese", "ro": "Romanian", "ru": "Russian", "sk": "Slovak", "sl": "Slovenian", "sq": "Albanian",
     "sr": "Serbian", "sv": "Swedish", "th": "Thai", "tr": "Turkish", "uk": "Ukrainian", "vi": "Vietnamese",
     "zh": "Chinese",
+    "iso": "ISO 8601",  # the built-in date task's code for its dates written as ISO 8601 (2021-03-03)
 }
 
 
@@ -69,6 +73,15 @@ class ServedModel:
     target: str | None
     service: TranslationService
 
+    @property
+    def directions(self) -> tuple[Hop, ...]:
+        """The directions it serves: its pair (none when its languages are not known)."""
+        return (Hop(self, self.source, self.target),) if self.source else ()
+
+    @property
+    def folder(self) -> str:
+        return self.service.model_dir.resolve().name if self.service.model_dir else "model"
+
 
 def served_as(service: TranslationService, source: str | None = None, target: str | None = None) -> ServedModel:
     """``service`` under its language pair: the one given, which its model card must agree with (the card's pair, or
@@ -83,21 +96,27 @@ def served_as(service: TranslationService, source: str | None = None, target: st
         raise EncdecError(f"--model {source}-{target}={service.model_dir}: its model card names the languages "
                           f"{', '.join(languages)}; give two of them, or fix the card.")
     source, target = (source, target) if source else card_pair or (None, None)
-    folder = service.model_dir.resolve().name if service.model_dir else "model"
-    return ServedModel(f"{source}-{target}" if source else folder, source, target, service)
+    served = ServedModel("", source, target, service)
+    return dataclasses.replace(served, name=f"{source}-{target}" if source else served.folder)
 
 
 class ServedModels:
-    """The models of one server (``--model``, repeatable), found by language pair or by name."""
+    """The models of one server (``--model``, repeatable), found by language pair or by name. A pair is served by the
+    first model listed for it (``encdec.serve.pairs``), named by the pair; a later model of the same pair is named by
+    its folder, and answers the requests that name it (``model``)."""
 
     def __init__(self, models: list[ServedModel]) -> None:
-        names = [model.name for model in models]
         if not models:
             raise EncdecError("Serve at least one model: --model DIR or --model SRC-TGT=DIR.")
-        duplicates = sorted({name for name in names if names.count(name) > 1})
-        if duplicates:
-            raise EncdecError(f"Two --model arguments serve {duplicates[0]}; give each language pair one model.")
-        self.models = {model.name: model for model in models}
+        self.models: dict[str, ServedModel] = {}
+        for model in models:
+            if model.name in self.models and model.source:  # the pair is served already: this one by its folder
+                model = dataclasses.replace(model, name=model.folder)
+            if model.name in self.models:
+                raise EncdecError(f"Two --model arguments are both named {model.name} (a pair is served by the first "
+                                  "model listed for it, a later one by its folder's name); give each folder a name "
+                                  "of its own.")
+            self.models[model.name] = model
 
     @classmethod
     def load(cls, specs: list[ModelSpec], build: Callable[[str, dict[str, str | None]], TranslationService],
@@ -127,6 +146,46 @@ class ServedModels:
     def names(self) -> str:
         return ", ".join(self.models)
 
+    def notices(self) -> list[str]:
+        """A line for each model that a language pair does not reach, for the start-up: one whose languages are not
+        known (and what to pass), one whose pair a model listed before it serves."""
+        lines = []
+        for model in self.models.values():
+            where = model.service.model_dir or model.name
+            if not model.source:
+                lines.append(f"{where} names no languages (its model card has none): it is served by its name only "
+                             f"(model={model.name}), not for a language pair; give its pair: --model SRC-TGT={where}")
+            elif model.name != f"{model.source}-{model.target}":
+                lines.append(f"{where} translates {model.source}-{model.target}, which the model listed first for it "
+                             f"serves; it answers the requests that name it (model={model.name})")
+        return lines
+
+    def directions(self) -> list[Hop]:
+        """Every served direction, in ``--model`` order."""
+        return [hop for model in self.models.values() for hop in model.directions]
+
+    def languages(self) -> list[str]:
+        """Every served language, source or target, in the order the models name them."""
+        return list(dict.fromkeys(code for hop in self.directions() for code in (hop.source, hop.target)))
+
+    def code(self, requested: str) -> str:
+        """The served language that ``requested`` names (``pairs.served_code``: any case, LibreTranslate's
+        aliases, a region dropped), else ``requested`` as it is."""
+        return served_code(requested, self.languages()) or requested
+
+    def route(self, source: str | None = None, target: str | None = None, model: str | None = None) -> Route:
+        """The native API's route of a request: the model it names, else the route from ``source`` to ``target``
+        (``pairs.find_route``: none for one language, a direct model before a pivot), else the only model."""
+        if model is not None or source is None or target is None:
+            found = self.pick(source, target, model)  # by name, or the only model; else refused in its words
+            return Route(found.source or "", found.target or "", (Hop(found, found.source, found.target),))
+        source, target = self.code(source), self.code(target)
+        found = find_route(self.directions(), source, target) if {source, target} <= {*self.languages()} else None
+        if found is None:
+            raise RequestError("target", f"no model translates {source} into {target}; the served ones are "
+                                         f"{self.names()}.")
+        return found
+
 
 def build_service(model_dir: str, engine: str | None = "torch", quantize: str | None = None,
                   dtype: str | None = None, limits: ServeLimits | None = None) -> TranslationService:
@@ -137,7 +196,7 @@ def build_service(model_dir: str, engine: str | None = "torch", quantize: str | 
 def load_models(models: str | list[str], engine: str = "torch", quantize: str | None = None,
                 dtype: str | None = None, limits: ServeLimits | None = None) -> ServedModels:
     """The ``--model`` arguments (``[SRC-TGT=]DIR[,engine=E,quantize=Q,dtype=D]``), each loaded once, with the
-    command's engine options as defaults; every refusal (a malformed value, two models for one pair, a pair that the
+    command's engine options as defaults; every refusal (a malformed value, two models of one name, a pair that the
     card contradicts) comes before the server starts."""
     specs = [ModelSpec.parse(value) for value in ([models] if isinstance(models, str) else models)]
     defaults = {"engine": engine, "quantize": quantize, "dtype": dtype}

@@ -146,6 +146,8 @@ def serve(models: str | list[str], engine: str = "torch", quantize: str | None =
         info = model.service.info()
         print(f"encdec serve: {info['family']} model {model.service.model_dir} ({info['engine']} engine) as {name}",
               flush=True)
+    for line in served.notices():
+        print(f"encdec serve: {line}", flush=True)
     resident = psutil.Process().memory_info().rss / 2**20
 
     def announce(urls: list[str]) -> None:  # once bound: the port is the real one, also for --port 0

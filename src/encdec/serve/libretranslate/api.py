@@ -9,10 +9,14 @@ limits.
 - ``POST /translate``: ``q`` (a string or a list), ``source``, ``target``, ``format`` (``text``, or ``html``: the
   tags are kept and the text between them translated), ``alternatives`` (up to that many other translations, from
   beam search; the translation itself is the same with or without them), ``api_key``; JSON or form-encoded.
-  ``source: "auto"`` detects the language of ``q`` among the served source languages with a model into ``target``
-  (``libretranslate.detection``) and says which in ``detectedLanguage``. The serving core (``encdec.serve.core``) cuts
-  every text into its lines and sentences, which are decoded as jobs of their own; a sentence over the source limit
-  is cut to it, with a warning in the log, and the text is put back together around the translations.
+  ``source: "auto"`` detects the language of ``q`` among the served languages with a route into ``target``
+  (``libretranslate.detection``) and says which in ``detectedLanguage``. The pairs as LibreTranslate takes them
+  (``encdec.serve.pairs``): codes in any case and LibreTranslate's aliases; ``source`` equal to ``target`` gives
+  ``q`` back as it is; a pair that no model serves goes through a pivot language, which ``pivot`` (encdec's own
+  field) names; a text with nothing to translate (``core.nothing_to_translate``) comes back as it is. The serving
+  core (``encdec.serve.core``) cuts every text into its lines and sentences, which are decoded as jobs of their own;
+  a sentence over the source limit is cut to it, with a warning in the log, and the text is put back together around
+  the translations.
 - ``POST /detect``: ``q`` (a string or a list), ``api_key``: the served source languages it is most likely in.
 - ``POST /translate_file`` and ``GET /download_file/<id>/<name>``: ``libretranslate.files``.
 - ``GET /languages``, ``GET /frontend/settings``, ``GET /health``; ``POST /suggest`` (``q``, ``s``, ``source``,
@@ -37,12 +41,13 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from ...version import __version__
-from ..core import FORMATS, Plan, TooManySentences, plain_texts, translate_parts
+from ..core import FORMATS, Plan, TooManySentences, plain_texts, translate_route
 from ..keys import ApiKey
 from ..limits import Access, client_address
 from ..offload import lone_surrogate, off_loop, too_deep
+from ..pairs import Route, find_route, reachable, served_code
 from ..schema import printable
-from ..served_models import LANGUAGE_NAMES, ServedModel, ServedModels
+from ..served_models import LANGUAGE_NAMES, ServedModels
 from ..service import RequestError
 from .detection import DetectionError, detect_source, served_sources
 from .detection import detect as detect_languages
@@ -102,41 +107,43 @@ def refusal(error: RequestError) -> Refusal:
     return Refusal(f"Invalid request: q{error.field.removeprefix('text')}: {error.reason}")
 
 
-async def translate_texts(model: ServedModel, batcher: Any, texts: list[str], plan: Plan) -> list[list[str]]:
-    """``core.translate_parts``, its refusals in LibreTranslate's words."""
+async def translate_texts(route: Route, batchers: dict[str, Any], texts: list[str], plan: Plan) -> list[list[str]]:
+    """``core.translate_route``, its refusals in LibreTranslate's words."""
     try:
-        return await translate_parts(model, batcher, texts, plan)
+        return await translate_route(route, batchers, texts, plan)
     except RequestError as error:
         raise refusal(error) from None
 
 
 def languages(models: ServedModels) -> list[dict[str, Any]]:
     """``GET /languages``: every served language, source or target, with its name and the codes it is translated
-    into; none for a language served only as a target."""
-    targets: dict[str, list[str]] = {}
-    for served in models.models.values():
-        if served.source:
-            targets.setdefault(served.source, []).append(served.target)
-            targets.setdefault(served.target, [])
-    return [{"code": code, "name": name_of(code), "targets": sorted(codes)} for code, codes in sorted(targets.items())]
+    into, directly or through a pivot (``encdec.serve.pairs``); none for a language served only as a target."""
+    directions = models.directions()
+    return [{"code": code, "name": name_of(code), "targets": reachable(directions, code)}
+            for code in sorted(models.languages())]
 
 
 def name_of(code: str) -> str:
     return LANGUAGE_NAMES.get(code, code)
 
 
-def choose(models: ServedModels, source: str, target: str) -> ServedModel:
-    """The served model for ``source`` -> ``target``, refused in LibreTranslate's words."""
-    pairs = [model for model in models.models.values() if model.source]
-    if source not in {model.source for model in pairs}:
-        raise Refusal(f"{source} is not supported")
-    if target not in {model.target for model in pairs}:
-        raise Refusal(f"{target} is not supported")
-    for model in pairs:
-        if (model.source, model.target) == (source, target):
-            return model
-    raise Refusal(f"{name_of(target)} ({target}) is not available as a target language from {name_of(source)} "
-                  f"({source})")
+def choose(models: ServedModels, source: str, target: str) -> Route:
+    """The route of models for ``source`` -> ``target`` (codes in any case, or LibreTranslate's aliases: ``DE``,
+    ``pt-BR``, ``zh-Hans``): none for one language, a direct model, else through a pivot (``encdec.serve.pairs``);
+    refused in LibreTranslate's words."""
+    directions, served = models.directions(), models.languages()
+    found = served_code(source, served), served_code(target, served)
+    if found[0] is not None and found[0] == found[1]:
+        return Route(found[0], found[1], ())
+    sources, targets = {hop.source for hop in directions}, {hop.target for hop in directions}
+    for code, known, side in ((source, found[0], sources), (target, found[1], targets)):
+        if known not in side:  # not a served language (None), or no model from it or into it
+            raise Refusal(f"{code} is not supported")
+    route = find_route(directions, *found)
+    if route is None:
+        raise Refusal(f"{name_of(found[1])} ({found[1]}) is not available as a target language from "
+                      f"{name_of(found[0])} ({found[0]})")
+    return route
 
 
 async def read_body(request: Request) -> dict[str, Any]:
@@ -268,15 +275,18 @@ class LibreTranslateAPI:
         if (over := over_request(self.access, texts, key)) is not None:  # per request, in LibreTranslate's words
             raise Refusal(f"Invalid request: request ({over[0]}) exceeds text limit ({over[1]})")
         alternatives = alternatives_of(body, self.limits.max_beams - 1) if text_format == "text" else 0
-        detected = await off_loop(lambda: detect_source(self.models, plain_texts(texts, text_format), body["target"])
-                                  ) if body["source"] == "auto" else None
-        model = choose(self.models, detected["language"] if detected else body["source"], body["target"])
-        results = await translate_texts(model, self.batchers[model.name], texts, Plan(text_format, alternatives))
+        target = served_code(body["target"], self.models.languages()) or body["target"]
+        detected = await off_loop(lambda: detect_source(self.models, plain_texts(texts, text_format), target)
+                                  ) if body["source"].lower() == "auto" else None
+        route = choose(self.models, detected["language"] if detected else body["source"], body["target"])
+        results = await translate_texts(route, self.batchers, texts, Plan(text_format, alternatives))
         answer: dict[str, Any] = {"translatedText": [r[0] for r in results] if batch else results[0][0]}
         if alternatives:
             answer["alternatives"] = [r[1:] for r in results] if batch else results[0][1:]
         if detected:  # one language for all the texts, as LibreTranslate detects them
             answer["detectedLanguage"] = [detected] * len(texts) if batch else detected
+        if route.pivots:  # encdec's own field: the languages the texts went through (docs/serving.md)
+            answer["pivot"] = route.pivots
         return JSONResponse(answer)
 
     async def detect(self, request: Request) -> JSONResponse:

@@ -20,6 +20,7 @@ import threading
 from functools import lru_cache
 from typing import Any
 
+from ..pairs import find_route
 from ..served_models import ServedModels
 
 LIBRARY = "py3langid"
@@ -105,13 +106,15 @@ def detect(texts: list[str], among: list[str]) -> list[dict[str, Any]]:
 
 
 def served_sources(models: ServedModels, target: str | None = None) -> list[str]:
-    """The served source languages, sorted; with ``target``, those with a model into it."""
-    return sorted({model.source for model in models.models.values()
-                   if model.source and (target is None or model.target == target)})
+    """The served source languages, sorted; with ``target``, those with a route into it, directly or through a
+    pivot (``encdec.serve.pairs``)."""
+    directions = models.directions()
+    return sorted(code for code in {hop.source for hop in directions}
+                  if target is None or (code != target and find_route(directions, code, target) is not None))
 
 
 def detect_source(models: ServedModels, texts: list[str], target: str) -> dict[str, Any]:
-    """``source: "auto"``: the most likely of the served source languages with a model into ``target`` (so that the
+    """``source: "auto"``: the most likely of the served source languages with a route into ``target`` (so that the
     answer can be translated), as ``{"confidence": ..., "language": ...}``."""
     among = served_sources(models, target)
     if not among:

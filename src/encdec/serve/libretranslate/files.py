@@ -314,7 +314,7 @@ class FileAPI:
         extension = Path(upload.filename).suffix.lower()
         if extension not in self.formats:
             raise Refusal(f"Invalid request: file format not supported (this server takes {', '.join(self.formats)})")
-        model = choose(self.api.models, body["source"], body["target"])
+        route = choose(self.api.models, body["source"], body["target"])
         data = await upload.read(self.settings.max_file_bytes + 1)
         if len(data) > self.settings.max_file_bytes:
             raise Refusal(f"Invalid request: the file is larger than the limit of {self.settings.max_file_bytes} "
@@ -324,11 +324,13 @@ class FileAPI:
         texts, text_format, write = await self.read_document(extension, data)
         if (more := file_cost(self.api.access, texts, key) - 1) > 0:  # its characters, as LibreTranslate
             self.api.access.admit(key, client_address(request.scope), more)
-        share = FairShare(self.api.batchers[model.name])  # a few batches at a time: others' requests go between
+        # a few batches at a time on each model of the route: others' requests go between
+        shares = {hop.model.name: FairShare(self.api.batchers[hop.model.name]) for hop in route.hops}
         try:
-            results = await translate_texts(model, share, texts, Plan(text_format, max_pieces=None))
+            results = await translate_texts(route, shares, texts, Plan(text_format, max_pieces=None))
         finally:
-            share.close()
+            for share in shares.values():
+                share.close()
         translated = await self.refused_as_lt(write([found[0] for found in results]))
         name = safe_name(upload.filename)
         file_id = await asyncio.to_thread(self.store.put, name, translated)  # disk work off the event loop
