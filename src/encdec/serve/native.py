@@ -76,7 +76,7 @@ def add_translate(app: Any, schema: type, errors: dict[int | str, dict[str, Any]
         admit(app.state.access, http, request["text"])
         served = app.state.models.pick(request.pop("source"), request.pop("target"), request.pop("model"))
         answers = await core.answers(served, app.state.batchers[served.name], request)
-        return TranslateResponse(translations=[Translation(**answer) for answer in answers])
+        return TranslateResponse(translations=[Translation.of(answer, listed) for answer, listed in answers])
 
     app.router.add_api_route("/translate", translate, methods=["POST"], response_model=TranslateResponse,
                              response_model_exclude_none=True, responses=errors, route_class_override=BoundedJSONRoute,
