@@ -136,9 +136,9 @@ def test_the_command_line_translates_evaluates_and_serves(folders, exports, tmp_
     asked = [(served, served.jobs(texts[:6], n_best=2, return_scores=True, num_beams=3))
              for served in (service, torch_service)]  # each text's translation, then its n-best list
     answers = [served.per_text(jobs, [served.decode([job])[0] for job in jobs]) for served, jobs in asked]
-    for got, expected in zip(*answers, strict=True):  # the same texts and n-best lists, the same scores
-        assert [h["text"] for h in got["n_best"]] == [h["text"] for h in expected["n_best"]]
-        assert [h["score"] for h in got["n_best"]] == pytest.approx([h["score"] for h in expected["n_best"]], abs=1e-4)
+    for (_, got), (_, expected) in zip(*answers, strict=True):  # the same texts and n-best lists, the same scores
+        assert [h["text"] for h in got] == [h["text"] for h in expected]
+        assert [h["score"] for h in got] == pytest.approx([h["score"] for h in expected], abs=1e-4)
 
 
 def test_refusals_say_what_to_do(folders, exports) -> None:

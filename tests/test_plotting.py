@@ -11,6 +11,7 @@ import matplotlib.image
 import numpy as np
 import pytest
 
+from encdec.decoding_options import DecodeRequest
 from encdec.errors import EncdecError, OverwriteError
 from encdec.inference import load_model_and_tokenizer
 from encdec.inference.plotting import attention_matrix, plot_attention, save_attention_plot
@@ -19,6 +20,7 @@ from toy import folder_model
 
 TEXT = "3rd of March 2021"
 MAX_NEW_TOKENS = 6
+SHORT = DecodeRequest(num_beams=1, max_new_tokens=MAX_NEW_TOKENS)  # greedy, as plot-attention decodes by default
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
@@ -35,7 +37,7 @@ def loaded(folders: dict[str, Path]) -> dict[str, tuple]:
 @pytest.mark.parametrize("family", FAMILIES)
 def test_matrix_is_generated_tokens_by_source_tokens(loaded: dict[str, tuple], family: str) -> None:
     model, tokenizer = loaded[family]
-    matrix, source_tokens, target_tokens = attention_matrix(model, tokenizer, TEXT, max_new_tokens=MAX_NEW_TOKENS)
+    matrix, source_tokens, target_tokens = attention_matrix(model, tokenizer, TEXT, decoding=SHORT)
     batch = tokenizer([TEXT], return_tensors="pt")
     generated = model.generate(**batch, max_new_tokens=MAX_NEW_TOKENS, max_length=None, num_beams=1)  # (1, 1 + T)
     assert matrix.shape == (generated.size(1) - 1, batch["input_ids"].size(1))
@@ -48,7 +50,7 @@ def test_means_average_the_single_heads_and_layers(loaded: dict[str, tuple]) -> 
     model, tokenizer = loaded["transformer"]  # 2 decoder layers x 2 heads
 
     def matrix(**selection) -> np.ndarray:
-        return attention_matrix(model, tokenizer, TEXT, max_new_tokens=MAX_NEW_TOKENS, **selection)[0]
+        return attention_matrix(model, tokenizer, TEXT, decoding=SHORT, **selection)[0]
 
     per_layer = [matrix(layer=layer) for layer in range(2)]
     for layer in range(2):
@@ -66,8 +68,8 @@ def test_means_average_the_single_heads_and_layers(loaded: dict[str, tuple]) -> 
 
 def test_rnn_alignment_is_its_one_layer_and_head(loaded: dict[str, tuple]) -> None:
     model, tokenizer = loaded["rnn"]
-    default = attention_matrix(model, tokenizer, TEXT, max_new_tokens=MAX_NEW_TOKENS)[0]
-    np.testing.assert_array_equal(default, attention_matrix(model, tokenizer, TEXT, max_new_tokens=MAX_NEW_TOKENS,
+    default = attention_matrix(model, tokenizer, TEXT, decoding=SHORT)[0]
+    np.testing.assert_array_equal(default, attention_matrix(model, tokenizer, TEXT, decoding=SHORT,
                                                             mean=True)[0])
 
 
@@ -82,14 +84,14 @@ def test_out_of_range_layer_or_head_names_the_valid_range(loaded: dict[str, tupl
                                                           message: str) -> None:
     model, tokenizer = loaded[family]
     with pytest.raises(EncdecError, match=re.escape(message)):
-        attention_matrix(model, tokenizer, TEXT, max_new_tokens=2, **selection)
+        attention_matrix(model, tokenizer, TEXT, decoding=DecodeRequest(num_beams=1, max_new_tokens=2), **selection)
 
 
 def test_rnn_without_attention_has_nothing_to_plot(loaded: dict[str, tuple]) -> None:
     _, tokenizer = loaded["rnn"]
     model = folder_model("rnn", tokenizer, attention="none")
     with pytest.raises(EncdecError, match="no cross-attention"):
-        attention_matrix(model, tokenizer, TEXT, max_new_tokens=2)
+        attention_matrix(model, tokenizer, TEXT, decoding=DecodeRequest(num_beams=1, max_new_tokens=2))
 
 
 def test_figure_has_labelled_axes_and_a_colorbar() -> None:
@@ -106,7 +108,7 @@ def test_figure_has_labelled_axes_and_a_colorbar() -> None:
 @pytest.mark.parametrize("family", FAMILIES)
 def test_saves_a_png(folders: dict[str, Path], family: str, tmp_path: Path) -> None:
     out = save_attention_plot(folders[family], TEXT, tmp_path / "plots" / "attention.png", mean=True,
-                              max_new_tokens=MAX_NEW_TOKENS)
+                              decoding=SHORT)
     assert out == tmp_path / "plots" / "attention.png"
     assert out.read_bytes()[:8] == PNG_SIGNATURE
     image = matplotlib.image.imread(out)
@@ -118,9 +120,9 @@ def test_existing_plot_is_kept_unless_overwrite(folders: dict[str, Path], tmp_pa
     out = tmp_path / "attention.png"
     out.write_bytes(b"keep me")
     with pytest.raises(OverwriteError, match="--overwrite"):
-        save_attention_plot(folders["rnn"], TEXT, out, max_new_tokens=MAX_NEW_TOKENS)
+        save_attention_plot(folders["rnn"], TEXT, out, decoding=SHORT)
     assert out.read_bytes() == b"keep me"
-    save_attention_plot(folders["rnn"], TEXT, out, overwrite=True, max_new_tokens=MAX_NEW_TOKENS)
+    save_attention_plot(folders["rnn"], TEXT, out, overwrite=True, decoding=SHORT)
     assert out.read_bytes()[:8] == PNG_SIGNATURE
     with pytest.raises(EncdecError, match=r"use one of the suffixes .*\.png"):
         save_attention_plot(folders["rnn"], TEXT, tmp_path / "attention.txt")

@@ -40,6 +40,7 @@ import torch
 import uvicorn
 
 from encdec.cards import write_model_card
+from encdec.decoding_options import DecodeRequest
 from encdec.errors import EncdecError
 from encdec.folders import save_for_pipeline
 from encdec.inference import load_engine, load_model_and_tokenizer, translate, translate_detailed
@@ -234,7 +235,8 @@ def test_the_server_s_alignment_is_translate_s_and_the_plot_s(family, folders, t
                          "--max-new-tokens", "12", *flags]) == 0
             assert capsys.readouterr().out.strip() == f"{answer['text']} ||| {answer['alignment']['links']}"
             plotted = attention_matrix(model, tokenizer, SAMPLE, layer=selection.get("alignment_layer"),
-                                       head=selection.get("alignment_head"), max_new_tokens=12)[0]  # (T, S)
+                                       head=selection.get("alignment_head"),
+                                       decoding=DecodeRequest(num_beams=1, max_new_tokens=12))[0]  # (T, S)
             weights = torch.tensor(answer["alignment"]["weights"]).T
             assert torch.allclose(weights, torch.from_numpy(plotted).float(), atol=1e-5)
             matrices.append(weights)

@@ -642,9 +642,9 @@ def test_average_last_keeps_whichever_scores_better_on_validation(tmp_path, monk
 
     real_score, calls = training_module._validation_score, []
 
-    def rigged(trainer, validation, metric, num_beams):
-        scores = real_score(trainer, validation, metric, num_beams)
-        calls.append((len(validation), num_beams))
+    def rigged(trainer, validation, metric, search):
+        scores = real_score(trainer, validation, metric, search)
+        calls.append((len(validation), search))
         first_wins = not average_wins
         return {**scores, metric: (20.0 if first_wins else 10.0) if len(calls) == 1 else (10.0 if first_wins else 20.0)}
 
@@ -655,7 +655,7 @@ def test_average_last_keeps_whichever_scores_better_on_validation(tmp_path, monk
                       generation={"num_beams": 2})
     results = train(load_run_config(path))
     # the best checkpoint and the average, each on every validation pair with the generation beam size
-    assert calls == [(20, 2), (20, 2)]
+    assert calls == [(20, {"num_beams": 2}), (20, {"num_beams": 2})]
     assert snapshot_names(out) == ["step-4", "step-6", "step-8"]  # step-2 rotated out
 
     record = json.loads((out / "averaging.json").read_text())

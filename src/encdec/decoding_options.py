@@ -123,6 +123,8 @@ class DecodeRequest:
         (JSON,))
 
 
+# one translation looked at (``encdec plot-attention``): greedy search, at most 64 tokens
+GLANCE = DecodeRequest(num_beams=1, max_new_tokens=64)
 ONE_TRANSLATION = ("n_best", "scores", "alignments")  # what a text put together from its sentences cannot have
 
 
@@ -140,6 +142,29 @@ def json_name(name: str) -> str:
 def python_name(name: str) -> str:
     """The inverse of ``json_name``."""
     return next((item.name for item in declared() if item.metadata["json_name"] == name), name)
+
+
+def asks_list(asked: dict[str, Any]) -> bool:
+    """Whether ``asked`` (options by name, as ``asked_of`` gives them, or a request's by their JSON names) asks an
+    n-best list."""
+    return asked.get("n_best") is not None
+
+
+def sentence_by_sentence(asked: dict[str, Any]) -> bool:
+    """Whether ``asked`` (options by name) asks each text translated sentence by sentence, one translation a text."""
+    return bool(asked.get("split_sentences"))
+
+
+def list_apart(asked: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """A request (options by their JSON names) as the requests of its translation, the one asked without an n-best
+    list, and of its n-best list (None if it asks none), which has no alignment."""
+    listed = {**asked, json_name("alignments"): False} if asks_list(asked) else None
+    return {**asked, "n_best": None}, listed
+
+
+def alternatives_request(alternatives: int) -> dict[str, Any]:
+    """LibreTranslate's ``alternatives`` as an n-best request: the list of the translation and its alternatives."""
+    return {"n_best": alternatives + 1}
 
 
 def in_words(asked: dict[str, Any]) -> list[str]:
@@ -205,6 +230,16 @@ class DecodeOptions:
         return self.num_beams if self.ranked and not self.do_sample else self.n_best
 
     @property
+    def alignment_choice(self) -> tuple[int | str | None, int | None]:
+        """The alignment's layer and head asked (None: the model's alignment layer, the mean of its heads)."""
+        return self.alignment_layer, self.alignment_head
+
+    @property
+    def model_layer(self) -> bool:
+        """Whether an alignment on the model's own layer was asked (``alignment.default_layer``)."""
+        return self.alignments and self.alignment_layer is None
+
+    @property
     def search(self) -> tuple:
         """What ``generate()`` runs with: sources whose options share it (and, beyond greedy search, their budget)
         decode in one batch."""
@@ -228,6 +263,10 @@ class DecodeOptions:
         return {"num_beams": self.num_beams, "length_penalty": self.beam_length_penalty,
                 "max_new_tokens": self.max_new_tokens, "no_repeat_ngram_size": self.no_repeat_ngram_size or 0}
 
+    def kept(self, hypotheses: list[Any]) -> list[Any]:
+        """The first of ``hypotheses`` (best first) that a source asked for: its n-best list's length."""
+        return hypotheses[:self.n_best]
+
     def said(self, name: Any = str) -> list[str]:
         """The ``notes``, each option they name written by ``name`` (``--num-beams`` on the command line)."""
         return [re.sub(r"\{(\w+)\}", lambda found: name(found.group(1)), note) for note in self.notes]
@@ -239,10 +278,26 @@ class DecodeOptions:
         return budget if limit is None else min(budget, limit)
 
 
+GREEDY = DecodeOptions()  # greedy search, one output per source (``GREEDY.settings()``: as ``generate()`` takes it)
+
+
 def with_budget(settings: dict[str, Any], budget: int) -> dict[str, Any]:
     """``settings`` (``DecodeOptions.settings``) with ``budget``, the most tokens to generate, as ``generate()`` takes
     them (the engines that hand them to it: ``encdec.inference.engines``)."""
     return {**settings, "max_new_tokens": budget}
+
+
+def shipped_search(generation: Any) -> dict[str, Any]:
+    """The decoding a run scores its final weights with on validation (``training.average_last``), as ``generate()``
+    and ``Seq2SeqTrainer.evaluate`` take it: the beam size of its ``generation`` section (``SAVED``), the decoding
+    the model ships with."""
+    return {"num_beams": generation.num_beams}
+
+
+def positions_needed(generation: Any) -> dict[str, int]:
+    """The decoder positions a run's ``generation`` section (``SAVED``) needs, by the setting that needs them: its
+    budget and the start token."""
+    return {f"{SAVED}.max_new_tokens={generation.max_new_tokens} (+1 start token)": generation.max_new_tokens + 1}
 
 
 # the budget of a source when none is asked: per_source_token x its length + extra, within the model's positions
@@ -352,6 +407,7 @@ def check_bounds(request: DecodeRequest) -> None:
             raise OptionError(item.name, f"must be a whole number {within}, got {value!r}.")
 
 
-__all__ = ["AUTO_BUDGET", "LENGTH_PENALTY_RANGE", "ONE_TRANSLATION", "DecodeLimits", "DecodeOptions", "DecodeRequest",
-           "asked_of", "auto_max_new_tokens", "check_offered", "declared", "in_words", "json_name", "python_name",
-           "resolve", "with_budget"]
+__all__ = ["AUTO_BUDGET", "GLANCE", "GREEDY", "LENGTH_PENALTY_RANGE", "ONE_TRANSLATION", "DecodeLimits",
+           "DecodeOptions", "DecodeRequest", "alternatives_request", "asked_of", "asks_list", "auto_max_new_tokens",
+           "check_offered", "declared", "in_words", "json_name", "list_apart", "positions_needed", "python_name",
+           "resolve", "sentence_by_sentence", "shipped_search", "with_budget"]

@@ -15,7 +15,7 @@ from dataclasses import field
 from typing import Any
 
 from ..chunked import Chunk, ChunkFile, Progress, StreamOutput, file_identity, open_chunks, run_chunks
-from ..decoding_options import TRANSLATE, asked_of, declared
+from ..decoding_options import TRANSLATE, asked_of, asks_list, declared
 from ..errors import EncdecError
 from ..folders import model_identity
 from ..io_utils import refuse_overlap, require_file
@@ -27,14 +27,19 @@ from .sentences import decode_split
 
 class OutputForm:
     """What each input line becomes in ``encdec translate``'s output (``TranslationOutput``): its translation, or with
-    ``n_best``, ``scores`` or ``alignments`` the fields ``[ID |||] HYPOTHESIS [||| SCORE] [||| ALIGNMENT]`` (ID: the
-    0-based input line; up to ``n_best`` lines of them per input line, Moses's n-best format, the best
+    an n-best list, ``scores`` or ``alignments`` the fields ``[ID |||] HYPOTHESIS [||| SCORE] [||| ALIGNMENT]`` (ID:
+    the 0-based input line; up to n lines of them per input line, Moses's n-best format, the best
     log P(hypothesis | input) first; see ``translate_detailed``); with ``split_sentences``, each line's translation
     put together from its sentences' (``sentences.decode_split``)."""
 
     @property
     def detailed(self) -> bool:
-        return self.n_best is not None or self.scores or self.alignments
+        return self.listed or self.scores or self.alignments
+
+    @property
+    def listed(self) -> bool:
+        """Whether an n-best list was asked: each line then starts with its input line's ID."""
+        return asks_list(asked_of(self, TRANSLATE))
 
     def options(self, generation_config: Any, **decoding: Any) -> DecodeOptions:
         """The decoding options of ``encdec translate``: ``decoding`` (``translate``'s, ``decoding_options``) and
@@ -55,7 +60,7 @@ class OutputForm:
                        for i, hypotheses in enumerate(results) for hypothesis in hypotheses)
 
     def line(self, index: int, hypothesis: Hypothesis) -> str:
-        fields = [str(index)] if self.n_best is not None else []
+        fields = [str(index)] if self.listed else []
         fields.append(hypothesis.text)
         if self.scores:
             fields.append("" if hypothesis.score is None else f"{hypothesis.score:.4f}")

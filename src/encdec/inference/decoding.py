@@ -15,7 +15,8 @@ returns, per source, its hypotheses:
 - with ``alignments``, the attention of that pass (decoder layers x source x target, averaged over heads) and the
   Pharaoh word links of one layer (``encdec.inference.alignment``);
 - an n-best list: the beams as beam search returns them, or (``ranked``, what ``encdec translate --n-best`` prints)
-  all the beams ordered by log P, each text once unless ``keep_duplicates``, the ``n_best`` first.
+  all the beams ordered by log P, each text once unless ``keep_duplicates``; as many as asked
+  (``DecodeOptions.kept``).
 
 Each source has its own generation budget (the one asked, else the model's, else from its source length). Greedy
 search decides each token from the tokens before it only, so one greedy batch runs to the largest budget and each
@@ -58,7 +59,7 @@ def resolve_options(generation_config: Any = None, *, limits: DecodeLimits | Non
     (``alignment.check_alignment_choice``)."""
     options = resolve(generation_config, limits=limits, ranked=ranked, **asked)
     if options.alignments and model_config is not None:
-        check_alignment_choice(model_config, options.alignment_layer, options.alignment_head)
+        check_alignment_choice(model_config, *options.alignment_choice)
     return options
 
 
@@ -107,7 +108,7 @@ def decode_batch(engine: Any, tokenizer: Any, source_ids: Sequence[Sequence[int]
 
     :param source_ids: the sources' ids, as the model reads them (``</s>`` included)
     :param options: one for every source, or one each; they must share their ``search`` (what ``generate()`` runs
-        with), and may differ in what each source wants back (``n_best`` within the candidates, scores, alignments)
+        with), and may differ in what each source wants back (a list within the candidates, scores, alignments)
     :param budgets: each source's budget; default: one from the longest source (``DecodeOptions.budget``)
     """
     engine = as_engine(engine)
@@ -132,7 +133,7 @@ def decode_batch(engine: Any, tokenizer: Any, source_ids: Sequence[Sequence[int]
         for k, row in enumerate(rows):  # generate() returns the outputs of a source one after the other
             outputs[row] = [output_ids(ids[:1 + budgets[row]], eos, pad) for ids in generated[k * n:(k + 1) * n]]
     layer = None
-    if any(option.alignments and option.alignment_layer is None for option in each):
+    if any(option.model_layer for option in each):
         layer = default_layer(engine.model)  # the layer alignment.json records, read once a batch
     return [hypotheses(engine, tokenizer, ids, found, option, layer)
             for ids, found, option in zip(source_ids, outputs, each, strict=True)]
@@ -151,13 +152,14 @@ def padded(rows: Sequence[Sequence[int]], pad_token_id: int) -> tuple[torch.Tens
 
 def hypotheses(engine: Engine, tokenizer: Any, source_ids: Sequence[int], outputs: list[list[int]],
                options: DecodeOptions, layer: int | str | None = None) -> list[Hypothesis]:
-    """One source's hypotheses from its candidate outputs (best beam first). Not ranked: the first ``n_best`` as
-    they come. Ranked: each text once (its first, better beam) unless ``keep_duplicates``, ordered by log P(text |
-    source), best first (a stable sort: ties keep the beams' order), the ``n_best`` first; every candidate is scored
-    for the order, scores asked or not. A list is shorter than ``n_best`` when the beams held fewer distinct texts."""
+    """One source's hypotheses from its candidate outputs (best beam first). Not ranked: the first the list asks
+    (``DecodeOptions.kept``) as they come. Ranked: each text once (its first, better beam) unless
+    ``keep_duplicates``, ordered by log P(text | source), best first (a stable sort: ties keep the beams' order), the
+    first the list asks; every candidate is scored for the order, scores asked or not. A list is shorter than asked
+    when the beams held fewer distinct texts."""
     if not options.ranked:
         return [links(forced(engine, tokenizer, source_ids, ids, options.scores, options.alignments), tokenizer,
-                      source_ids, options, layer) for ids in outputs[:options.n_best]]
+                      source_ids, options, layer) for ids in options.kept(outputs)]
     seen: set[str] = set()
     ranked = []
     for ids in outputs:
@@ -168,7 +170,7 @@ def hypotheses(engine: Engine, tokenizer: Any, source_ids: Sequence[int], output
         ranked.append(forced(engine, tokenizer, source_ids, ids, True, options.alignments, text))
     ranked.sort(key=lambda hypothesis: -hypothesis.score)
     return [links(hypothesis if options.scores else dataclasses.replace(hypothesis, score=None), tokenizer,
-                  source_ids, options, layer) for hypothesis in ranked[:options.n_best]]
+                  source_ids, options, layer) for hypothesis in options.kept(ranked)]
 
 
 def forced(engine: Engine, tokenizer: Any, source_ids: Sequence[int], ids: list[int], score: bool, attention: bool,
@@ -184,12 +186,13 @@ def forced(engine: Engine, tokenizer: Any, source_ids: Sequence[int], ids: list[
 
 def links(hypothesis: Hypothesis, tokenizer: Any, source_ids: Sequence[int], options: DecodeOptions,
           layer: int | str | None) -> Hypothesis:
-    """``hypothesis`` with its alignment, if asked: the weights (S, T) of ``options.alignment_layer`` (else ``layer``,
-    the model's) and ``options.alignment_head`` (else the heads' mean), and their Pharaoh word links."""
+    """``hypothesis`` with its alignment, if asked: the weights (S, T) of the layer and head asked
+    (``DecodeOptions.alignment_choice``; else ``layer``, the model's, and the heads' mean), and their Pharaoh word
+    links."""
     if not options.alignments:
         return hypothesis
-    chosen = options.alignment_layer if options.alignment_layer is not None else layer
-    hypothesis.attention = alignment_weights(hypothesis.attention, chosen, options.alignment_head)
+    chosen, head = options.alignment_choice
+    hypothesis.attention = alignment_weights(hypothesis.attention, layer if chosen is None else chosen, head)
     hypothesis.alignment = to_pharaoh(word_links(hypothesis.attention, tokenizer, source_ids, hypothesis.ids))
     return hypothesis
 
@@ -200,7 +203,7 @@ def align(engine: Any, tokenizer: Any, source_ids: Sequence[int], target_ids: li
     engine = as_engine(engine)
     if options.alignments:
         require_alignments(engine)
-    layer = default_layer(engine.model) if options.alignments and options.alignment_layer is None else None
+    layer = default_layer(engine.model) if options.model_layer else None
     return links(forced(engine, tokenizer, source_ids, target_ids, options.scores, options.alignments), tokenizer,
                  source_ids, options, layer)
 

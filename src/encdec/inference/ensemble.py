@@ -21,7 +21,7 @@ transformers has no ensemble of generation models (its ``generate()`` takes one 
 
     from encdec.inference import load_ensemble
     ensemble, tokenizer = load_ensemble(["runs/a", "runs/b"])  # or EnsembleForSeq2SeqLM([model_a, model_b])
-    ensemble.generate(**tokenizer(["Ein Hund läuft."], return_tensors="pt"), num_beams=5)
+    ensemble.generate(**tokenizer(["Ein Hund läuft."], return_tensors="pt"))  # with any generate() option
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from ..decoding_options import DECODING, GLANCE, DecodeRequest, asked_of
 from ..errors import EncdecError
 from ..io_utils import atomic_output, refuse_existing
 from . import load_model_and_tokenizer, max_source_length
@@ -39,14 +40,13 @@ def attention_matrix(
     layer: int | str | None = None,
     head: int | None = None,
     mean: bool = False,
-    max_new_tokens: int | None = 64,
-    num_beams: int | None = 1,
+    decoding: DecodeRequest = GLANCE,
 ) -> tuple[np.ndarray, list[str], list[str]]:
-    """Translate ``text`` (greedy by default) and return its alignment, row t = the weights over the source when
-    generating target token t (see the module docstring for ``layer``, ``head`` and ``mean``). The matrix is the
-    best hypothesis' ``attention`` from ``decode_batch``, the one the native API's answer carries (``alignment``'s
-    ``weights``) transposed, so ``num_beams=None, max_new_tokens=None`` (the model's defaults, as the server fills
-    them) plots what the server's page draws for ``text``.
+    """Translate ``text`` as ``decoding`` asks (default ``GLANCE``: greedy search, at most 64 tokens) and return its
+    alignment, row t = the weights over the source when generating target token t (see the module docstring for
+    ``layer``, ``head`` and ``mean``). The matrix is the best hypothesis' ``attention`` from ``decode_batch``, the one
+    the native API's answer carries (``alignment``'s ``weights``) transposed, so ``DecodeRequest()`` (the model's
+    defaults, as the server fills them) plots what the server's page draws for ``text``.
 
     :return: matrix (T, S) whose rows sum to 1, the S source tokens (with ``</s>``) and the T generated tokens
     """
@@ -56,15 +56,15 @@ def attention_matrix(
         raise EncdecError("`mean` averages over the heads, so it cannot be combined with `head`; give one of them.")
     source_ids = tokenizer([text], truncation=True, max_length=max_source_length(tokenizer, model.config)
                            )["input_ids"][0]
-    max_positions = getattr(model.config, "max_position_embeddings", None)
-    if max_positions and max_new_tokens is not None:  # the start token and the generated tokens must fit (learned
-        # positions cannot extrapolate); None: the budget every front end gives by default, within the positions
-        max_new_tokens = min(max_new_tokens, max_positions - 1)
     model.eval()
-    options = resolve_options(model.generation_config, num_beams=num_beams, max_new_tokens=max_new_tokens,
+    options = resolve_options(model.generation_config, **asked_of(decoding, DECODING),
                               **alignment_request(MEAN if mean and layer is None else layer, head))
+    max_positions = getattr(model.config, "max_position_embeddings", None)
+    # the start token and the generated tokens must fit (learned positions cannot extrapolate); the budget every
+    # front end gives by default is within the positions already
+    budget = options.budget(len(source_ids), model.config, max_positions - 1 if max_positions else None)
     try:
-        best = decode_batch(model, tokenizer, [source_ids], options)[0][0]
+        best = decode_batch(model, tokenizer, [source_ids], options, [budget])[0][0]
     except EncdecError as error:
         if getattr(model.config, "attention", None) == "none":
             raise EncdecError("This model returns no cross-attention weights (an RNN with attention='none'); there "
@@ -108,9 +108,8 @@ def save_attention_plot(
     head: int | None = None,
     mean: bool = False,
     overwrite: bool = False,
-    max_new_tokens: int | None = 64,
+    decoding: DecodeRequest = GLANCE,
     device: str = "cpu",
-    num_beams: int | None = 1,
 ) -> Path:
     """Translate ``text`` with the model folder ``model_dir`` and save its cross-attention heatmap to ``out_path``
     (format from the suffix: .png, .pdf, .svg, ...), atomically. Refuses to replace a file unless ``overwrite``."""
@@ -121,8 +120,7 @@ def save_attention_plot(
         raise EncdecError(f"Cannot save a plot as {out_path.name!r}: use one of the suffixes "
                           f"{', '.join('.' + f for f in sorted(supported))}.")
     model, tokenizer = load_model_and_tokenizer(model_dir, device)
-    matrix, source_tokens, target_tokens = attention_matrix(model, tokenizer, text, layer, head, mean, max_new_tokens,
-                                                            num_beams)
+    matrix, source_tokens, target_tokens = attention_matrix(model, tokenizer, text, layer, head, mean, decoding)
     figure = plot_attention(matrix, source_tokens, target_tokens,
                             title=f"{Path(model_dir).name}: {describe_selection(layer, head, mean)}")
     with atomic_output(out_path) as tmp:

@@ -22,6 +22,7 @@ from pathlib import Path
 from transformers import pipeline
 
 from ..data import load_builtin_dates
+from ..decoding_options import GREEDY, DecodeRequest
 from ..inference.plotting import save_attention_plot
 from ..progress import quiet_transformers_bars
 from ..training import RunConfig, load_run_config, train
@@ -61,7 +62,7 @@ def run_one(name: str, runs_dir: Path, max_steps: int | None) -> dict:
         translator = pipeline("seq2seq-generation", model=model_dir, trust_remote_code=True)
     test = load_builtin_dates(train=config.data.builtin_train, validation=config.data.builtin_validation,
                               test=config.data.builtin_test, seed=config.data.seed)["test"]
-    outputs = [out["generated_text"] for out in translator(list(test["source"]), batch_size=100, num_beams=1)]
+    outputs = [out["generated_text"] for out in translator(list(test["source"]), batch_size=100, **GREEDY.settings())]
     hits = sum(o.strip() == t for o, t in zip(outputs, test["target"], strict=True))
     png = plot_example(model_dir, runs_dir / f"attention-{name}.png")
     return {"name": name, "dir": model_dir, "minutes": minutes, "exact_match": hits / len(test),
@@ -73,7 +74,7 @@ def run_one(name: str, runs_dir: Path, max_steps: int | None) -> dict:
 def plot_example(model_dir: str | Path, out_path: Path) -> Path:
     """The heatmap of ``EXAMPLE``: the alignment that the server's page draws for it (``encdec serve``, its default
     beam size and budget, the alignment layer's heads averaged), so the picture and the page agree."""
-    return save_attention_plot(model_dir, EXAMPLE, out_path, num_beams=None, max_new_tokens=None, overwrite=True)
+    return save_attention_plot(model_dir, EXAMPLE, out_path, decoding=DecodeRequest(), overwrite=True)
 
 
 def run_demo(runs_dir: Path, max_steps: int | None = None) -> None:

@@ -3,7 +3,7 @@
 dialect; the core raises only ``service.RequestError`` (a field and what is wrong with it).
 
 - ``answers``: a request of the native kind (texts and decoding options), one answer per text: each text a job
-  (``service.TranslationService.jobs``), or with ``split_sentences`` sentence by sentence (``translate_parts``), a
+  (``service.TranslationService.jobs``), or when it asks, sentence by sentence (``translate_parts``), a
   sentence over ``--max-source-tokens`` then cut to it, with a warning in the log, where a text over it is refused.
 - ``translate_parts``: each text cut into its parts (``text``: its lines; ``html``: the text between tags, entities
   decoded, ``html_parts``), each part into its sentences (``inference.sentences``, in the model's source language),
@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from html.parser import HTMLParser
 from typing import Any
 
+from ..decoding_options import alternatives_request, sentence_by_sentence
 from ..inference.decoding import DecodeOptions
 from ..inference.sentences import Parts, join, line_parts, pieces_to_translate, split_parts
 from .offload import off_loop
@@ -130,7 +131,7 @@ def decode_options(service: TranslationService, alternatives: int) -> tuple[Deco
     search at least that wide (the model's beam, if wider), ordered by log P, each text once."""
     if not alternatives:
         return service.options(), None
-    return service.options(), service.options(n_best=alternatives + 1, ranked=True)  # the beam widened to n_best
+    return service.options(), service.options(**alternatives_request(alternatives), ranked=True)
 
 
 @dataclass(frozen=True)
@@ -188,8 +189,8 @@ def sentence_jobs(model: ServedModel, texts: list[str], plan: Plan) -> tuple[lis
     return cut, jobs, others is not None
 
 
-def put_together(cut: list[Parts], answers: list[dict[str, Any]], text_format: str, alternatives: int,
-                 n_best: bool) -> list[list[str]]:
+def put_together(cut: list[Parts], answers: list[Any], text_format: str, alternatives: int,
+                 listed: bool) -> list[list[str]]:
     """Each text's translation and alternatives (``translate_parts``) from its parts and its sentences' answers, in
     the order of ``sentence_jobs``."""
     found_answers, results = iter(answers), []
@@ -198,7 +199,7 @@ def put_together(cut: list[Parts], answers: list[dict[str, Any]], text_format: s
         for translate, _ in parts:
             if translate:
                 best = next(found_answers)["text"]
-                found.append((best, [item["text"] for item in next(found_answers)["n_best"]] if n_best else []))
+                found.append((best, [item["text"] for item in next(found_answers)] if listed else []))
         text = assemble(parts, [best for best, _ in found], text_format)
         versions = [assemble(parts, [listed[k] if k < len(listed) else best for best, listed in found], text_format)
                     for k in range(alternatives + 1)]
@@ -214,12 +215,13 @@ def assemble(parts: list[tuple[bool, str]], translations: list[str], text_format
 
 
 async def answers(served: ServedModel, batcher: Any, request: dict[str, Any], checked: bool = False
-                  ) -> list[dict[str, Any]]:
-    """One answer per text of ``request`` (the text, ``split_sentences`` and the decoding fields of ``POST
-    /translate``): its translation, with the scores, n-best list and alignment it asked for; with
-    ``split_sentences``, its translation put together from its sentences'. A text with nothing to translate
-    (``nothing_to_translate``) is its own answer, decoded by no model. ``checked``: the texts are what an earlier
-    model of a route translated, not checked again (an empty one is its own answer)."""
+                  ) -> list[tuple[dict[str, Any], list[dict[str, Any]] | None]]:
+    """One answer per text of ``request`` (the text and the decoding fields of ``POST /translate``): its translation,
+    with the score and alignment it asked for, and its n-best list if asked (else None;
+    ``service.TranslationService.per_text``); translated sentence by sentence if asked
+    (``decoding_options.sentence_by_sentence``), its translation put together from its sentences'. A text with
+    nothing to translate (``nothing_to_translate``) is its own answer, decoded by no model. ``checked``: the texts
+    are what an earlier model of a route translated, not checked again (an empty one is its own answer)."""
     given = request["text"]
     if not checked:
         fields, texts = served.service.texts(given)
@@ -227,7 +229,7 @@ async def answers(served: ServedModel, batcher: Any, request: dict[str, Any], ch
         texts = [given] if isinstance(given, str) else given
         fields = ["text"] if isinstance(given, str) else [f"text[{i}]" for i in range(len(texts))]
     todo = [i for i, text in enumerate(texts) if not nothing_to_translate(text)]
-    found = [{"text": text} for text in texts]
+    found = [({"text": text}, None) for text in texts]
     if todo:
         try:
             decoded_answers = await translated(served, batcher, {**request, "text": [texts[i] for i in todo]})
@@ -241,30 +243,31 @@ async def answers(served: ServedModel, batcher: Any, request: dict[str, Any], ch
     return found
 
 
-async def translated(served: ServedModel, batcher: Any, request: dict[str, Any]) -> list[dict[str, Any]]:
+async def translated(served: ServedModel, batcher: Any, request: dict[str, Any]
+                     ) -> list[tuple[dict[str, Any], list[dict[str, Any]] | None]]:
     """``answers`` of texts to translate, every one decoded."""
     request = dict(request)
-    if not request.pop("split_sentences", False):
+    if not sentence_by_sentence(request):
         jobs = await off_loop(served.service.jobs, **request)
         return served.service.per_text(jobs, await decoded(batcher, jobs))
     _, texts = served.service.texts(request.pop("text"))
-    # resolve refuses, with split_sentences, n-best lists, scores and alignments
-    results = await translate_parts(served, batcher, texts, Plan(decoding={**request, "split_sentences": True}))
-    return [{"text": found[0]} for found in results]
+    # resolve refuses n-best lists, scores and alignments sentence by sentence
+    results = await translate_parts(served, batcher, texts, Plan(decoding=request))
+    return [({"text": found[0]}, None) for found in results]
 
 
 async def route_answers(route: Route, batchers: dict[str, Any], request: dict[str, Any],
-                        check: TranslationService) -> list[dict[str, Any]]:
+                        check: TranslationService) -> list[tuple[dict[str, Any], list[dict[str, Any]] | None]]:
     """``answers`` along ``route``: each step decodes with the request's options, and the last gives what the request
     asks (its scores, n-best list and alignment are the last step's, of the text in the pivot language); no step
     (one language): the texts as they are, checked by ``check`` as any text is."""
     if not route.hops:
-        return [{"text": text} for text in check.texts(request["text"])[1]]
+        return [({"text": text}, None) for text in check.texts(request["text"])[1]]
     for k, hop in enumerate(route.hops[:-1]):
         found = await answers(hop.model, batchers[hop.model.name],
                               {name: value for name, value in request.items() if name not in OUTPUT_FIELDS}, k > 0)
-        request = {**request, "text": [answer["text"] for answer in found] if isinstance(request["text"], list)
-                   else found[0]["text"]}
+        request = {**request, "text": [answer["text"] for answer, _ in found] if isinstance(request["text"], list)
+                   else found[0][0]["text"]}
     last = route.hops[-1].model
     return await answers(last, batchers[last.name], request, len(route.hops) > 1)
 

@@ -79,7 +79,7 @@ def add_translate(app: Any, schema: type, errors: dict[int | str, dict[str, Any]
         route = models.route(request.pop("source"), request.pop("target"), request.pop("model"))
         check = next(iter(models.models.values())).service  # texts of one language, checked as any
         answers = await core.route_answers(route, app.state.batchers, request, check)
-        return TranslateResponse(translations=[Translation(**answer) for answer in answers],
+        return TranslateResponse(translations=[Translation.of(answer, listed) for answer, listed in answers],
                                  pivot=route.pivots or None)
 
     app.router.add_api_route("/translate", translate, methods=["POST"], response_model=TranslateResponse,

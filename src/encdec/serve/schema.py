@@ -32,7 +32,7 @@ ERROR_STATUSES = {
     405: "An endpoint asked with a method it does not take (`field`: null); listed here only.",
     415: "The Content-Type is not application/json (`field`: `body`).",
     422: "JSON that breaks the request schema or the server's limits: `field` names the field at fault, such as "
-         "`num_beams` or `text[2]`, and `error` the fix.",
+         "a decoding field or `text[2]`, and `error` the fix.",
     429: "Over a request limit: --req-limit per client address, or the API key's own (`field`: null); the "
          "`Retry-After` header says how many seconds to wait.",
     500: "A fault of the server: the log has the traceback under `request_id` (`field`: null).",
@@ -49,7 +49,7 @@ class Translation(BaseModel):
         None, description="With `n_best`: up to n translations, each `{text}` (plus `score` with `return_scores`), "
                           "as `encdec translate --n-best` lists them: every beam ordered by log P(translation | "
                           "text), best first, each text once unless `keep_duplicates` (fewer than n when the beams "
-                          "held fewer distinct texts: raise `num_beams`). The first can differ from `text`, the "
+                          "held fewer distinct texts: raise the beam size). The first can differ from `text`, the "
                           "translation beam search chose by its length-normalised score.")
     alignment: dict[str, Any] | None = Field(
         None, description="With `return_alignments`: `source_tokens` (S, with `</s>`), `target_tokens` (T, with "
@@ -59,6 +59,11 @@ class Translation(BaseModel):
                           "it. The layer is the model's alignment layer (recorded by `encdec align --record`, "
                           "else the penultimate), averaged over its heads, unless the request chose another layer or "
                           "head.")
+
+    @classmethod
+    def of(cls, answer: dict[str, Any], listed: list[dict[str, Any]] | None) -> Translation:
+        """A text's translation from the serving core's answer and its n-best list, if asked (``core.answers``)."""
+        return cls(**answer, n_best=listed)
 
 
 class TranslateResponse(BaseModel):
@@ -73,11 +78,10 @@ class ErrorResponse(BaseModel):
     """Every error answer of the server, whatever its status."""
 
     error: str = Field(description="One line: `<field>: <what is wrong>; <the fix>`.",
-                       examples=["num_beams: Input should be less than or equal to 8 (got 12); send a whole number "
-                                 "from 1 to 8, or null for the model's default."])
-    field: str | None = Field(description="The request field at fault (`text`, `text[2]`, `num_beams`, ...), "
+                       examples=["text[2]: the text is empty; send some words to translate."])
+    field: str | None = Field(description="The request field at fault (`text`, `text[2]`, a decoding field, ...), "
                                           "`body` for the body as a whole, null when no field is (401, 404, 500).",
-                              examples=["num_beams"])
+                              examples=["text[2]"])
     request_id: str | None = Field(description="This request's id, also in the `X-Request-ID` header and, for a "
                                                "500, in the server log.", examples=["3f2c9a1d0b7e4c21"])
 

@@ -24,7 +24,7 @@ from typing import Any
 from transformers import PreTrainedTokenizerBase
 
 from ..cards import card_languages, read_card
-from ..decoding_options import json_name, python_name
+from ..decoding_options import json_name, list_apart, python_name
 from ..errors import EncdecError, OptionError
 from ..inference.decoding import (
     LENGTH_PENALTY_RANGE,
@@ -124,7 +124,7 @@ class Job:
     source_ids: list[int]
     options: DecodeOptions
     budget: int
-    n_best_list: bool = False  # the request asked for `n_best`: answer with the list, even of one
+    n_best_list: bool = False  # the request asked for an n-best list: answer with the list, even of one
     future: Future = field(default_factory=Future)
     arrival: float = field(default_factory=time.monotonic)
 
@@ -151,13 +151,13 @@ class TranslationService:
     def jobs(self, text: str | list[str], **asked: Any) -> list[Job]:
         """Check one request (the fields of ``POST /translate``; ``asked``: its decoding options by their JSON names,
         ``decoding_options``) against the limits and turn each of its texts into a job; a ``RequestError`` naming
-        the field otherwise. With ``n_best``, each text also gets a job for its n-best list, after all the
-        translations' (``per_text`` puts them together): the list ``encdec translate --n-best`` prints (every beam
-        ordered by log P, each text once unless asked to keep duplicates), while the translation stays the one asked
-        without ``n_best``."""
-        listed = None if asked.get("n_best") is None else self.options(
-            **{**asked, "return_alignments": False}, ranked=True)
-        jobs = self.jobs_for(text, self.options(**{**asked, "n_best": None}))
+        the field otherwise. With an n-best list, each text also gets a job for it, after all the translations'
+        (``per_text`` puts them together): the list ``encdec translate --n-best`` prints (every beam ordered by
+        log P, each text once unless asked to keep duplicates), while the translation stays the one asked without a
+        list (``decoding_options.list_apart``)."""
+        translation, asked_list = list_apart(asked)
+        listed = None if asked_list is None else self.options(**asked_list, ranked=True)
+        jobs = self.jobs_for(text, self.options(**translation))
         return jobs + [Job(job.source_ids, listed, job.budget, True) for job in jobs if listed is not None]
 
     def options(self, *, ranked: bool = False, **asked: Any) -> DecodeOptions:
@@ -213,21 +213,22 @@ class TranslationService:
                                          "one is not).")
         return fields, texts
 
-    def decode(self, jobs: list[Job]) -> list[dict[str, Any]]:
+    def decode(self, jobs: list[Job]) -> list[Any]:
         """Translate jobs that share a key in one batch: one answer per job, in order."""
         found = decode_batch(self.engine, self.tokenizer, [job.source_ids for job in jobs],
                              [job.options for job in jobs], [job.budget for job in jobs])
         return [self.answer(job, hypotheses) for job, hypotheses in zip(jobs, found, strict=True)]
 
-    def answer(self, job: Job, hypotheses: list[Hypothesis]) -> dict[str, Any]:
-        """A job's answer: the best translation, with the scores, the n-best list and the alignment it asked for."""
+    def answer(self, job: Job, hypotheses: list[Hypothesis]) -> Any:
+        """A job's answer: a list job's, its n-best list (each ``{text}``, with ``score`` if asked); else the best
+        translation, with the score and the alignment it asked for."""
         best, scores = hypotheses[0], job.options.scores
+        if job.n_best_list:
+            return [{"text": hypothesis.text, **({"score": hypothesis.score} if scores else {})}
+                    for hypothesis in hypotheses]
         answer: dict[str, Any] = {"text": best.text}
         if scores:
             answer["score"] = best.score
-        if job.n_best_list:
-            answer["n_best"] = [{"text": hypothesis.text, **({"score": hypothesis.score} if scores else {})}
-                                for hypothesis in hypotheses]
         if job.options.alignments:  # the alignment (inference.alignment), as `encdec translate --alignments` has it
             answer["alignment"] = {"source_tokens": self.tokenizer.convert_ids_to_tokens(job.source_ids),
                                    "target_tokens": self.tokenizer.convert_ids_to_tokens(best.ids),
@@ -236,12 +237,12 @@ class TranslationService:
         return answer
 
     @staticmethod
-    def per_text(jobs: list[Job], answers: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """One answer per text from the answers of ``jobs``' jobs: a text's translation, with the n-best list of its
-        list job when the request asked ``n_best``."""
+    def per_text(jobs: list[Job], answers: list[Any]) -> list[tuple[dict[str, Any], list[dict[str, Any]] | None]]:
+        """Per text, from the answers of ``jobs``' jobs: its translation's answer, and the n-best list of its list
+        job when the request asked one (else None); ``schema.Translation.of`` puts them together."""
         found = [answer for job, answer in zip(jobs, answers, strict=True) if not job.n_best_list]
-        lists = [answer["n_best"] for job, answer in zip(jobs, answers, strict=True) if job.n_best_list]
-        return [{**answer, "n_best": listed} for answer, listed in zip(found, lists, strict=True)] if lists else found
+        lists = [answer for job, answer in zip(jobs, answers, strict=True) if job.n_best_list]
+        return list(zip(found, lists or [None] * len(found), strict=True))
 
     def info(self) -> dict[str, Any]:
         """What ``GET /info`` answers: the model, its languages and card metrics, the engine and the limits."""

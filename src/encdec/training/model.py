@@ -9,6 +9,7 @@ from typing import Any
 
 from transformers import AutoConfig, AutoModelForSeq2SeqLM, GenerationConfig, PreTrainedModel
 
+from ..decoding_options import positions_needed
 from ..errors import EncdecError
 from ..io_utils import require_file
 from ..tokenization import check_tokenizer_matches_model, special_token_ids
@@ -54,10 +55,10 @@ def check_positions(config: RunConfig, model_config) -> None:
     """Learned positions cannot extrapolate: refuse, before training, lengths the position table cannot hold."""
     if getattr(model_config, "position_embedding_type", None) != "learned":
         return
-    limit, s, new_tokens = model_config.max_position_embeddings, config.training, config.generation.max_new_tokens
+    limit, s = model_config.max_position_embeddings, config.training
     lengths = {f"training.max_source_length={s.max_source_length}": s.max_source_length,
                f"training.max_target_length={s.max_target_length}": s.max_target_length,
-               f"generation.max_new_tokens={new_tokens} (+1 start token)": new_tokens + 1}
+               **positions_needed(config.generation)}
     too_long = [name for name, length in lengths.items() if length > limit]
     if too_long:
         raise EncdecError(f"The model has learned positions with max_position_embeddings={limit}, too few for "

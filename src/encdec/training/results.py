@@ -12,6 +12,7 @@ import torch
 from datasets import DatasetDict
 from transformers import Seq2SeqTrainer
 
+from ..decoding_options import shipped_search
 from ..errors import EncdecError
 from ..folders import WEIGHTS_NAME
 from ..processes import process_state
@@ -39,8 +40,8 @@ def check_averaging(settings: TrainingSettings, has_eval: bool) -> None:
                           "`training.average_last` to 0.")
 
 
-def _validation_score(trainer: Seq2SeqTrainer, validation, metric: str, num_beams: int) -> dict[str, float]:
-    metrics = trainer.evaluate(validation, metric_key_prefix="validation", num_beams=num_beams)
+def _validation_score(trainer: Seq2SeqTrainer, validation, metric: str, search: dict[str, Any]) -> dict[str, float]:
+    metrics = trainer.evaluate(validation, metric_key_prefix="validation", **search)
     scores = {k.removeprefix("validation_"): v for k, v in metrics.items()}
     if metric not in scores:
         raise EncdecError(f"The validation metrics {sorted(scores)} lack `training.metric_for_best_model`={metric}.")
@@ -48,12 +49,13 @@ def _validation_score(trainer: Seq2SeqTrainer, validation, metric: str, num_beam
 
 
 def average_or_best(trainer: Seq2SeqTrainer, validation, settings: TrainingSettings, snapshot_dir: Path,
-                    num_beams: int) -> dict[str, Any]:
+                    search: dict[str, Any]) -> dict[str, Any]:
     """``training.average_last``: score the model Trainer ended with (the best checkpoint) and the average of the last
-    snapshots on the validation split, decoding with ``num_beams`` (the run's ``generation.num_beams``: the decoding
+    snapshots on the validation split, decoding with ``search`` (the run's beam size, ``shipped_search``: the decoding
     the model ships with, which may prefer other weights than the greedy validation during training); leave the
-    better one in ``trainer.model`` and return the record for ``averaging.json``. Averaging follows Vaswani et al.
-    (2017, Sec. 6.1); the choice is made on validation data only, so the test split never picks the weights."""
+    better one in ``trainer.model`` and return the record for ``averaging.json``, ``search`` included. Averaging
+    follows Vaswani et al. (2017, Sec. 6.1); the choice is made on validation data only, so the test split never
+    picks the weights."""
     process_state().wait_for_everyone()  # the main process has written the last snapshot
     metric, model = settings.metric_for_best_model, trainer.model
     snapshots = snapshot_folders(snapshot_dir)[-settings.average_last:]
@@ -62,8 +64,8 @@ def average_or_best(trainer: Seq2SeqTrainer, validation, settings: TrainingSetti
                               "metric": metric, "snapshots": [str(path) for path in snapshots],
                               "steps": [snapshot_step(path) for path in snapshots],
                               "best_checkpoint_step": int(Path(best_step).name.split("-")[-1]),
-                              "num_beams": num_beams}
-    best = _validation_score(trainer, validation, metric, num_beams)
+                              **search}
+    best = _validation_score(trainer, validation, metric, search)
     if len(snapshots) < 2:
         logger.warning("training.average_last: only %d snapshot(s) in %s, so nothing was averaged; the run was "
                        "shorter than average_every=%s steps.", len(snapshots), snapshot_dir, settings.average_every)
@@ -73,7 +75,7 @@ def average_or_best(trainer: Seq2SeqTrainer, validation, settings: TrainingSetti
                        settings.average_last, len(snapshots))
     kept = {name: tensor.detach().clone() for name, tensor in model.state_dict().items()}
     load_weights(model, average_state_dicts([path / WEIGHTS_NAME for path in snapshots]), snapshots[-1])
-    averaged = _validation_score(trainer, validation, metric, num_beams)
+    averaged = _validation_score(trainer, validation, metric, search)
     better = averaged[metric] < best[metric] if metric == "loss" else averaged[metric] > best[metric]
     chosen = "average" if better else "best_checkpoint"
     if not better:
@@ -98,7 +100,7 @@ def final_results(trainer: Seq2SeqTrainer, tokenized: DatasetDict, config: RunCo
                                "data": counts, "config": dataclasses.asdict(config)}
     if config.training.average_last:
         results["averaging"] = average_or_best(trainer, tokenized["validation"], config.training, snapshot_dir,
-                                               config.generation.num_beams)
+                                               shipped_search(config.generation))
         chosen = results["averaging"]
         results["train"]["final_weights"] = (f"average of the steps {', '.join(map(str, chosen['steps']))}"
                                              if chosen["chosen"] == "average" else
