@@ -11,20 +11,24 @@ once for this module.
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from encdec.decoding_options import check_languages
-from encdec.errors import LanguageError
+from encdec.errors import EncdecError, LanguageError
 from encdec.folders import save_for_pipeline
 from encdec.inference import load_engine, translate, translate_detailed, translate_n_best_ids
 from encdec.inference.decoding import output_ids
 from encdec.inference.engines import quantize_int8
+from encdec.recipes.distill import distill, load_distill_config
 from encdec_cli import main
 from test_corpus import ENV
+from test_distill import write_recipe
 from test_distributed import run_until_stopped
 from test_multilingual_model import LANGUAGES, SOURCES, TASKS, TEST, accuracy, trained_model
 
@@ -115,6 +119,15 @@ def test_an_ensemble_of_one_multilingual_model_twice_translates_every_direction(
     for source, target in DIRECTIONS[::4]:
         assert translate(engine, tokenizer, SOURCES, source_lang=source, target_lang=target, **BUDGET) \
             == generated_texts(source, target)
+
+
+def test_ensemble_members_with_other_languages_are_refused(model_dir: Path, tmp_path: Path) -> None:
+    other = shutil.copytree(model_dir, tmp_path / "other")
+    settings = json.loads((other / "tokenizer_config.json").read_text(encoding="utf-8"))
+    settings["language_tokens"] = {"copy": "__rev__", "rev": "__copy__", "sort": "__sort__"}  # same codes, tokens
+    (other / "tokenizer_config.json").write_text(json.dumps(settings), encoding="utf-8")
+    with pytest.raises(EncdecError, match=r"The tokenizer of .*other differs from that of .* in its languages"):
+        load_engine([model_dir, other])
 
 
 # --- the command line -------------------------------------------------------------------------------------------------
@@ -235,3 +248,28 @@ def test_a_bilingual_model_is_refused_a_language() -> None:
         check_languages(None, "de", {})
     assert check_languages(None, None, {}) is None
     assert check_languages("copy", "sort", {"copy": 14, "sort": 16}) == 16
+
+
+# --- distillation -----------------------------------------------------------------------------------------------------
+
+def test_a_multilingual_teacher_distils_its_direction_into_a_student(model_dir: Path, tmp_path: Path) -> None:
+    """The teacher's direction is asked in its section (``teacher.source_lang``/``target_lang``), refused before
+    anything is written when missing, and the distilled targets are the Python API's translations in it."""
+    recipe = write_recipe(tmp_path, model_dir, student_sections={"training": {"max_steps": 2,
+                                                                              "eval_strategy": "no"}})
+    with pytest.raises(LanguageError, match=r"multilingual \(copy, rev, sort\): name its source and target"):
+        distill(load_distill_config(recipe))
+    assert not (tmp_path / "out").exists()
+    settings = yaml.safe_load(recipe.read_text(encoding="utf-8"))
+    settings["teacher"].update(source_lang="rev", target_lang="sort")
+    recipe.write_text(yaml.safe_dump(settings), encoding="utf-8")
+    distill(load_distill_config(recipe))
+    corpus = tmp_path / "out" / "corpus"
+    sources = (corpus / "original.source").read_text(encoding="utf-8").splitlines()
+    scored = [line.split(" ||| ")[0] for line in (corpus / "teacher.scored").read_text(encoding="utf-8").splitlines()]
+    model, tokenizer = trained_model("transformer")
+    chunk = settings["chunk_size"]  # the teacher's batches: each chunk's, longest first
+    assert scored == [text for start in range(0, len(sources), chunk) for text in translate(
+        model, tokenizer, sources[start:start + chunk], source_lang="rev", target_lang="sort", num_beams=2)]
+    assert json.loads((corpus / "manifest.json").read_text(encoding="utf-8"))["recipe"]["decoding"]["target_lang"] \
+        == "sort"

@@ -195,11 +195,12 @@ def cmd_translate(args: argparse.Namespace) -> None:
 
 
 def split_language(args: argparse.Namespace) -> str:
-    """``--split-sentences [LANG]``: the language whose rules cut the sentences (the model card's source language
-    when none is given; "" when the card names none: sentencex's English rules, ``inference.sentences``)."""
+    """``--split-sentences [LANG]``: the language whose rules cut the sentences (a multilingual model's
+    ``--source-lang``, else the model card's source language when none is given; "" when the card names none:
+    sentencex's English rules, ``inference.sentences``)."""
     from encdec.inference.sentences import card_source_language
 
-    return args.split_sentences or card_source_language(args.model[0]) or ""
+    return args.split_sentences or args.source_lang or card_source_language(args.model[0]) or ""
 
 
 def layer_argument(value: str | None, flag: str) -> int | str | None:
