@@ -11,6 +11,7 @@ once for this module.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -106,6 +107,11 @@ def test_exported_engines_give_torchs_ids_in_every_direction(engine: str, export
         for source, target in DIRECTIONS:
             expected = api_ids(torch_engine, torch_tokenizer, source, target, num_beams=num_beams)
             assert api_ids(loaded, tokenizer, source, target, num_beams=num_beams) == expected, (source, target)
+        cut = {"num_beams": num_beams, "max_new_tokens": 3}  # the language token counts in the budget, as in generate()
+        _, short = translate_n_best_ids(loaded, tokenizer, SOURCES, 1, source_lang="copy", target_lang="rev", **cut)
+        assert short == translate_n_best_ids(torch_engine, torch_tokenizer, SOURCES, 1, source_lang="copy",
+                                             target_lang="rev", **cut)[1]
+        assert {len(ids) for ids, in short} == {3}
     scored = translate_detailed(loaded, tokenizer, SOURCES[:4], source_lang="rev", target_lang="sort", scores=True,
                                 **BUDGET)
     reference = translate_detailed(torch_engine, torch_tokenizer, SOURCES[:4], source_lang="rev",
@@ -193,6 +199,20 @@ def test_encdec_evaluate_scores_every_direction_of_a_test_folder(model_dir: Path
     assert "copy-rev" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--directions", "rev-copy"], r"has no test\.rev-copy\.rev and test\.rev-copy\.copy; its directions are copy-rev"),
+    (["--directions", "copy-de"], r"the direction 'copy-de' names the language 'de', which is not among"),
+    (["--source-file", "x"], r"--test-dir gives each direction its files and languages; drop --source-file"),
+    (["--target-lang", "rev"], r"give each test its languages; drop target_lang"),
+])
+def test_encdec_evaluate_refuses_a_direction_it_cannot_score(flags: list[str], message: str, model_dir: Path,
+                                                             tmp_path: Path, capsys) -> None:
+    write_direction(tmp_path, "copy", "rev")
+    assert main(["evaluate", "--model", str(model_dir), "--test-dir", str(tmp_path), "--quiet", *flags]) != 0
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and re.search(message, error[0]), error
+
+
 def test_encdec_evaluate_takes_one_direction_with_its_files(model_dir: Path, tmp_path: Path, capsys) -> None:
     write_direction(tmp_path, "rev", "sort")
     cli("evaluate", "--model", str(model_dir), "--source-file", str(tmp_path / "test.rev-sort.rev"),
@@ -227,7 +247,7 @@ def test_a_language_the_model_lacks_is_refused_in_one_line(flags: list[str], mes
     assert main(["translate", "--model", str(model_dir), "--input", str(inputs), "--output", str(output), *flags]) \
         != 0
     error = capsys.readouterr().err.strip().splitlines()
-    assert len(error) == 1 and pytest.importorskip("re").search(message, error[0]), error
+    assert len(error) == 1 and re.search(message, error[0]), error
     assert not output.exists()
 
 
