@@ -11,8 +11,10 @@ transformers' one ``GenerationConfig`` is validated once: ``encdec translate``'s
 
 ``resolve`` holds every rule: the model's generation config fills what was not asked; an n-best list widens a beam
 that was not asked; split sentences give one translation (no n-best list, scores or alignments); every bound is
-checked, a server's ``DecodeLimits`` too, raising an ``OptionError`` that names the option; and the result says what
-it resolved (``DecodeOptions.describe``, ``DecodeOptions.notes``).
+checked, a server's ``DecodeLimits`` too, raising an ``OptionError`` that names the option; a multilingual model's
+source and target language are checked against its languages (``check_languages``, a ``LanguageError`` naming them)
+and the target becomes the token forced first (``DecodeOptions.forced_bos_token_id``); and the result says what it
+resolved (``DecodeOptions.describe``, ``DecodeOptions.notes``).
 
 A new option is one field of ``DecodeRequest`` (and of ``DecodeOptions`` with its ``generate()`` name in
 ``DecodeOptions.settings``, if ``generate()`` takes it), its default and check in ``resolve``, and a line in each

@@ -17,6 +17,10 @@ returns, per source, its hypotheses:
 - an n-best list: the beams as beam search returns them, or (``ranked``, what ``encdec translate --n-best`` prints)
   all the beams ordered by log P, each text once unless ``keep_duplicates``, the ``n_best`` first.
 
+A multilingual model's sources start with the source language's token (``encode``'s ``source_lang``) and every
+engine forces the target language's token first (``forced_bos_token_id`` in the settings; CTranslate2 makes it its
+target prefix), so the hypotheses' ids start with it, as ``generate()``'s do, and their text leaves it out.
+
 Each source has its own generation budget (the one asked, else the model's, else from its source length). Greedy
 search decides each token from the tokens before it only, so one greedy batch runs to the largest budget and each
 output is cut to its own; beam search ends differently at another budget, so sources of other budgets are decoded
