@@ -11,8 +11,10 @@ transformers' one ``GenerationConfig`` is validated once: ``encdec translate``'s
 
 ``resolve`` holds every rule: the model's generation config fills what was not asked; an n-best list widens a beam
 that was not asked; split sentences give one translation (no n-best list, scores or alignments); every bound is
-checked, a server's ``DecodeLimits`` too, raising an ``OptionError`` that names the option; and the result says what
-it resolved (``DecodeOptions.describe``, ``DecodeOptions.notes``).
+checked, a server's ``DecodeLimits`` too, raising an ``OptionError`` that names the option; a multilingual model's
+source and target language are checked against its languages (``check_languages``, a ``LanguageError`` naming them)
+and the target becomes the token forced first (``DecodeOptions.forced_bos_token_id``); and the result says what it
+resolved (``DecodeOptions.describe``, ``DecodeOptions.notes``).
 
 A new option is one field of ``DecodeRequest`` (and of ``DecodeOptions`` with its ``generate()`` name in
 ``DecodeOptions.settings``, if ``generate()`` takes it), its default and check in ``resolve``, and a line in each
@@ -27,13 +29,14 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 try:
-    from .errors import OptionError
+    from .errors import LanguageError, OptionError
 except ImportError:  # read alone by ``encdec --help`` (see the module docstring)
-    OptionError = ValueError  # type: ignore[assignment,misc]
+    OptionError = LanguageError = ValueError  # type: ignore[assignment,misc]
 
 # length_penalty: beam search divides a hypothesis' log-probability by length ** length_penalty (HF generate). Values
 # in use lie within about -2..2; +-10 already makes the length all that counts, and stays finite for any length a
@@ -121,10 +124,21 @@ class DecodeRequest:
         "put it back together with its spacing and line breaks; a sentence over the source limit is cut to it "
         "instead of refused. One translation per text: not with `n_best`, `return_scores` or `return_alignments`.",
         (JSON,))
+    source_lang: str | None = option(
+        None, str, "a multilingual model's source language (a code of its `languages`, e.g. de): its token is put "
+        "before each source; refused for a bilingual model",
+        "A multilingual model's source language (a code of its languages).", (DECODING, TEACHER),
+        json_name="source", short="source language")
+    target_lang: str | None = option(
+        None, str, "a multilingual model's target language (a code of its `languages`, e.g. en): its token is "
+        "forced as the first generated token (generate()'s forced_bos_token_id); refused for a bilingual model",
+        "A multilingual model's target language (a code of its languages).", (DECODING, TEACHER),
+        json_name="target", short="target language")
 
 
 # one translation looked at (``encdec plot-attention``): greedy search, at most 64 tokens
 GLANCE = DecodeRequest(num_beams=1, max_new_tokens=64)
+LANGUAGE_OPTIONS = ("source_lang", "target_lang")  # a multilingual model's direction (``resolve``'s ``languages``)
 ONE_TRANSLATION = ("n_best", "scores", "alignments")  # what a text put together from its sentences cannot have
 
 
@@ -215,6 +229,9 @@ class DecodeOptions:
     alignments: bool = False  # each hypothesis' attention and word links (torch engine)
     alignment_layer: int | str | None = None  # the alignment's layer; None: the model's (``alignment.default_layer``)
     alignment_head: int | None = None  # the alignment's head; None: the mean of the layer's heads
+    source_lang: str | None = None  # a multilingual model's source language (its token starts each source)
+    target_lang: str | None = None  # a multilingual model's target language (its token forced first)
+    forced_bos_token_id: int | None = None  # the target language's token id, forced as the first generated token
     # what beam search would divide by (the asked, else the model's, else 1.0), recorded for one beam too
     beam_length_penalty: float = field(default=1.0, compare=False)
     # what resolving decided beyond the request, naming options as ``{name}`` (``OptionError``'s style)
@@ -244,7 +261,7 @@ class DecodeOptions:
         """What ``generate()`` runs with: sources whose options share it (and, beyond greedy search, their budget)
         decode in one batch."""
         return (self.num_beams, self.length_penalty, self.candidates, self.do_sample, self.no_repeat_ngram_size,
-                self.generate_kwargs)
+                self.generate_kwargs, self.forced_bos_token_id)
 
     def settings(self) -> dict[str, Any]:
         """The ``generate()`` keyword arguments (engines take them: ``encdec.inference.engines``), the budget apart."""
@@ -255,13 +272,17 @@ class DecodeOptions:
             settings["no_repeat_ngram_size"] = self.no_repeat_ngram_size
         if self.candidates > 1:
             settings["num_return_sequences"] = self.candidates
+        if self.forced_bos_token_id is not None:
+            settings["forced_bos_token_id"] = self.forced_bos_token_id
         return settings
 
     def describe(self) -> dict[str, Any]:
         """What was resolved, as a record (``evaluate``'s results, the server's ``/info`` defaults): the beam size,
         budget (None: from each source's length), the length penalty beam search divides by and the n-gram size."""
+        languages = {"source_lang": self.source_lang, "target_lang": self.target_lang} if self.target_lang else {}
         return {"num_beams": self.num_beams, "length_penalty": self.beam_length_penalty,
-                "max_new_tokens": self.max_new_tokens, "no_repeat_ngram_size": self.no_repeat_ngram_size or 0}
+                "max_new_tokens": self.max_new_tokens, "no_repeat_ngram_size": self.no_repeat_ngram_size or 0,
+                **languages}
 
     def kept(self, hypotheses: list[Any]) -> list[Any]:
         """The first of ``hypotheses`` (best first) that a source asked for: its n-best list's length."""
@@ -313,7 +334,7 @@ def auto_max_new_tokens(source_length: int, config: Any) -> int:
 
 
 def resolve(generation_config: Any = None, *, limits: DecodeLimits | None = None, ranked: bool = False,
-            **asked: Any) -> DecodeOptions:
+            languages: Mapping[str, int] | None = None, **asked: Any) -> DecodeOptions:
     """What was asked (``DecodeRequest``'s options by name; any other is a ``generate()`` option, such as
     ``do_sample`` or ``top_k``), the model's ``generation_config`` filling the rest, checked once: an ``OptionError``
     names the option at fault.
@@ -321,7 +342,9 @@ def resolve(generation_config: Any = None, *, limits: DecodeLimits | None = None
     ``limits`` (a server's) bound the beam size (the model's default included), the budget and the length penalty.
     ``n_best`` may exceed the beam size only when sampling (``do_sample``); a beam size left to the model's default
     is widened to ``n_best`` (said in ``notes``). ``split_sentences`` refuses ``ONE_TRANSLATION``. ``ranked``: an
-    n-best list of every beam, ordered by log P (``encdec translate --n-best``)."""
+    n-best list of every beam, ordered by log P (``encdec translate --n-best``). ``languages``: the model's, each
+    code with the id of its token (``tokenization.language_ids``; empty: a bilingual model), against which
+    ``source_lang`` and ``target_lang`` are checked (``check_languages``); None: not known, not checked."""
     names = {item.name for item in declared()}
     request = DecodeRequest(**{key: value for key, value in asked.items() if key in names})
     generate_kwargs = {key: value for key, value in asked.items() if key not in names}
@@ -342,6 +365,7 @@ def resolve(generation_config: Any = None, *, limits: DecodeLimits | None = None
         raise OptionError("n_best", f"must be between 1 and the beam size ({beams}), got {n_best}; raise "
                                     "{num_beams}.")
     check_bounds(request)
+    forced = None if languages is None else check_languages(request.source_lang, request.target_lang, languages)
     configured = getattr(generation_config, "length_penalty", None)
     penalty = request.length_penalty if request.length_penalty is not None else (
         1.0 if configured is None else configured)
@@ -356,8 +380,29 @@ def resolve(generation_config: Any = None, *, limits: DecodeLimits | None = None
         generate_kwargs=tuple(sorted(generate_kwargs.items())), ranked=ranked,
         keep_duplicates=request.keep_duplicates and ranked, scores=request.scores, alignments=request.alignments,
         alignment_layer=request.alignment_layer if request.alignments else None,
-        alignment_head=request.alignment_head if request.alignments else None, beam_length_penalty=penalty,
-        notes=notes)
+        alignment_head=request.alignment_head if request.alignments else None, source_lang=request.source_lang,
+        target_lang=request.target_lang, forced_bos_token_id=forced, beam_length_penalty=penalty, notes=notes)
+
+
+def check_languages(source_lang: str | None, target_lang: str | None, languages: Mapping[str, int]) -> int | None:
+    """The id of the token forced first (``forced_bos_token_id``) to translate from ``source_lang`` into
+    ``target_lang`` with a model of ``languages`` (code -> token id); None for a bilingual model (no languages),
+    which takes no language. A ``LanguageError`` names the model's languages: a code it lacks, a language given to
+    a bilingual model, or a multilingual one without both languages."""
+    asked = [code for code in (source_lang, target_lang) if code is not None]
+    if not languages:
+        if asked:
+            raise LanguageError(f"This model is bilingual (it has no language tokens) and takes no language; drop "
+                                f"the source and target language ({' and '.join(map(repr, asked))}).")
+        return None
+    named = ", ".join(languages)
+    for code in asked:
+        if code not in languages:
+            raise LanguageError(f"This model has no language {code!r}; its languages are {named}.")
+    if source_lang is None or target_lang is None:
+        raise LanguageError(f"This model is multilingual ({named}): name its source and target language "
+                            "(--source-lang and --target-lang; source_lang and target_lang in Python).")
+    return languages[target_lang]
 
 
 def beam_size(asked: int | None, default: int, n_best: int, do_sample: bool) -> tuple[int, tuple[str, ...]]:
@@ -407,7 +452,7 @@ def check_bounds(request: DecodeRequest) -> None:
             raise OptionError(item.name, f"must be a whole number {within}, got {value!r}.")
 
 
-__all__ = ["AUTO_BUDGET", "GLANCE", "GREEDY", "LENGTH_PENALTY_RANGE", "ONE_TRANSLATION", "DecodeLimits",
-           "DecodeOptions", "DecodeRequest", "alternatives_request", "asked_of", "asks_list", "auto_max_new_tokens",
-           "check_offered", "declared", "in_words", "json_name", "list_apart", "positions_needed", "python_name",
-           "resolve", "sentence_by_sentence", "shipped_search", "with_budget"]
+__all__ = ["AUTO_BUDGET", "GLANCE", "GREEDY", "LANGUAGE_OPTIONS", "LENGTH_PENALTY_RANGE", "ONE_TRANSLATION",
+           "DecodeLimits", "DecodeOptions", "DecodeRequest", "alternatives_request", "asked_of", "asks_list",
+           "auto_max_new_tokens", "check_languages", "check_offered", "declared", "in_words", "json_name", "list_apart",
+           "positions_needed", "python_name", "resolve", "sentence_by_sentence", "shipped_search", "with_budget"]

@@ -143,6 +143,24 @@ def tokenizer_languages(tokenizer) -> list[str] | None:
     return list(tokens) if tokens else None
 
 
+def language_ids(tokenizer) -> dict[str, int]:
+    """Each language code of a multilingual tokenizer with the id of its token, in order; {} for a bilingual one
+    (what ``decoding_options.resolve`` checks a source and target language against)."""
+    return {code: tokenizer.convert_tokens_to_ids(token)
+            for code, token in (getattr(tokenizer, "language_tokens", None) or {}).items()}
+
+
+def refuse_language_tokens(tokenizer, texts: Sequence[str]) -> None:
+    """A ``LanguageError`` for a text that holds a language token (``__de__``) of a multilingual tokenizer: the
+    tokenizer puts the source language's token itself, and a typed one would be read as a language."""
+    tokens = (getattr(tokenizer, "language_tokens", None) or {}).values()
+    for i, text in enumerate(texts):
+        typed = next((token for token in tokens if token in text), None)
+        if typed is not None:
+            raise LanguageError(f"Source {i + 1} holds the language token {typed!r}; the model's languages are "
+                                "chosen with the source and target language, not typed in the text: remove it.")
+
+
 def language_settings(tokenizer, source_lang: str | None = None, target_lang: str | None = None) -> dict[str, int]:
     """The ``generate()`` keywords that translate from ``source_lang`` into ``target_lang``: for a multilingual
     tokenizer its ``src_lang`` is set to ``source_lang`` (when given) and the target language token is forced

@@ -125,16 +125,33 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
         raise usage_error("--card-dataset writes one model's card; an ensemble has none. Drop --card-dataset or "
                           "evaluate one --model.")
     model = args.model[0] if len(args.model) == 1 else args.model
-    results = evaluate_model(model, args.source_file, args.reference_file, batch_size=args.batch_size,
-                             output_file=args.output, overwrite=args.overwrite, engine=args.engine,
-                             quantize=args.quantize, dtype=args.dtype, chunk_size=args.chunk_size,
-                             show_progress=not args.quiet, **asked_of(args, DECODING))
+    settings = dict(batch_size=args.batch_size, output_file=args.output, overwrite=args.overwrite,
+                    engine=args.engine, quantize=args.quantize, dtype=args.dtype, chunk_size=args.chunk_size,
+                    show_progress=not args.quiet, **asked_of(args, DECODING))
+    if args.test_dir is not None:
+        print(json.dumps(evaluate_test_dir(args, model, settings), indent=2))
+        return
+    if args.source_file is None or args.reference_file is None or args.directions is not None:
+        raise usage_error("encdec evaluate needs --source-file and --reference-file, or --test-dir DIR (with "
+                          "--directions) for a multilingual model's test folder.")
+    results = evaluate_model(model, args.source_file, args.reference_file, **settings)
     if args.card_dataset:
         from encdec.cards import record_scores_in_card
 
         split = args.card_split or Path(args.source_file).name.split(".")[0]
         record_scores_in_card(model, results, args.card_dataset, split, dataset_id=args.card_dataset_id)
     print(json.dumps(results, indent=2))
+
+
+def evaluate_test_dir(args: argparse.Namespace, model: Any, settings: dict[str, Any]) -> dict[str, Any]:
+    """``encdec evaluate --test-dir DIR [--directions LIST]``: every direction of a multilingual test folder."""
+    from encdec.inference.evaluation import evaluate_directions
+
+    given = [flag for flag, value in (("--source-file", args.source_file), ("--reference-file", args.reference_file),
+                                      ("--card-dataset", args.card_dataset)) if value is not None]
+    if given:
+        raise usage_error(f"--test-dir gives each direction its files and languages; drop {given[0]}.")
+    return evaluate_directions(model, args.test_dir, args.directions, **settings)
 
 
 def resolved_flags(args: argparse.Namespace, asked: dict[str, Any]) -> None:
@@ -178,11 +195,12 @@ def cmd_translate(args: argparse.Namespace) -> None:
 
 
 def split_language(args: argparse.Namespace) -> str:
-    """``--split-sentences [LANG]``: the language whose rules cut the sentences (the model card's source language
-    when none is given; "" when the card names none: sentencex's English rules, ``inference.sentences``)."""
+    """``--split-sentences [LANG]``: the language whose rules cut the sentences (a multilingual model's
+    ``--source-lang``, else the model card's source language when none is given; "" when the card names none:
+    sentencex's English rules, ``inference.sentences``)."""
     from encdec.inference.sentences import card_source_language
 
-    return args.split_sentences or card_source_language(args.model[0]) or ""
+    return args.split_sentences or args.source_lang or card_source_language(args.model[0]) or ""
 
 
 def layer_argument(value: str | None, flag: str) -> int | str | None:
@@ -200,7 +218,7 @@ def cmd_align(args: argparse.Namespace) -> None:
 
     if args.gold_file:
         report = choose_layer_on_files(args.model, args.source_file, args.target_file, args.gold_file,
-                                       record=args.record)
+                                       record=args.record, source_lang=args.source_lang, target_lang=args.target_lang)
         print(json.dumps(report, indent=2))
         return
     if args.record:
@@ -210,7 +228,7 @@ def cmd_align(args: argparse.Namespace) -> None:
 
         refuse_overlap(args.output, [args.model, args.source_file, args.target_file])
     align_file(args.model, args.source_file, args.target_file, layer_argument(args.layer, "--layer"),
-               head=args.head, output_file=args.output,
+               head=args.head, output_file=args.output, source_lang=args.source_lang, target_lang=args.target_lang,
                resume=args.resume, overwrite=args.overwrite, quiet=args.quiet, chunk_size=args.chunk_size,
                stdout=None if args.output else sys.stdout)
 

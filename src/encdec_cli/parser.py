@@ -267,8 +267,14 @@ def add_data_command(commands: argparse._SubParsersAction) -> None:
 def add_inference_commands(commands: argparse._SubParsersAction) -> None:
     p = commands.add_parser("evaluate", help="BLEU (sacreBLEU, with signature) and chrF on a test set")
     add_decoding_options(p)
-    p.add_argument("--source-file", required=True)
-    p.add_argument("--reference-file", required=True)
+    p.add_argument("--source-file", default=None, help="the test sources, one a line (or --test-dir)")
+    p.add_argument("--reference-file", default=None, help="their references, line for line")
+    p.add_argument("--test-dir", default=None, metavar="DIR",
+                   help="a multilingual model: score each direction of DIR's test.SRC-TGT.SRC / test.SRC-TGT.TGT "
+                        "files (as `encdec data` writes them), with their languages: a result per direction and "
+                        "their average (instead of --source-file, --reference-file and the languages)")
+    p.add_argument("--directions", default=None, metavar="LIST",
+                   help="with --test-dir: the directions to score, e.g. de-en,fr-en (default: every one found)")
     p.add_argument("--output", default=None, help="also write the results to this JSON file")
     p.add_argument("--card-dataset", default=None,
                    help="also write these scores into the model folder's README.md model card (text and model-index), "
@@ -316,6 +322,10 @@ def add_alignment_command(commands: argparse._SubParsersAction) -> None:
                         "best one")
     p.add_argument("--record", action="store_true",
                    help="with --gold-file: record the best layer in MODEL/alignment.json for `translate --alignments`")
+    p.add_argument("--source-lang", default=None,
+                   help="a multilingual model's source language (its token starts each source)")
+    p.add_argument("--target-lang", default=None,
+                   help="a multilingual model's target language (its token starts each target)")
     p.add_argument("--layer", default=None, help="decoder layer (0-based or `mean`); default as for translate")
     p.add_argument("--head", type=int, default=None, help="one head of that layer; default: the mean of its heads")
     p.add_argument("--output", default=None, help="Pharaoh alignments file (default: stdout, without --gold-file)")

@@ -129,14 +129,14 @@ def _decode(model: PreTrainedModel | Engine, tokenizer: PreTrainedTokenizerBase,
             ) -> tuple[list[list[int]], list[list[Hypothesis]]]:
     """The sources' ids and hypotheses, decoded with the options ``asked`` (``resolve_options``)."""
     engine = as_engine(model)
-    options = resolve_options(engine.generation_config, model_config=engine.config, **asked)
+    options = resolve_options(engine.generation_config, model_config=engine.config, tokenizer=tokenizer, **asked)
     if options.alignments:
         require_alignments(engine)
     if batch_size < 1:
         raise EncdecError(f"`batch_size` must be >= 1, got {batch_size}.")
     if not sources:
         return [], []
-    source_ids = encode(tokenizer, sources, engine.config, truncate)
+    source_ids = encode(tokenizer, sources, engine.config, truncate, options.source_lang)
     return source_ids, decode_sources(engine, tokenizer, source_ids, options, batch_size, show_progress)
 
 
@@ -181,7 +181,7 @@ def translate_chunk_detailed(model: PreTrainedModel | Engine, tokenizer: PreTrai
                              show_progress: bool = False, **options: Any) -> list[list[Hypothesis]]:
     """``translate_detailed`` of a list of lines in which a blank line gives one empty hypothesis."""
     engine = as_engine(model)
-    resolved = resolve_options(engine.generation_config, ranked=True, **options)
+    resolved = resolve_options(engine.generation_config, ranked=True, tokenizer=tokenizer, **options)
     return decode_lines(engine, tokenizer, lines, resolved, batch_size, truncate, show_progress)
 
 

@@ -42,9 +42,11 @@ from typing import Any
 import torch
 
 from ..data import DATE_FORMATS, DATE_RANGE
+from ..decoding_options import check_languages
 from ..errors import EncdecError, InputFileError, OptionError
 from ..folders import ALIGNMENT_FILE
 from ..io_utils import atomic_write_json
+from ..tokenization import language_ids, refuse_language_tokens
 
 MEAN = "mean"  # every layer's head average, averaged again over the layers
 Links = set[tuple[int, int]]
@@ -210,20 +212,29 @@ def word_links(weights: torch.Tensor, tokenizer, source_ids: Sequence[int], targ
     return hard_links(weights, word_of_tokens(tokenizer, source_ids), word_of_tokens(tokenizer, target_ids))
 
 
-def encode_pairs(tokenizer, sources: Sequence[str], targets: Sequence[str]) -> list[tuple[list[int], list[int]]]:
-    """Source and target ids (each ending with ``</s>``) of text pairs, for teacher-forced alignment."""
+def encode_pairs(tokenizer, sources: Sequence[str], targets: Sequence[str], source_lang: str | None = None,
+                 target_lang: str | None = None) -> list[tuple[list[int], list[int]]]:
+    """Source and target ids (each ending with ``</s>``) of text pairs, for teacher-forced alignment; for a
+    multilingual model each starts with the token of its language (``source_lang``, ``target_lang``: both needed,
+    checked as ``decoding_options.check_languages`` checks them), as a translation's do."""
     if len(sources) != len(targets):
         raise EncdecError(f"{len(sources)} sources but {len(targets)} targets; give one target per source.")
+    languages = language_ids(tokenizer)
+    if languages or source_lang is not None or target_lang is not None:
+        check_languages(source_lang, target_lang, languages)
+        refuse_language_tokens(tokenizer, [*sources, *targets])
+        tokenizer.src_lang, tokenizer.tgt_lang = source_lang, target_lang
     source_ids = tokenizer(list(sources))["input_ids"]
     target_ids = tokenizer(text_target=list(targets))["input_ids"]
     return list(zip(source_ids, target_ids, strict=True))
 
 
 def choose_layer(model, tokenizer, sources: Sequence[str], targets: Sequence[str],
-                 gold: Sequence[Links]) -> tuple[int | str, dict[str, float]]:
+                 gold: Sequence[Links], **languages: str | None) -> tuple[int | str, dict[str, float]]:
     """The decoder layer (or ``"mean"``) whose links have the lowest AER against ``gold`` on these pairs, and every
-    candidate's AER. Each pair costs one teacher-forced pass, shared by all candidates."""
-    pairs = encode_pairs(tokenizer, sources, targets)
+    candidate's AER. Each pair costs one teacher-forced pass, shared by all candidates. ``languages``: a
+    multilingual model's ``source_lang`` and ``target_lang`` (``encode_pairs``)."""
+    pairs = encode_pairs(tokenizer, sources, targets, **languages)
     predicted: dict[int | str, list[Links]] = {}
     for source_ids, target_ids in pairs:
         by_layer = attention_by_layer(model, source_ids, target_ids)

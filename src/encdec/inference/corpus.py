@@ -103,7 +103,8 @@ def translate_file(models: list[str], input_path: str | None, output_path: str |
     try:  # a run refused before its first chunk leaves nothing behind (ChunkFile.close)
         engine_, tokenizer = load_engine(models if len(models) > 1 else models[0], engine, quantize=quantize,
                                          dtype=dtype, device=shard.device)
-        decoding = form.options(engine_.generation_config, model_config=engine_.config, **options)
+        decoding = form.options(engine_.generation_config, model_config=engine_.config, tokenizer=tokenizer,
+                                **options)
     except BaseException:
         if output is not None:
             output.close()

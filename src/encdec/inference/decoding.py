@@ -18,6 +18,10 @@ returns, per source, its hypotheses:
   all the beams ordered by log P, each text once unless ``keep_duplicates``; as many as asked
   (``DecodeOptions.kept``).
 
+A multilingual model's sources start with the source language's token (``encode``'s ``source_lang``) and every
+engine forces the target language's token first (``forced_bos_token_id`` in the settings; CTranslate2 makes it its
+target prefix), so the hypotheses' ids start with it, as ``generate()``'s do, and their text leaves it out.
+
 Each source has its own generation budget (the one asked, else the model's, else from its source length). Greedy
 search decides each token from the tokens before it only, so one greedy batch runs to the largest budget and each
 output is cut to its own; beam search ends differently at another budget, so sources of other budgets are decoded
@@ -39,8 +43,16 @@ import torch
 from tqdm.auto import tqdm
 from transformers import GenerationConfig
 
-from ..decoding_options import LENGTH_PENALTY_RANGE, DecodeLimits, DecodeOptions, auto_max_new_tokens, resolve
+from ..decoding_options import (
+    LENGTH_PENALTY_RANGE,
+    DecodeLimits,
+    DecodeOptions,
+    auto_max_new_tokens,
+    check_languages,
+    resolve,
+)
 from ..errors import EncdecError, OptionError
+from ..tokenization import language_ids, refuse_language_tokens
 from .alignment import (
     alignment_weights,
     check_alignment_choice,
@@ -53,11 +65,13 @@ from .engines import Engine, as_engine, engines_that
 
 
 def resolve_options(generation_config: Any = None, *, limits: DecodeLimits | None = None, model_config: Any = None,
-                    ranked: bool = False, **asked: Any) -> DecodeOptions:
+                    ranked: bool = False, tokenizer: Any = None, **asked: Any) -> DecodeOptions:
     """``options.resolve`` (every rule and check of what was asked, the model's ``generation_config`` filling the
-    rest), and with ``model_config`` the alignment's layer and head checked against the model's
+    rest), with ``tokenizer`` the source and target language checked against its languages (and the target's token
+    id to force), and with ``model_config`` the alignment's layer and head checked against the model's
     (``alignment.check_alignment_choice``)."""
-    options = resolve(generation_config, limits=limits, ranked=ranked, **asked)
+    languages = None if tokenizer is None else language_ids(tokenizer)
+    options = resolve(generation_config, limits=limits, ranked=ranked, languages=languages, **asked)
     if options.alignments and model_config is not None:
         check_alignment_choice(model_config, *options.alignment_choice)
     return options
@@ -126,10 +140,11 @@ def decode_batch(engine: Any, tokenizer: Any, source_ids: Sequence[Sequence[int]
     for row, budget in enumerate(budgets):
         groups.setdefault(None if search.greedy else budget, []).append(row)
     n, eos, pad = search.candidates, engine.config.eos_token_id, engine.config.pad_token_id
+    settings = language_forced(search, tokenizer)
     outputs: list[list[list[int]]] = [[] for _ in source_ids]
     for rows in groups.values():
         input_ids, attention_mask = padded([source_ids[row] for row in rows], tokenizer.pad_token_id)
-        generated = engine.generate(input_ids, attention_mask, max(budgets[row] for row in rows), search.settings())
+        generated = engine.generate(input_ids, attention_mask, max(budgets[row] for row in rows), settings)
         for k, row in enumerate(rows):  # generate() returns the outputs of a source one after the other
             outputs[row] = [output_ids(ids[:1 + budgets[row]], eos, pad) for ids in generated[k * n:(k + 1) * n]]
     layer = None
@@ -137,6 +152,16 @@ def decode_batch(engine: Any, tokenizer: Any, source_ids: Sequence[Sequence[int]
         layer = default_layer(engine.model)  # the layer alignment.json records, read once a batch
     return [hypotheses(engine, tokenizer, ids, found, option, layer)
             for ids, found, option in zip(source_ids, outputs, each, strict=True)]
+
+
+def language_forced(options: DecodeOptions, tokenizer: Any) -> dict[str, Any]:
+    """``options.settings()``, with the target language's token forced first for a multilingual ``tokenizer`` when
+    ``options`` were resolved without it (``check_languages`` refuses a model's missing language)."""
+    settings, languages = options.settings(), language_ids(tokenizer)
+    if options.forced_bos_token_id is None and (languages or options.target_lang or options.source_lang):
+        forced = check_languages(options.source_lang, options.target_lang, languages)
+        settings.update({} if forced is None else {"forced_bos_token_id": forced})
+    return settings
 
 
 def padded(rows: Sequence[Sequence[int]], pad_token_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -208,9 +233,16 @@ def align(engine: Any, tokenizer: Any, source_ids: Sequence[int], target_ids: li
                  source_ids, options, layer)
 
 
-def encode(tokenizer: Any, sources: Sequence[str], config: Any, truncate: bool = False) -> list[list[int]]:
-    """The sources' ids, cut to ``max_source_length`` tokens with ``truncate``."""
+def encode(tokenizer: Any, sources: Sequence[str], config: Any, truncate: bool = False,
+           source_lang: str | None = None) -> list[list[int]]:
+    """The sources' ids, cut to ``max_source_length`` tokens with ``truncate``; for a multilingual tokenizer, each
+    starts with the token of ``source_lang`` (its ``src_lang``, else the one it has), and a language token typed in
+    a source is refused (``tokenization.refuse_language_tokens``)."""
     encoding = {"truncation": True, "max_length": max_source_length(tokenizer, config)} if truncate else {}
+    if language_ids(tokenizer):
+        refuse_language_tokens(tokenizer, sources)
+        if source_lang is not None:
+            tokenizer.src_lang = source_lang
     return tokenizer(list(sources), verbose=False, **encoding)["input_ids"]
 
 
@@ -241,7 +273,8 @@ def decode_lines(engine: Any, tokenizer: Any, lines: Sequence[str], options: Dec
     lines = [line.rstrip("\r\n") for line in lines]
     todo = [i for i, line in enumerate(lines) if line.strip()]
     found = [[Hypothesis("")] for _ in lines]
-    source_ids = encode(tokenizer, [lines[i] for i in todo], engine.config, truncate) if todo else []
+    source_ids = encode(tokenizer, [lines[i] for i in todo], engine.config, truncate,
+                        options.source_lang) if todo else []
     for i, hypotheses_ in zip(todo, decode_sources(engine, tokenizer, source_ids, options, batch_size, show_progress),
                               strict=True):
         found[i] = hypotheses_

@@ -240,7 +240,8 @@ def _tokenizer_parts(tokenizer) -> dict[str, Any]:
     model = state.get("model", {})
     return {"vocabulary": model.get("vocab"), "merges": model.get("merges"), "model type": model.get("type"),
             "normalizer": state.get("normalizer"), "pre-tokenizer": state.get("pre_tokenizer"),
-            "added tokens": state.get("added_tokens"), "special tokens": tokenizer.special_tokens_map}
+            "added tokens": state.get("added_tokens"), "special tokens": tokenizer.special_tokens_map,
+            "languages": getattr(tokenizer, "language_tokens", None)}  # a multilingual model's code -> token
 
 
 def tokenizer_difference(first, other) -> str | None:

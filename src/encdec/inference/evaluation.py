@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from ..chunked import Chunk, Progress, file_identity, open_chunks, paired_chunks, run_chunks
-from ..decoding_options import DECODING, check_offered
-from ..errors import InputFileError
+from ..data.directions import direction_name, parse_directions
+from ..decoding_options import DECODING, LANGUAGE_OPTIONS, check_offered
+from ..errors import EncdecError, InputFileError
 from ..folders import refuse_model_overwrite
 from ..io_utils import (
     WriterLock,
@@ -110,7 +111,7 @@ def evaluate_model(
     with output_lock(shard, output_file):
         model, tokenizer = load_engine(model_dir, engine, quantize=quantize, dtype=dtype,
                                        device=shard.device if device == "cpu" else device)
-        resolved = resolve_options(model.generation_config, **options)
+        resolved = resolve_options(model.generation_config, tokenizer=tokenizer, **options)
         start = time.perf_counter()
         hypotheses = translate_test_set(model, tokenizer, source_file, resolved, batch_size, chunk_size,
                                         show_progress, shard)
@@ -129,6 +130,56 @@ def evaluate_model(
         if output_file is not None:
             atomic_write_json(output_file, results)
         return results
+
+
+def test_directions(test_dir: str | os.PathLike, split: str = "test") -> dict[tuple[str, str], tuple[Path, Path]]:
+    """The directions of a folder ``encdec data`` wrote for a multilingual model: each ``SPLIT.SRC-TGT.SRC`` beside
+    its ``SPLIT.SRC-TGT.TGT`` (fairseq's naming), as (source, target) -> (source file, reference file)."""
+    found = {}
+    for path in sorted(Path(test_dir).glob(f"{split}.*-*.*")):
+        pair, source = path.name[len(split) + 1:].rsplit(".", 1)
+        target = pair[len(source) + 1:] if pair.startswith(f"{source}-") else ""
+        reference = path.with_name(f"{split}.{pair}.{target}")
+        if target and reference.is_file():
+            found[(source, target)] = (path, reference)
+    return found
+
+
+def evaluate_directions(model_dir: str | os.PathLike | Sequence[str | os.PathLike], test_dir: str | os.PathLike,
+                        directions: str | Sequence[str] | None = None, split: str = "test",
+                        output_file: str | os.PathLike | None = None, overwrite: bool = False,
+                        **kwargs: Any) -> dict[str, Any]:
+    """``encdec evaluate --test-dir DIR``: a multilingual model scored in each direction of ``test_dir``
+    (``test_directions``; ``directions``: those named, ``"de-en,fr-en"``, else every one found), each as
+    ``evaluate_model`` scores one, with its source and target language; the results per direction (``directions``)
+    and their mean BLEU and chrF (``average``), written as JSON to ``output_file`` when given. ``kwargs``:
+    ``evaluate_model``'s."""
+    found = test_directions(test_dir, split)
+    if not found:
+        raise InputFileError(f"{test_dir} holds no {split}.SRC-TGT.SRC and {split}.SRC-TGT.TGT files (as `encdec "
+                             "data` writes for several languages); give --source-file and --reference-file instead.")
+    chosen = list(found) if directions is None else parse_directions(
+        directions, list(dict.fromkeys(code for pair in found for code in pair)), where="--directions")
+    for source, target in chosen:
+        if (source, target) not in found:
+            raise InputFileError(f"{test_dir} has no {split}.{source}-{target}.{source} and "
+                                 f"{split}.{source}-{target}.{target}; its directions are "
+                                 f"{', '.join(map(direction_name, found))}.")
+    asked = [name for name in LANGUAGE_OPTIONS if kwargs.get(name) is not None]
+    if asked:
+        raise EncdecError(f"The directions of {test_dir} give each test its languages; drop {asked[0]}.")
+    models = [model_dir] if isinstance(model_dir, str | os.PathLike) else list(model_dir)
+    output_file = check_output_file(output_file, overwrite, [path for pair in chosen for path in found[pair]], models)
+    results = {direction_name(pair): evaluate_model(model_dir, *found[pair], source_lang=pair[0],
+                                                    target_lang=pair[1], **kwargs) for pair in chosen}
+    if not all(results.values()):  # several processes: the main one scores and writes
+        return {}
+    average = {metric: round(sum(scores[metric] for scores in results.values()) / len(results), 2)
+               for metric in ("bleu", "chrf")}
+    summary = {"directions": results, "average": average}
+    if output_file is not None:
+        atomic_write_json(output_file, summary)
+    return summary
 
 
 @contextmanager
@@ -190,16 +241,19 @@ def check_line_counts(source_file: str | os.PathLike, targets: list[str], target
 def align_file(model_dir: str | os.PathLike, source_file: str | os.PathLike, target_file: str | os.PathLike,
                layer: int | str | None = None, output_file: str | os.PathLike | None = None, resume: bool = False,
                overwrite: bool = False, quiet: bool = True, chunk_size: int = CHUNK_SIZE, stdout: Any = None,
-               head: int | None = None) -> str | None:
+               head: int | None = None, source_lang: str | None = None, target_lang: str | None = None
+               ) -> str | None:
     """``encdec align``: the Pharaoh word alignment of each (source, target) line pair, one line per pair, from the
     model's teacher-forced attention on decoder layer ``layer`` (default: ``alignment.default_layer``), averaged over
-    its heads unless ``head`` names one (the alignment ``encdec translate --alignments`` gives). Streamed in
+    its heads unless ``head`` names one (the alignment ``encdec translate --alignments`` gives); a multilingual
+    model's pairs are read in ``source_lang`` and ``target_lang`` (``alignment.encode_pairs``). Streamed in
     chunks as ``encdec translate`` is (``encdec.chunked``): into ``output_file`` (resumable), to ``stdout``,
     or, with neither, returned as one string."""
     source_file = require_file(source_file, "source file")
     check_line_counts(source_file, read_lines(target_file, "target file"), target_file, "target file")
     shard, collected = Shard(), []
-    asked = {"layer": layer, "chunk_size": chunk_size, **({"head": head} if head is not None else {})}
+    asked = {"layer": layer, "chunk_size": chunk_size, **({"head": head} if head is not None else {}),
+             **({"source_lang": source_lang, "target_lang": target_lang} if source_lang or target_lang else {})}
     record = {"options": asked, "target": file_identity(target_file)}
     output = None
     if output_file is not None or stdout is not None:
@@ -213,7 +267,7 @@ def align_file(model_dir: str | os.PathLike, source_file: str | os.PathLike, tar
 
     def work(chunk: Chunk) -> str:
         sources, targets = zip(*chunk.lines, strict=True)
-        pairs = encode_pairs(tokenizer, list(sources), list(targets))
+        pairs = encode_pairs(tokenizer, list(sources), list(targets), source_lang, target_lang)
         return "".join((align(model, tokenizer, source_ids, target_ids, options).alignment if source.strip() else "")
                        + "\n" for (source_ids, target_ids), source in zip(pairs, sources, strict=True))
 
@@ -225,9 +279,11 @@ def align_file(model_dir: str | os.PathLike, source_file: str | os.PathLike, tar
 
 def choose_layer_on_files(model_dir: str | os.PathLike, source_file: str | os.PathLike,
                           target_file: str | os.PathLike, gold_file: str | os.PathLike,
-                          record: bool = False) -> dict[str, Any]:
+                          record: bool = False, source_lang: str | None = None, target_lang: str | None = None
+                          ) -> dict[str, Any]:
     """``encdec align --gold-file``: the alignment error rate of every decoder layer (and their mean) against gold
-    Pharaoh alignments, the best layer, and with ``record`` that layer written to ``MODEL/alignment.json``."""
+    Pharaoh alignments, the best layer, and with ``record`` that layer written to ``MODEL/alignment.json``; a
+    multilingual model's pairs are read in ``source_lang`` and ``target_lang``."""
     sources, targets = read_aligned_lines(source_file, target_file)
     gold_lines = read_lines(gold_file, "gold alignment file")
     if len(gold_lines) != len(sources):
@@ -235,11 +291,13 @@ def choose_layer_on_files(model_dir: str | os.PathLike, source_file: str | os.Pa
                              f"{source_file} has {len(sources)}; give one alignment line per sentence pair.")
     gold = [parse_pharaoh(line, f"{gold_file}, line {i + 1}") for i, line in enumerate(gold_lines)]
     model, tokenizer = load_model_and_tokenizer(model_dir)
-    best, rates = choose_layer(model, tokenizer, sources, targets, gold)
+    best, rates = choose_layer(model, tokenizer, sources, targets, gold, source_lang=source_lang,
+                               target_lang=target_lang)
     report: dict[str, Any] = {"layer": best, "aer": rates, "pairs": len(sources)}
     if record:
         report["recorded"] = str(record_layer(model_dir, best, rates, f"{source_file}, {target_file}, {gold_file}"))
     return report
 
 
-__all__ = ["align_file", "choose_layer_on_files", "evaluate_model", "score_translations"]
+__all__ = ["align_file", "choose_layer_on_files", "evaluate_directions", "evaluate_model", "score_translations",
+           "test_directions"]

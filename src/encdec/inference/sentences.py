@@ -114,7 +114,8 @@ def decode_split(engine: Any, tokenizer: Any, lines: Sequence[str], options: Dec
     todo = pieces_to_translate(cut)
     if not todo:
         return [join(parts, []) for parts in cut]
-    ids = fit(tokenizer, todo, encode(tokenizer, todo, engine.config), max_source_length(tokenizer, engine.config))
+    ids = fit(tokenizer, todo, encode(tokenizer, todo, engine.config, source_lang=options.source_lang),
+              max_source_length(tokenizer, engine.config))
     translations = iter(found[0].text for found in decode_sources(engine, tokenizer, ids, options, batch_size))
     return [join(parts, translations) for parts in cut]  # each line takes its own sentences' translations
 

@@ -41,7 +41,7 @@ from typing import Any
 from ..chunked import ChunkFile, difference
 from ..config_io import apply_overrides, from_dict, load_yaml
 from ..data import DataSpec, load_data, write_aligned_splits
-from ..decoding_options import TEACHER, asked_of, declared, in_words
+from ..decoding_options import TEACHER, asked_of, check_languages, declared, in_words
 from ..errors import EncdecError
 from ..folders import model_identity
 from ..inference import CHUNK_SIZE
@@ -50,7 +50,7 @@ from ..inference.engines import DEFAULT_ENGINE
 from ..inference.ensemble import check_same_tokenizer, tokenizer_difference
 from ..io_utils import WriterLock, atomic_output, atomic_write_json, batched, require_file
 from ..processes import Shard, is_main_process, on_main, process_state, rank_and_world
-from ..tokenization import load_tokenizer
+from ..tokenization import language_ids, load_tokenizer
 from ..training import RunConfig, load_run_config, train
 
 logger = logging.getLogger(__name__)
@@ -168,9 +168,14 @@ def read_manifest(path: Path) -> dict[str, Any]:
 
 def check_tokenizers(config: DistillConfig, student: RunConfig) -> Any:
     """The teacher's tokenizer; teachers must share one (as an ensemble must), and a student given a tokenizer must
-    be given the teacher's."""
+    be given the teacher's. A multilingual teacher translates in the direction ``teacher.source_lang`` ->
+    ``teacher.target_lang`` (checked here, before any stage: ``decoding_options.check_languages``), which its
+    tokenizer is set to (the scores per token count the target language's token, as the teacher's scores do)."""
     tokenizers = [load_tokenizer(model) for model in config.teacher.models]
     check_same_tokenizer(tokenizers, config.teacher.models)
+    teacher = config.teacher
+    if check_languages(teacher.source_lang, teacher.target_lang, language_ids(tokenizers[0])) is not None:
+        tokenizers[0].src_lang, tokenizers[0].tgt_lang = teacher.source_lang, teacher.target_lang
     if student.tokenizer.path:
         found = tokenizer_difference(tokenizers[0], load_tokenizer(student.tokenizer.path))
         if found:

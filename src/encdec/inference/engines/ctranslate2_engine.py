@@ -117,6 +117,7 @@ class CTranslate2Engine(Engine):
     def options(self, settings: dict[str, Any], budget: int) -> dict[str, Any]:
         """``generate()`` settings as ``translate_batch`` options, unset ones taken from the model's generation
         config, then transformers' defaults, as ``generate()`` takes them; a one-line error for any it lacks."""
+        settings = {key: value for key, value in settings.items() if key != "forced_bos_token_id"}  # a prefix
         unknown = sorted(set(settings) - set(CT2_OPTIONS) - {"do_sample", "early_stopping"})
         if unknown:
             raise EncdecError(f"The ctranslate2 engine has no option {unknown[0]!r}; it maps {sorted(CT2_OPTIONS)}, "
@@ -143,12 +144,17 @@ class CTranslate2Engine(Engine):
 
     def generate(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, budget: int,
                  settings: dict[str, Any]) -> list[list[int]]:
-        """:return: each output's ids, the start token first, as ``generate()`` returns them"""
+        """:return: each output's ids, the start token first, as ``generate()`` returns them; a forced first token
+            (``forced_bos_token_id``: a multilingual model's target language) is CTranslate2's ``target_prefix``,
+            which its hypotheses hold, as ``generate()``'s outputs hold the forced token after the start token"""
         check_positions(self.config.max_position_embeddings, int(attention_mask.sum(dim=1).max()), budget,
                         "CTranslate2")
         tokens = [self.tokenizer.convert_ids_to_tokens(row[mask.bool()].tolist())
                   for row, mask in zip(input_ids, attention_mask, strict=True)]
-        results = self.translator.translate_batch(tokens, **self.options(settings, budget))
+        forced = settings.get("forced_bos_token_id")  # a multilingual model's target language: its token first
+        prefix = {} if forced is None else {
+            "target_prefix": [[self.tokenizer.convert_ids_to_tokens(forced)]] * len(tokens)}
+        results = self.translator.translate_batch(tokens, **self.options(settings, budget), **prefix)
         start, eos = self.config.decoder_start_token_id, self.config.eos_token_id
         # CTranslate2 leaves out the </s>; a hypothesis shorter than the budget (which counts the </s>) ended with it
         return [[start, *self.tokenizer.convert_tokens_to_ids(hypothesis), *([eos] if len(hypothesis) < budget else [])]
