@@ -23,6 +23,7 @@ from encdec.errors import EncdecError
 from encdec.folders import check_model_folder
 from encdec.tokenization import train_tokenizer
 from encdec.training import CHECKPOINT_SUBDIR, TOKENIZER_SUBDIR, load_run_config, train
+from test_distributed import launch
 from tiny_model_folders import REPO_ROOT, write_tiny_run_config
 
 LANGUAGES = ["de", "en", "iso"]
@@ -139,3 +140,15 @@ def test_bad_multilingual_configs_are_refused_in_one_line(tmp_path) -> None:
     with pytest.raises(EncdecError, match=r"^data.temperature must be > 0"):
         load_run_config(config, ["--data.temperature", "0"])
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_two_processes_train_a_multilingual_model_with_token_batches(tmp_path) -> None:
+    """torchrun, two CPU processes, batches by tokens: every process evaluates the same directions (a direction
+    missing in one would hang the other), and the scores per direction and their average come back."""
+    out = tmp_path / "ddp"
+    config = multilingual_config(tmp_path, out, max_steps=6, eval_steps=3, max_tokens=256,
+                                 per_device_eval_batch_size=4)
+    launch(["encdec", "train", str(config)])
+    recorded = json.loads((out / "eval_results.json").read_text())["validation"]
+    assert recorded["bleu"] == pytest.approx(np.mean([recorded[f"{d}_bleu"] for d in DIRECTIONS]), abs=1e-4)
+    assert json.loads((out / "config.json").read_text())["languages"] == LANGUAGES
