@@ -8,6 +8,7 @@ demo's Transformer for a few hundred steps."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -152,3 +153,10 @@ def test_two_processes_train_a_multilingual_model_with_token_batches(tmp_path) -
     recorded = json.loads((out / "eval_results.json").read_text())["validation"]
     assert recorded["bleu"] == pytest.approx(np.mean([recorded[f"{d}_bleu"] for d in DIRECTIONS]), abs=1e-4)
     assert json.loads((out / "config.json").read_text())["languages"] == LANGUAGES
+
+
+def test_the_multilingual_recipe_names_every_direction_of_the_date_task() -> None:
+    config = load_run_config(REPO_ROOT / "configs" / "demo-multilingual.yaml")
+    assert config.data.languages == ["de", "en", "fr", "iso"] and config.data.temperature == 5
+    train = load_data(dataclasses.replace(config.data, builtin_train=120, builtin_validation=0, builtin_test=0))
+    assert len(split_by_direction(train["train"])) == 12
