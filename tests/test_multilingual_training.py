@@ -160,3 +160,32 @@ def test_the_multilingual_recipe_names_every_direction_of_the_date_task() -> Non
     assert config.data.languages == ["de", "en", "fr", "iso"] and config.data.temperature == 5
     train = load_data(dataclasses.replace(config.data, builtin_train=120, builtin_validation=0, builtin_test=0))
     assert len(split_by_direction(train["train"])) == 12
+
+
+@pytest.mark.parametrize(("temperature", "small_share"), [(1, 0.1), (5, 0.39)])
+def test_a_small_direction_is_drawn_by_the_temperature(tmp_path, temperature: float, small_share: float) -> None:
+    """Pair folders of 180 de-en and 20 fr-en pairs, drawn until every pair was drawn: T=1 draws fr-en 10% of the
+    time, about the data as it is (200 rows); T=5 39% (p ~ share^(1/T)), about 180 / 0.61 = 295 rows, its pairs
+    several times each."""
+    for (source, target), count in {("de", "en"): 180, ("fr", "en"): 20}.items():
+        folder = tmp_path / f"{source}-{target}"
+        folder.mkdir()
+        (folder / f"train.{source}").write_text("".join(f"{source} {i}\n" for i in range(count)))
+        (folder / f"train.{target}").write_text("".join(f"{target} {i}\n" for i in range(count)))
+    config = write_tiny_run_config(tmp_path / "pairs.yaml", "transformer", DEMO_MODEL, {
+        "data": {"format": "text", "pair_dirs": {"de-en": str(tmp_path / "de-en"), "fr-en": str(tmp_path / "fr-en")},
+                 "splits": {"train": "train"}, "temperature": temperature},
+        "tokenizer": {"vocab_size": 60, "min_frequency": 1},
+        "training": {"output_dir": str(tmp_path / "out"), "max_steps": 1, "eval_strategy": "no"}})
+    results = train(load_run_config(config))
+    drawn = results["data"]["train"]["total"]
+    assert 180 / (1 - small_share) * 0.9 < drawn < 180 / (1 - small_share) * 1.15, drawn
+    assert json.loads((tmp_path / "out" / "config.json").read_text())["languages"] == ["de", "en", "fr"]
+
+
+def test_a_models_languages_are_read_from_its_config_first(tmp_path) -> None:
+    """``model_languages``: a multilingual model's ``config.json`` decides over its card; a bilingual one's card."""
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "transformer_seq2seq", "languages": LANGUAGES}))
+    assert model_languages(tmp_path) == tuple(LANGUAGES)
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "transformer_seq2seq"}))
+    assert model_languages(tmp_path) == ()
