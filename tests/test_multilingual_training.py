@@ -135,12 +135,17 @@ def test_a_run_resumed_after_a_stop_ends_as_the_uninterrupted_run(trained, tmp_p
     assert scores(stopped) == scores(folder) and len(scores(folder)) == 2
 
 
-def test_bad_multilingual_configs_are_refused_in_one_line(tmp_path) -> None:
+def test_bad_multilingual_configs_are_refused_in_one_line(trained, tmp_path) -> None:
     bilingual = train_tokenizer(["3. März 2021", "2021-03-03", "March 3, 2021"] * 5, vocab_size=60)
     bilingual.save_pretrained(tmp_path / "bilingual")
     config = multilingual_config(tmp_path, tmp_path / "out")
     with pytest.raises(EncdecError, match=r"^tokenizer.path .*bilingual.* has no language token for de, en, iso "):
         train(load_run_config(config, ["--tokenizer.path", str(tmp_path / "bilingual")]))
+    bilingual_run = write_tiny_run_config(tmp_path / "bilingual.yaml", "transformer", DEMO_MODEL, {
+        "training": {"output_dir": str(tmp_path / "out")}})
+    with pytest.raises(EncdecError, match=r"^tokenizer.path .* is multilingual \(languages de, en, iso\) and the data "
+                                          "has one pair"):
+        train(load_run_config(bilingual_run, ["--tokenizer.path", str(trained[0] / TOKENIZER_SUBDIR)]))
     with pytest.raises(EncdecError, match="^data.directions: the direction 'de-fr' names the language 'fr', which is "
                                           "not among the languages de, en, iso"):
         train(load_run_config(config, ["--data.directions", "de-iso,de-fr"]))

@@ -86,8 +86,12 @@ def tokenizer_texts(train_split: Any, languages: list[str] | None, seed: int = 0
 
 
 def check_tokenizer_languages(tokenizer: Any, languages: list[str] | None, where: str) -> Any:
-    """A given tokenizer (``tokenizer.path``) for multilingual data must have a token for each of its languages."""
+    """A given tokenizer (``tokenizer.path``) for multilingual data must have a token for each of its languages; one
+    for bilingual data, none."""
     known = tokenizer_languages(tokenizer)
+    if languages is None and known:
+        raise EncdecError(f"{where} is multilingual (languages {', '.join(known)}) and the data has one pair; name "
+                          "the data's languages (data.languages or data.directions), or give a bilingual tokenizer.")
     if languages is not None and (not known or any(lang not in known for lang in languages)):
         missing = [lang for lang in languages if lang not in (known or [])]
         raise EncdecError(f"{where} has no language token for {', '.join(missing)} (its languages: "
@@ -115,7 +119,8 @@ def get_tokenizer(config: RunConfig, train_split: Any, output_dir: Path):
                     "model_max_length": max(config.training.max_source_length, config.training.max_target_length)}
         if languages is not None:
             settings["languages"] = languages
-        cached = trained_tokenizer_folder(train_split, settings, config.data.cache_dir)
+        sample = {"balanced_sample_seed": config.data.seed} if languages is not None else {}  # what it was trained on
+        cached = trained_tokenizer_folder(train_split, {**settings, **sample}, config.data.cache_dir)
         if (cached / "tokenizer.json").is_file():
             logger.info("tokenizer: reused %s (trained on this training split with these settings)", cached)
             tokenizer = load_tokenizer(cached)
@@ -195,7 +200,9 @@ def train_holding_the_lock(config: RunConfig) -> dict:
         datasets = load_data(config.data)
     tokenizer = get_tokenizer(config, datasets["train"], output_dir)
     if config.data.multilingual:  # the directions mixed with a temperature (Arivazhagan et al. 2019)
-        datasets["train"] = sample_by_temperature(datasets["train"], config.data.temperature, seed=config.data.seed)
+        with process_state().main_process_first():  # the main one writes the draw's index files
+            datasets["train"] = sample_by_temperature(datasets["train"], config.data.temperature,
+                                                      seed=config.data.seed)
     model_config = build_model_config(config, tokenizer)
     check_positions(config, model_config)
     if (warning := post_ln_warmup_warning(model_config, config.training)) and is_main_process():
