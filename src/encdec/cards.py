@@ -78,8 +78,8 @@ def render_model_card(model_dir_or_model: str | os.PathLike | PreTrainedModel, *
         translation result
     :param training_summary: free-form ``{label: value}`` rows (steps, epochs, hardware, wall time, ...)
     :param repo_id: the Hub id used in the usage snippet and as the model name
-    :param languages: ``[source, target]`` language codes (the Hub's ``language``; ``encdec serve`` takes a model's
-        language pair from it)
+    :param languages: ``[source, target]`` language codes, or a multilingual model's languages (the Hub's
+        ``language``; ``encdec serve`` takes a model's language pair from it)
     """
     config, num_parameters, default_name = config_and_size(model_dir_or_model)
     family = family or config.model_type
@@ -147,12 +147,26 @@ def card_languages(data: ModelCardData | None) -> tuple[str, ...]:
     return tuple(language) if isinstance(language, list) else (language,) if language else ()
 
 
+def config_languages(model_dir: str | os.PathLike | None) -> tuple[str, ...]:
+    """The languages a multilingual model's ``config.json`` records (``languages``, in the model's order); () for a
+    bilingual model, a folder without a readable ``config.json`` (an export's), or None."""
+    path = Path(model_dir) / "config.json" if model_dir is not None else None
+    if path is None or not path.is_file():
+        return ()
+    try:
+        languages = read_json(path, "the model config").get("languages")
+    except EncdecError as error:  # a hand-edited config is named where it is loaded; here it says nothing
+        logger.warning("%s", error)
+        return ()
+    return tuple(languages) if isinstance(languages, list) else ()
+
+
 def model_languages(model_dir: str | os.PathLike | None) -> tuple[str, ...]:
-    """The languages of the model in the folder ``model_dir``, as its card names them, in order: ``(source,
-    target)`` for a model that ``encdec train`` trained on a language pair (``data_languages``), as many as a card
-    names for a model of several; () without a card, or when it names none. ``encdec translate --split-sentences``
-    takes its source language from here, ``encdec serve`` the pair it serves a model as."""
-    return card_languages(read_card(model_dir))
+    """The languages of the model in the folder ``model_dir``, in order: those its ``config.json`` records for a
+    multilingual model (``config_languages``), else those its card names: ``(source, target)`` for a model that
+    ``encdec train`` trained on a language pair (``data_languages``); () without either. ``encdec translate
+    --split-sentences`` takes its source language from here, ``encdec serve`` the pair it serves a model as."""
+    return config_languages(model_dir) or card_languages(read_card(model_dir))
 
 
 def training_summary(train_metrics: Mapping[str, Any]) -> dict[str, Any]:
@@ -193,8 +207,9 @@ def record_scores_in_card(model_dir: str | os.PathLike, results: Mapping[str, An
     return write_model_card(model_dir, overwrite=True, metrics={**results, "split": split},
                             dataset_name=dataset_name, dataset_id=dataset_id,
                             training_summary=training_summary(train) if train else None,
-                            languages=data_languages(run.get("config", {}).get("data", {})))
+                            languages=list(config_languages(model_dir))
+                            or data_languages(run.get("config", {}).get("data", {})))
 
 
-__all__ = ["card_languages", "card_template", "data_languages", "model_languages", "read_card", "record_scores_in_card",
-           "render_model_card", "training_summary", "write_model_card"]
+__all__ = ["card_languages", "card_template", "config_languages", "data_languages", "model_languages", "read_card",
+           "record_scores_in_card", "render_model_card", "training_summary", "write_model_card"]

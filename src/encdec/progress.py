@@ -39,11 +39,20 @@ def format_log(logs: dict[str, Any], step: int, max_steps: int) -> str | None:
 
 
 def format_scores(metrics: dict[str, Any]) -> str:
-    """``BLEU 93.44, chrF 93.84, loss 1.242, ...``: the scores of one evaluation, the named ones first."""
+    """``BLEU 93.44, chrF 93.84, loss 1.242, ...``: the scores of one evaluation, the named ones first. A
+    multilingual model's per-direction scores (``de-en_bleu``, ...) follow as their BLEU alone, ``; BLEU by
+    direction: de-en 91.2, ...`` (the others are in the results file)."""
+    by_direction = {name: name[:-len("_bleu")] for name in metrics if name.endswith("_bleu") and "-" in name}
+    per_direction = {name for name in metrics for direction in by_direction.values()
+                     if name.startswith(f"{direction}_")}
     ordered = [name for name in METRIC_NAMES if name in metrics]
-    ordered += [name for name in metrics if name not in METRIC_NAMES and name not in SKIPPED]
-    return ", ".join(f"{METRIC_NAMES.get(name, name)} {metrics[name]:.4g}" for name in ordered
+    ordered += [name for name in metrics if name not in METRIC_NAMES and name not in SKIPPED | per_direction]
+    line = ", ".join(f"{METRIC_NAMES.get(name, name)} {metrics[name]:.4g}" for name in ordered
                      if isinstance(metrics[name], int | float) and not isinstance(metrics[name], bool))
+    if by_direction:
+        line += "; BLEU by direction: " + ", ".join(f"{direction} {metrics[name]:.4g}"
+                                                    for name, direction in by_direction.items())
+    return line
 
 
 class TrainingProgress(TrainerCallback):

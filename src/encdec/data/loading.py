@@ -402,6 +402,10 @@ class DataSpec:
     pair_dirs: dict[str, str] | None = None
     """text, multilingual: a folder per direction instead of data_dir, e.g. {de-en: data/de-en, fr-en: data/fr-en},
     each with {prefix}.{src} and {prefix}.{tgt} files (the prefixes of splits)."""
+    temperature: float = 5.0
+    """Multilingual data: the training directions are sampled with this temperature (Arivazhagan et al. 2019),
+    p(direction) proportional to its share of the pairs to the power 1/temperature: 1 samples as the data is,
+    larger values move towards every direction equally often, so a small direction is not drowned (T=5 there)."""
 
     distilled_from: str | None = None
     """Set by encdec distill: the model folder(s) whose translations are the training targets. The model card
@@ -418,6 +422,9 @@ class DataSpec:
         if self.files is not None and not isinstance(self.files, Mapping):
             raise EncdecError(f"data.files must map split names to files, e.g. {{train: data/train.csv}}; "
                               f"got {self.files!r}.")
+        if not self.temperature > 0:
+            raise EncdecError(f"data.temperature must be > 0 (1: as the data is, larger: closer to uniform; default "
+                              f"5), got {self.temperature}.")
         if isinstance(self.languages, str):
             self.languages = [lang.strip() for lang in self.languages.split(",") if lang.strip()]
         if self.multilingual:

@@ -41,10 +41,36 @@ def _truncate(ids: list[int], max_length: int, eos_token_id: int | None) -> list
     return ids[:max_length]
 
 
+def _encode_by_language(tokenizer: Any, batch: dict[str, list[str]]) -> dict[str, list[list[int]]]:
+    """A multilingual batch encoded as its tokenizer encodes one direction (``__SRC__ source </s>``, labels
+    ``__TGT__ target </s>``): the rows of each (source language, target language) pair in one call with that pair's
+    ``src_lang``/``tgt_lang``; the tokenizer's languages are restored afterwards."""
+    groups: dict[tuple[str, str], list[int]] = {}
+    for row, direction in enumerate(zip(batch["source_lang"], batch["target_lang"], strict=True)):
+        groups.setdefault(direction, []).append(row)
+    input_ids: list[Any] = [None] * len(batch["source"])
+    labels: list[Any] = [None] * len(batch["source"])
+    kept = tokenizer.src_lang, tokenizer.tgt_lang
+    try:
+        for (source_lang, target_lang), rows in groups.items():
+            tokenizer.src_lang, tokenizer.tgt_lang = source_lang, target_lang
+            encoded = tokenizer([batch["source"][i] for i in rows], text_target=[batch["target"][i] for i in rows],
+                                verbose=False)
+            for i, ids, target in zip(rows, encoded["input_ids"], encoded["labels"], strict=True):
+                input_ids[i], labels[i] = ids, target
+    finally:
+        tokenizer.src_lang, tokenizer.tgt_lang = kept
+    return {"input_ids": input_ids, "labels": labels}
+
+
 def _encode_batch(batch: dict[str, list[str]], tokenizer: PreTrainedTokenizerBase, max_source_length: int,
                   max_target_length: int, truncate: bool) -> dict[str, list]:
-    """Tokenize a batch of pairs; an over-long pair is dropped, or truncated and marked in ``truncated``."""
-    encoded = tokenizer(batch["source"], text_target=batch["target"], verbose=False)
+    """Tokenize a batch of pairs (a multilingual batch with each row's language tokens, ``_encode_by_language``); an
+    over-long pair is dropped, or truncated and marked in ``truncated``."""
+    if "target_lang" in batch:
+        encoded = _encode_by_language(tokenizer, batch)
+    else:
+        encoded = tokenizer(batch["source"], text_target=batch["target"], verbose=False)
     out: dict[str, list] = {"input_ids": [], "attention_mask": [], "labels": [], "truncated": []}
     for ids, labels in zip(encoded["input_ids"], encoded["labels"], strict=True):
         overlong = len(ids) > max_source_length or len(labels) > max_target_length
@@ -102,7 +128,8 @@ def tokenize_dataset(
     cache_dir: str | os.PathLike | None = None,
     use_cache: bool = True,
 ) -> tuple[DatasetDict, dict[str, dict[str, int]]]:
-    """``source``/``target`` text -> ``input_ids``, ``attention_mask`` and ``labels`` (each ending with ``</s>``).
+    """``source``/``target`` text -> ``input_ids``, ``attention_mask`` and ``labels`` (each ending with ``</s>``;
+    for multilingual splits, ``source_lang``/``target_lang`` columns too, each starting with its language token).
 
     A pair whose source is longer than ``max_source_length`` tokens or whose target is longer than
     ``max_target_length`` is dropped (``overlong="filter"``) or cut to the limits (``"truncate"``). The filter
@@ -115,18 +142,18 @@ def tokenize_dataset(
     :param use_cache: False tokenizes in memory and keeps nothing
     :return: the tokenized splits (text columns removed), and per split the counts
         ``{"total", "kept", "filtered", "truncated"}``
-    :raises EncdecError: when filtering leaves a split empty
+    :raises EncdecError: filtering leaves a split empty; multilingual splits, a tokenizer without their languages
     """
     settings = {"max_source_length": max_source_length, "max_target_length": max_target_length, "overlong": overlong}
     _check(settings, num_proc)
-    _refuse_languages(dataset)
+    languages = _check_languages(dataset, tokenizer)
     encode = functools.partial(_encode_batch, tokenizer=tokenizer, max_source_length=max_source_length,
                                max_target_length=max_target_length, truncate=overlong == "truncate")
     folder = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     tokenizer_id = tokenizer_identity(tokenizer) if use_cache else ""
     tokenized, report = {}, {}
     for split, data in dataset.items():
-        cached = folder / cache_key(data, tokenizer_id, settings) if use_cache else None
+        cached = folder / cache_key(data, tokenizer_id, {**settings, **languages}) if use_cache else None
         if cached is not None and (cached / "report.json").is_file():
             logger.info("tokenized %s split: reused %s", split, cached)
             tokenized[split] = Dataset.load_from_disk(str(cached))
@@ -153,14 +180,25 @@ def _check(settings: dict[str, Any], num_proc: int | None) -> None:
         raise EncdecError(f"`num_proc` (data.num_proc) must be at least 1, got {num_proc}.")
 
 
-def _refuse_languages(dataset: DatasetDict) -> None:
-    """Multilingual splits (``source_lang``/``target_lang`` columns) need the language tokens of a multilingual
-    tokenizer on each side; tokenized as ``source``/``target`` alone, a model could not tell which language to
-    translate into. Until that tokenization exists, they are refused rather than trained on silently."""
-    if any("target_lang" in data.column_names for data in dataset.values()):
-        raise EncdecError("This data has several directions (data.languages, data.directions or data.pair_dirs), and "
-                          "tokenizing it with the language tokens that tell a model which language to translate into "
-                          "is not supported yet; train on one direction (data.source_lang and data.target_lang).")
+def _check_languages(dataset: DatasetDict, tokenizer: Any) -> dict[str, Any]:
+    """Multilingual splits (``source_lang``/``target_lang`` columns) need a multilingual tokenizer that knows every
+    language in them: each source gets its language token, each target (the labels) its own. Returns what the cache
+    key adds for them (the tokenizer's language tokens), ``{}`` for bilingual splits."""
+    if not any("target_lang" in data.column_names for data in dataset.values()):
+        return {}
+    known = getattr(tokenizer, "language_tokens", None)
+    found = sorted({lang for data in dataset.values() for column in ("source_lang", "target_lang")
+                    if column in data.column_names for lang in data.unique(column)})
+    if not known:
+        raise EncdecError(f"This data has several directions (languages {', '.join(found)}), and the tokenizer is "
+                          "bilingual (it has no language tokens): leave tokenizer.path null to train a joint one with "
+                          "a token per language, or give a multilingual tokenizer.")
+    unknown = [lang for lang in found if lang not in known]
+    if unknown:
+        raise EncdecError(f"The data has the language {unknown[0]!r}, which the tokenizer lacks (its languages: "
+                          f"{', '.join(known)}); give a tokenizer with every language of the data, or drop that "
+                          "direction.")
+    return {"language_tokens": dict(known)}
 
 
 def _tokenize(data: Dataset, encode: Any, split: str, num_proc: int | None, settings: dict[str, Any],

@@ -19,6 +19,8 @@ from .config import RunConfig
 
 def dataset_name(spec: DataSpec) -> str:
     """A human-readable name of the training data for the model card."""
+    if spec.format == "builtin_dates" and spec.multilingual:
+        return "encdec built-in multilingual dates (German, English, French and ISO 8601 dates, any into any other)"
     if spec.format == "builtin_dates":
         return "encdec built-in dates (human-readable dates -> ISO 8601)"
     if spec.format == "hub":
@@ -46,7 +48,8 @@ def save_final_folder(trainer: Seq2SeqTrainer, tokenizer, output_dir: Path, resu
     write_model_card(staging, metrics=metrics, dataset_name=dataset_name(config.data),
                      dataset_id=config.data.hub_name if config.data.format == "hub" else None,
                      training_summary=training_summary(results["train"]),
-                     languages=data_languages(dataclasses.asdict(config.data)))
+                     languages=list(getattr(model.config, "languages", None) or [])
+                     or data_languages(dataclasses.asdict(config.data)))
     for item in sorted(staging.iterdir(), key=lambda item: item.name == "eval_results.json"):  # it last: the
         target = output_dir / item.name  # sign of a finished folder (encdec distill relies on it)
         if target.is_dir():

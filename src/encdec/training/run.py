@@ -7,6 +7,7 @@ The run's tokenizer is configured, saved by a resumed run, reused from the cache
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,13 +22,22 @@ from transformers import (
     set_seed,
 )
 
-from ..data import DataSpec, format_report, load_data, tokenize_dataset, trained_tokenizer_folder
+from ..data import (
+    DataSpec,
+    balanced_sample,
+    direction_rows,
+    format_report,
+    load_data,
+    sample_by_temperature,
+    tokenize_dataset,
+    trained_tokenizer_folder,
+)
 from ..errors import EncdecError
 from ..io_utils import WriterLock, publish_folder
 from ..metrics import build_compute_metrics
 from ..processes import is_main_process, process_state
 from ..progress import TrainingProgress, quiet_transformers_bars
-from ..tokenization import load_tokenizer, train_tokenizer
+from ..tokenization import load_tokenizer, tokenizer_languages, train_tokenizer
 from .arguments import check_token_batching, training_arguments
 from .averaging import WeightSnapshots
 from .callbacks import CheckpointStopPoint, StopOnCtrlC, TrainingClock
@@ -56,12 +66,49 @@ def training_texts(train_split: Any, batch_size: int = 10_000) -> Iterator[str]:
             yield from batch[column]
 
 
+def run_languages(data: DataSpec, train_split: Any) -> list[str] | None:
+    """The languages of a multilingual run, in the model's order: ``data.languages``, else those of the training
+    split's directions in the order they first appear; None for bilingual data."""
+    if not data.multilingual:
+        return None
+    if data.languages:
+        return list(data.languages)
+    return list(dict.fromkeys(lang for direction in direction_rows(train_split) for lang in direction))
+
+
+def tokenizer_texts(train_split: Any, languages: list[str] | None, seed: int = 0) -> Iterator[str]:
+    """What a run's tokenizer is trained on: the whole training split for bilingual data; for multilingual data a
+    balanced sample, as many distinct sentences of each language (``data.directions.balanced_sample``), so that a
+    large language does not crowd a small one out of the joint vocabulary."""
+    if languages is None:
+        return training_texts(train_split)
+    return itertools.chain.from_iterable(balanced_sample(train_split, seed=seed).values())
+
+
+def check_tokenizer_languages(tokenizer: Any, languages: list[str] | None, where: str) -> Any:
+    """A given tokenizer (``tokenizer.path``) for multilingual data must have a token for each of its languages; one
+    for bilingual data, none."""
+    known = tokenizer_languages(tokenizer)
+    if languages is None and known:
+        raise EncdecError(f"{where} is multilingual (languages {', '.join(known)}) and the data has one pair; name "
+                          "the data's languages (data.languages or data.directions), or give a bilingual tokenizer.")
+    if languages is not None and (not known or any(lang not in known for lang in languages)):
+        missing = [lang for lang in languages if lang not in (known or [])]
+        raise EncdecError(f"{where} has no language token for {', '.join(missing)} (its languages: "
+                          f"{', '.join(known or []) or 'none, it is bilingual'}); multilingual data needs a tokenizer "
+                          "with a token per language: set tokenizer.path to null to train one.")
+    return tokenizer
+
+
 def get_tokenizer(config: RunConfig, train_split: Any, output_dir: Path):
     """Load the configured tokenizer, reuse the one a resumed run saved or an earlier run trained on the same
-    split with the same settings (kept in ``data.cache_dir``), or train one on the training split."""
+    split with the same settings (kept in ``data.cache_dir``), or train one on the training split (for several
+    languages, a joint one with a token per language on a balanced sample, ``tokenizer_texts``)."""
     saved = output_dir / TOKENIZER_SUBDIR
+    languages = run_languages(config.data, train_split)
     if config.tokenizer.path:
-        return load_tokenizer(config.tokenizer.path)
+        return check_tokenizer_languages(load_tokenizer(config.tokenizer.path), languages,
+                                         f"tokenizer.path {config.tokenizer.path}")
     state = process_state()
     with state.main_process_first():  # several processes: the main one trains and saves it, the others load it
         if (saved / "tokenizer_config.json").is_file():  # saved whole (publish_folder), or not at all
@@ -70,12 +117,15 @@ def get_tokenizer(config: RunConfig, train_split: Any, output_dir: Path):
         settings = {"vocab_size": s.vocab_size, "algorithm": s.algorithm, "pre_tokenizer": s.pre_tokenizer,
                     "min_frequency": s.min_frequency,
                     "model_max_length": max(config.training.max_source_length, config.training.max_target_length)}
-        cached = trained_tokenizer_folder(train_split, settings, config.data.cache_dir)
+        if languages is not None:
+            settings["languages"] = languages
+        sample = {"balanced_sample_seed": config.data.seed} if languages is not None else {}  # what it was trained on
+        cached = trained_tokenizer_folder(train_split, {**settings, **sample}, config.data.cache_dir)
         if (cached / "tokenizer.json").is_file():
             logger.info("tokenizer: reused %s (trained on this training split with these settings)", cached)
             tokenizer = load_tokenizer(cached)
         else:
-            tokenizer = train_tokenizer(training_texts(train_split), **settings)
+            tokenizer = train_tokenizer(tokenizer_texts(train_split, languages, config.data.seed), **settings)
             publish_folder(tokenizer.save_pretrained, cached)
         if state.num_processes > 1 and not (saved / "tokenizer_config.json").is_file():
             publish_folder(tokenizer.save_pretrained, saved)
@@ -149,6 +199,10 @@ def train_holding_the_lock(config: RunConfig) -> dict:
     with process_state().main_process_first():  # several processes: the main one fills the datasets cache
         datasets = load_data(config.data)
     tokenizer = get_tokenizer(config, datasets["train"], output_dir)
+    if config.data.multilingual:  # the directions mixed with a temperature (Arivazhagan et al. 2019)
+        with process_state().main_process_first():  # the main one writes the draw's index files
+            datasets["train"] = sample_by_temperature(datasets["train"], config.data.temperature,
+                                                      seed=config.data.seed)
     model_config = build_model_config(config, tokenizer)
     check_positions(config, model_config)
     if (warning := post_ln_warmup_warning(model_config, config.training)) and is_main_process():

@@ -1,5 +1,6 @@
-"""``EncdecTrainer``: ``Seq2SeqTrainer`` with token batching, length grouping read from Arrow, and evaluation that
-leaves the model's generation config and the gathered predictions as they should be."""
+"""``EncdecTrainer``: ``Seq2SeqTrainer`` with token batching, length grouping read from Arrow, evaluation that
+leaves the model's generation config and the gathered predictions as they should be, and a multilingual model's
+evaluation scored direction by direction, each with its target language token forced."""
 
 from __future__ import annotations
 
@@ -7,12 +8,15 @@ import logging
 from typing import Any
 
 import numpy as np
+import pyarrow.compute as pc
 import torch
 from datasets import Dataset
 from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments, TrainerCallback
+from transformers.trainer_utils import EvalLoopOutput
 
 from ..data import LengthGroupedPairs, TokenBatchSampler, column_lengths, pair_lengths, plan_summary
 from ..processes import is_main_process
+from ..tokenization import tokenizer_languages
 
 logger = logging.getLogger(__name__)
 
@@ -97,16 +101,68 @@ class EncdecTrainer(Seq2SeqTrainer):
         missing = [key for key in load_result.missing_keys if key not in tied]
         super()._issue_warnings_after_load(load_result._replace(missing_keys=missing))
 
-    def evaluation_loop(self, *args, **kwargs):
+    def evaluation_loop(self, dataloader: Any, description: str, prediction_loss_only: bool | None = None,
+                        ignore_keys: list[str] | None = None, metric_key_prefix: str = "eval") -> EvalLoopOutput:
         """Several processes: ``Seq2SeqTrainer.evaluate``/``predict`` gather with ``accelerator.gather`` (transformers
         PR #27025, for ``num_return_sequences`` > 1), which keeps the examples Accelerate repeats to even out the
         processes' last batches: BLEU would count some sentences twice whenever the split is not a multiple of
-        processes x batch. With one sequence per example, ``gather_for_metrics`` drops the repeats."""
+        processes x batch. With one sequence per example, ``gather_for_metrics`` drops the repeats.
+
+        A multilingual model's split is scored direction by direction (``evaluate_directions``)."""
         returned = (getattr(self, "_gen_kwargs", None) or {}).get("num_return_sequences") \
             or getattr(self.model.generation_config, "num_return_sequences", None) or 1
         if returned == 1:
             self.gather_function = self.accelerator.gather_for_metrics
-        return super().evaluation_loop(*args, **kwargs)
+        directions = self.directions(dataloader.dataset)
+        if directions:
+            return self.evaluate_directions(directions, description, prediction_loss_only, ignore_keys,
+                                            metric_key_prefix)
+        return super().evaluation_loop(dataloader, description, prediction_loss_only, ignore_keys, metric_key_prefix)
+
+    def directions(self, dataset: Any) -> dict[str, tuple[int, Dataset]] | None:
+        """A multilingual model's tokenized split, direction by direction: ``{"de-en": (the id of __en__, its
+        rows)}``, in the order of the model's languages, read from each row's first source and label token (its
+        language tokens). None for a bilingual model, a split without labels, or rows without language tokens."""
+        languages = tokenizer_languages(self.processing_class)
+        if not languages or not isinstance(dataset, Dataset) or "labels" not in dataset.column_names:
+            return None
+        ids = {self.processing_class.get_lang_id(language): index for index, language in enumerate(languages)}
+        table = dataset.select_columns(["input_ids", "labels"]).with_format("arrow")[:]
+        firsts = [pc.list_element(table.column(column), 0).to_numpy() for column in ("input_ids", "labels")]
+        if not all(np.isin(first, list(ids)).all() for first in firsts):
+            return None
+        keys = np.vectorize(ids.get)(firsts[0]) * len(languages) + np.vectorize(ids.get)(firsts[1])
+        return {f"{languages[key // len(languages)]}-{languages[key % len(languages)]}":
+                (self.processing_class.get_lang_id(languages[key % len(languages)]),
+                 dataset.select(np.flatnonzero(keys == key)))
+                for key in np.unique(keys)}
+
+    def evaluate_directions(self, directions: dict[str, tuple[int, Dataset]], description: str,
+                            prediction_loss_only: bool | None, ignore_keys: list[str] | None,
+                            metric_key_prefix: str) -> EvalLoopOutput:
+        """Each direction evaluated on its own rows with its target language token forced (``forced_bos_token_id``
+        in the generation keywords, as at inference), reported as ``{prefix}_{direction}_{metric}`` (e.g.
+        ``eval_de-en_bleu``), and their unweighted average as ``{prefix}_{metric}``: ``metric_for_best_model`` and
+        early stopping choose on the average over directions. The predictions are not returned."""
+        kept = getattr(self, "_gen_kwargs", {})
+        outputs = {}
+        try:
+            for name, (target_id, part) in directions.items():
+                self._gen_kwargs = {**kept, "forced_bos_token_id": target_id}
+                loader = self.get_eval_dataloader(part)
+                outputs[name] = super().evaluation_loop(loader, description, prediction_loss_only, ignore_keys,
+                                                        f"{metric_key_prefix}_{name}")
+        finally:
+            self._gen_kwargs = kept
+        metrics = {key: value for output in outputs.values() for key, value in output.metrics.items()}
+        first = next(iter(outputs))
+        for key in outputs[first].metrics:
+            metric = key.removeprefix(f"{metric_key_prefix}_{first}_")
+            values = [metrics.get(f"{metric_key_prefix}_{name}_{metric}") for name in outputs]
+            if metric != "model_preparation_time" and all(isinstance(v, int | float) for v in values):
+                metrics[f"{metric_key_prefix}_{metric}"] = round(float(np.mean(values)), 4)
+        return EvalLoopOutput(predictions=None, label_ids=None, metrics=metrics,
+                              num_samples=sum(output.num_samples for output in outputs.values()))
 
 
 def _groups_by_length(args: Seq2SeqTrainingArguments) -> bool:
