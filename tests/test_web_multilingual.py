@@ -165,11 +165,21 @@ def onnx_translate_direction(site: Path, source: str, target: str) -> list[str]:
     return outputs
 
 
+# run before the page's scripts: every "progress" event of window.encdec, kept in window.progressSeen
+RECORD_PROGRESS = """
+window.progressSeen = [];
+Object.defineProperty(window, "encdec", {configurable: true, get() { return this.recorded; }, set(api) {
+  this.recorded = api;
+  api.addEventListener("progress", ({detail}) => window.progressSeen.push({...detail}));
+}});
+"""
+
+
 @pytest.mark.timeout(300)
 def test_the_page_has_a_language_selector_the_download_size_and_an_example(sites) -> None:
     """The page names the model's languages and data, selects among them, says what it downloaded (the bytes the
-    export recorded, the progress at its end), fills in the card's example with its languages and translates it as
-    the library does; an error then clears that translation."""
+    export recorded; progress events as the bytes arrive, up to that total), fills in the card's example with its
+    languages and translates it as the library does; an error then clears that translation."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select, WebDriverWait
 
@@ -177,8 +187,13 @@ def test_the_page_has_a_language_selector_the_download_size_and_an_example(sites
     total = rules["download"]["bytes"]
     driver = chromium_driver()
     try:
+        driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": RECORD_PROGRESS})
         with StaticServer(sites["int8"]) as server:
             open_site(driver, f"{server.url}/")
+            progress = driver.execute_script("return window.progressSeen")
+            assert len(progress) > 2 and progress[-1] == {"loaded": total, "total": total}, progress
+            loaded = [event["loaded"] for event in progress]
+            assert loaded == sorted(loaded) and {event["total"] for event in progress} == {total}, progress
             find = functools.partial(driver.find_element, By.ID)
             wait = WebDriverWait(driver, 60)
             wait.until(lambda d: find("translate").is_enabled())
