@@ -114,6 +114,22 @@ def test_an_example_in_a_language_the_model_lacks_is_refused(folder, tmp_path) -
     assert not any(tmp_path.iterdir())
 
 
+def test_a_fixed_first_token_in_the_generation_config_is_refused(folder, tmp_path) -> None:
+    """The site forces the target language each call names: a generation config's own ``forced_bos_token_id`` is
+    refused, saying so."""
+    from transformers import GenerationConfig
+
+    from encdec.ship.web_export import check_generation_config
+
+    model = shutil.copytree(folder, tmp_path / "model")
+    config = GenerationConfig.from_pretrained(model)
+    config.forced_bos_token_id = trained_model("transformer")[1].get_lang_id("sort")
+    config.save_pretrained(model)
+    with pytest.raises(EncdecError, match="sets forced_bos_token_id, a fixed first token; the site forces the token "
+                                          "of the target language each translation names"):
+        check_generation_config(model)
+
+
 @pytest.mark.timeout(600)
 def test_every_direction_translates_as_generate_in_chromium(folder, sites) -> None:
     """Greedy search on every direction and beam search (3 beams) on three, equal to torch's ``generate(

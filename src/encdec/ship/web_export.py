@@ -84,6 +84,10 @@ def check_generation_config(model_dir: Path) -> None:
     config = GenerationConfig.from_pretrained(model_dir)
     changed = [key for key, neutral in NEUTRAL_GENERATION.items()
                if getattr(config, key, None) not in (None, *neutral)]
+    if changed == ["forced_bos_token_id"]:  # a multilingual site forces the target language each call names
+        raise EncdecError(f"{model_dir / 'generation_config.json'} sets forced_bos_token_id, a fixed first token; the "
+                          "site forces the token of the target language each translation names (a multilingual "
+                          "model's): remove it to export a site.")
     if changed:
         raise EncdecError(f"{model_dir / 'generation_config.json'} sets {', '.join(changed)}, which the browser "
                           "runtime does not implement (it runs greedy and beam search only); remove them to export "
