@@ -114,6 +114,23 @@ def test_an_example_in_a_language_the_model_lacks_is_refused(folder, tmp_path) -
     assert not any(tmp_path.iterdir())
 
 
+def test_a_date_task_model_offers_a_date_as_its_example(pairs, tmp_path) -> None:
+    """Without an example on its card, a model that the built-in date task trained (its eval_results.json records
+    the run's data) offers a date: a bilingual one a source of the task, a multilingual one a date in its first
+    language, into its second; another model offers none."""
+    from encdec.data import make_date_pairs
+    from encdec.ship.web_export import page_about
+
+    model = shutil.copytree(pairs["de-en"], tmp_path / "dates")
+    (model / "eval_results.json").write_text(json.dumps({"config": {"data": {"format": "builtin_dates", "seed": 3}}}))
+    assert page_about(model, None)["example"] == {"text": make_date_pairs(1, seed=3)[0][0], "source": None,
+                                                  "target": None}
+    assert page_about(model, {"codes": ["de", "iso"]})["example"] == {"text": "3. März 2021", "source": "de",
+                                                                       "target": "iso"}
+    (model / "eval_results.json").write_text(json.dumps({"config": {"data": {"format": "text"}}}))
+    assert page_about(model, None)["example"] is None
+
+
 def test_a_fixed_first_token_in_the_generation_config_is_refused(folder, tmp_path) -> None:
     """The site forces the target language each call names: a generation config's own ``forced_bos_token_id`` is
     refused, saying so."""

@@ -33,6 +33,8 @@ token (``forced_bos_token_id``), then dropped from the text with the other speci
 
 from __future__ import annotations
 
+import datetime as dt
+import json
 import os
 import shutil
 from importlib import resources
@@ -42,6 +44,7 @@ from transformers import GenerationConfig
 
 from ..backends import BACKENDS
 from ..cards import card_languages, read_card
+from ..data.dates import DATE_LANGUAGES, make_date_pairs, write_date
 from ..decoding_options import AUTO_BUDGET, DECODING, declared, resolve
 from ..errors import EncdecError
 from ..folders import read_json, require_model_folder
@@ -119,16 +122,36 @@ def language_rules(model_dir: Path) -> dict | None:
 def page_about(model_dir: Path, languages: dict | None, example: str | dict | None = None) -> dict:
     """What the page says about its model: its name and training data (as its card names them), its languages (a
     multilingual model's; a bilingual one's source and target when its card names them; else None) and an example
-    input (``example``, else the first ``widget`` entry of the card, the Hugging Face Hub's example input), each
-    None when unknown. An example is ``{"text", "source", "target"}`` (the languages None when it names none)."""
+    input (``example``, else the first ``widget`` entry of the card, the Hugging Face Hub's example input, else the
+    date task's: ``date_task_example``), each None when unknown. An example is ``{"text", "source", "target"}``
+    (the languages None when it names none)."""
     card = read_card(model_dir)
     results = (card.eval_results or []) if card is not None else []
     datasets = (card.datasets or []) if card is not None else []
     codes = languages["codes"] if languages else list(card_languages(card)) or None
     widget = (card.to_dict().get("widget") or [None])[0] if card is not None else None
+    example = page_example(example if example is not None else widget, languages)
     return {"name": (card.model_name if card is not None else None) or model_dir.name,
             "data": results[0].dataset_name if results else datasets[0] if datasets else None,
-            "languages": codes, "example": page_example(example if example is not None else widget, languages)}
+            "languages": codes, "example": example or date_task_example(model_dir, languages)}
+
+
+def date_task_example(model_dir: Path, languages: dict | None) -> dict | None:
+    """The example of a model trained on the built-in date task (its ``eval_results.json`` records the run's data):
+    a date as the task writes its sources, for a multilingual model in its first language, into its second; None
+    for another model."""
+    try:
+        data = json.loads((model_dir / "eval_results.json").read_text(encoding="utf-8"))["config"]["data"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if not isinstance(data, dict) or data.get("format") != "builtin_dates":
+        return None
+    if not languages:
+        return {"text": make_date_pairs(1, seed=data.get("seed") or 0)[0][0], "source": None, "target": None}
+    codes = languages["codes"]
+    if codes[0] not in DATE_LANGUAGES:
+        return None
+    return {"text": write_date(dt.date(2021, 3, 3), codes[0]), "source": codes[0], "target": codes[1 % len(codes)]}
 
 
 def page_example(example: str | dict | None, languages: dict | None) -> dict | None:
