@@ -152,7 +152,8 @@ def test_every_direction_translates_as_generate_in_chromium(folder, sites) -> No
     """Greedy search on every direction and beam search (3 beams) on three, equal to torch's ``generate(
     forced_bos_token_id=...)``; the source ids start with the source language token; the int8 site gives what its
     graphs give in ONNX Runtime up to each line's first close call; a missing or unknown language is refused naming
-    the model's languages; nothing is fetched from anywhere but the site."""
+    the model's languages, and so is a language token typed in a line; nothing is fetched from anywhere but the
+    site."""
     tokenizer = trained_model("transformer")[1]
     greedy = {pair: torch_translate(folder, LINES, *pair, num_beams=1) for pair in DIRECTIONS}
     beams = {pair: torch_translate(folder, LINES[:3], *pair, num_beams=3) for pair in DIRECTIONS[1::4]}
@@ -176,6 +177,9 @@ def test_every_direction_translates_as_generate_in_chromium(folder, sites) -> No
                 "each one of them.")
             assert page_translate(driver, ["1 2"], source="copy", target="de") == (
                 'error: unknown target language "de": this model\'s languages are copy, rev, sort.')
+            assert page_translate(driver, ["1 2", "__rev__ 1 2"], source="copy", target="sort") == (
+                "error: line 2 holds the language token of rev: the languages are chosen with source and target, not "
+                "typed in the text; remove it.")
             assert_local_and_found(page_requests(driver), server.url)
         with StaticServer(sites["int8"]) as server:
             assert open_site(driver, f"{server.url}/")["weights"] == "int8"

@@ -11,7 +11,8 @@
 // - noRepeatNgramSize: as asked, else the model's default, within the rules' bounds; 0 is off;
 // - a multilingual model (the rules' `languages`) needs a source and a target language, each one of its own: the
 //   source is built by the rules' `source_template` (`__SRC__ text </s>`), the target's token is forced as the first
-//   generated token and dropped from the text; a bilingual model takes no language, or only the pair its card names.
+//   generated token and dropped from the text; a language token typed in a line is refused; a bilingual model takes
+//   no language, or only the pair its card names.
 import { SubwordTokenizer } from "./tokenizer.js";
 import { Seq2SeqRunner } from "./runner.js";
 import { beam, greedy, untilEos } from "./search.js";
@@ -114,10 +115,19 @@ export class Translator {
     return { source: id("source", source), target: id("target", target) };
   }
 
-  /** A line's source ids: the tokenizer's (</s> appended), or a multilingual model's `source_template` filled. */
-  sourceIds(line, sourceId) {
+  /**
+   * Line `i`'s source ids: the tokenizer's (</s> appended), or a multilingual model's `source_template` filled; a
+   * language token typed in the text is refused (the languages are chosen, not typed).
+   */
+  sourceIds(line, sourceId, i) {
     if (sourceId === null) return this.tokenizer.encode(line);
-    const parts = { source_language: [sourceId], text: this.tokenizer.encodeText(line), eos: [this.tokens.eos] };
+    const text = this.tokenizer.encodeText(line);
+    const typed = Object.entries(this.languages.token_ids).find(([, id]) => text.includes(id));
+    if (typed) {
+      throw new RangeError(`line ${i + 1} holds the language token of ${typed[0]}: the languages are chosen with `
+                           + "source and target, not typed in the text; remove it.");
+    }
+    const parts = { source_language: [sourceId], text, eos: [this.tokens.eos] };
     return this.languages.source_template.flatMap((part) => parts[part]);
   }
 
@@ -129,7 +139,7 @@ export class Translator {
     const { source } = this.direction(languages, false);
     return lines.map((line, i) => {
       if (!line.trim()) return [];
-      const ids = this.sourceIds(line, source);
+      const ids = this.sourceIds(line, source, i);
       if (ids.length > this.maxSourceTokens) {
         throw new RangeError(`line ${i + 1} has ${ids.length} tokens; the model takes at most `
                              + `${this.maxSourceTokens} (</s> included): shorten it or split it.`);
