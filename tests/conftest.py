@@ -47,7 +47,7 @@ INTEGRATION_FILES = frozenset({
     "test_limits.py", "test_multi30k.py", "test_readme_tour.py", "test_sentences.py", "test_serve.py",
     "test_serve_fuzz.py", "test_serve_metrics.py", "test_serve_models.py", "test_serve_responsive.py",
     "test_serve_schema_fuzz.py", "test_soak.py", "test_translate_file.py",
-    "test_web_site.py",
+    "test_web_multilingual.py", "test_web_site.py",
 })
 
 

@@ -30,6 +30,7 @@ import torch
 from encdec.errors import EncdecError
 from encdec.inference import load_engine, translate_lines
 from encdec.inference.decoding import auto_max_new_tokens
+from encdec.tokenization import language_settings
 from encdec_cli import main
 from test_serve import Server, assert_local_and_found, chromium_driver, page_requests
 from tiny_model_folders import date_data
@@ -133,26 +134,30 @@ def onnx_translate(site: Path, lines: list[str], num_beams: int) -> list[str]:
 CLEAR_MARGIN = 0.002
 
 
-def sure_prefixes(site: Path, lines: list[str]) -> list[tuple[str, bool]]:
+def sure_prefixes(site: Path, lines: list[str], source: str | None = None,
+                  target: str | None = None) -> list[tuple[str, bool]]:
     """What every CPU's greedy search on the site's int8 graphs begins each line's translation with: the text of the
     tokens that ONNX Runtime in Python chooses (with `encdec translate`'s budget) before its first step whose best
     logit leads the next by no more than ``CLEAR_MARGIN`` of the step's logits' range, and whether that is the whole
-    translation (no step that close, the end included). A blank line runs no model: ("", True)."""
+    translation (no step that close, the end included). A blank line runs no model: ("", True). A multilingual
+    model's ``source`` and ``target``: its target language token is forced at the first step, whatever its logits."""
     engine, tokenizer = load_engine(str(site / "model"), engine="onnxruntime")
+    settings = language_settings(tokenizer, source, target)  # {"forced_bos_token_id": id}, or {} (bilingual)
     prefixes = []
     for line in lines:
         if not line.strip():
             prefixes.append(("", True))
             continue
-        source = tokenizer([line], return_tensors="pt")
-        budget = auto_max_new_tokens(source["input_ids"].size(1), engine.config)
-        out = engine.model.generate(**source, num_beams=1, do_sample=False, max_new_tokens=budget,
+        source_ids = tokenizer([line], return_tensors="pt")
+        budget = auto_max_new_tokens(source_ids["input_ids"].size(1), engine.config)
+        out = engine.model.generate(**source_ids, **settings, num_beams=1, do_sample=False, max_new_tokens=budget,
                                     output_logits=True, return_dict_in_generate=True)
-        logits = torch.stack(out.logits)[:, 0]  # (steps, V)
+        forced = len(settings)  # the steps that choose no token (the forced one)
+        logits = torch.stack(out.logits)[forced:, 0]  # (steps, V)
         top = logits.topk(2, dim=-1).values
         margin = CLEAR_MARGIN * (logits.max(dim=-1).values - logits.min(dim=-1).values)
         close = ((top[:, 0] - top[:, 1]) <= margin).nonzero()
-        sure = int(close[0, 0]) if len(close) else top.size(0)  # the steps every CPU takes alike
+        sure = forced + (int(close[0, 0]) if len(close) else top.size(0))  # the steps every CPU takes alike
         new = out.sequences[0, 1:]  # the decoder start token left out
         prefixes.append((tokenizer.decode(new[:sure], skip_special_tokens=True).strip(), not len(close)))
     return prefixes

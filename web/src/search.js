@@ -6,7 +6,9 @@
 // hypotheses, scored log p / (new tokens) ** length_penalty, and the search ends as its early-stopping rule says.
 // One logits processor runs, no_repeat_ngram_size (transformers' NoRepeatNGramLogitsProcessor: a token that would
 // complete an n-gram the sequence already holds, its start token included, is never chosen); `encdec export
-// --format web` refuses a generation config that would need any other.
+// --format web` refuses a generation config that would need any other. A multilingual model's target language
+// token is forced as the first generated token (transformers' ForcedBOSTokenLogitsProcessor, `forced_bos_token_id`):
+// every other token's score is -inf at that step.
 
 const NEG = -1.0e9;  // transformers' "never chosen" score
 const f32 = Math.fround;  // scores are accumulated in float32, as torch does
@@ -49,10 +51,10 @@ function topK(scores, k) {
 /**
  * Greedy search over a batch: each row runs until </s> or its own budget.
  * @param runner a Seq2SeqRunner  @param sources each source's ids  @param budgets each source's max new tokens
- * @param noRepeatNgramSize no n-gram of this many tokens twice (0: off)
- * @returns each source's output ids, </s> kept when reached
+ * @param noRepeatNgramSize no n-gram of this many tokens twice (0: off)  @param forced the first token (null: none)
+ * @returns each source's output ids, </s> kept when reached (the forced token first)
  */
-export async function greedy(runner, sources, budgets, { start, eos, noRepeatNgramSize = 0 }) {
+export async function greedy(runner, sources, budgets, { start, eos, noRepeatNgramSize = 0, forced = null }) {
   let { memory, state } = await runner.encode(sources);
   let live = sources.map((_, i) => i);  // the sources still decoding, in the order of the rows
   const outputs = sources.map(() => []);
@@ -68,6 +70,7 @@ export async function greedy(runner, sources, budgets, { start, eos, noRepeatNgr
       for (let v = 0; v < step.vocab; v++) {
         if (!banned.has(v) && (next < 0 || logits[v] > logits[next])) next = v;
       }
+      if (forced !== null && outputs[source].length === 0) next = forced;
       outputs[source].push(next);
       if (next !== eos && outputs[source].length < budgets[source]) {
         keep.push(row);
@@ -88,11 +91,12 @@ export async function greedy(runner, sources, budgets, { start, eos, noRepeatNgr
 /**
  * Beam search for one source, as GenerationMixin._beam_search with batch size 1 and one </s> id.
  * @param budget max new tokens  @param lengthPenalty @param earlyStopping the generation config's (false, true or
- *   "never")  @param noRepeatNgramSize no n-gram of this many tokens twice (0: off)
- * @returns the best hypothesis' ids, </s> kept when reached
+ *   "never")  @param noRepeatNgramSize no n-gram of this many tokens twice (0: off)  @param forced the first
+ *   token (null: none)
+ * @returns the best hypothesis' ids, </s> kept when reached (the forced token first)
  */
 export async function beam(runner, source, budget, numBeams,
-                           { start, eos, lengthPenalty, earlyStopping, noRepeatNgramSize = 0 }) {
+                           { start, eos, lengthPenalty, earlyStopping, noRepeatNgramSize = 0, forced = null }) {
   const K = numBeams, keepK = 2 * K, maxLength = 1 + budget, prompt = 1;
   const encoded = await runner.encode([source]);
   const memory = runner.gather(encoded.memory, new Array(K).fill(0));
@@ -110,6 +114,7 @@ export async function beam(runner, source, budget, numBeams,
     for (let k = 0; k < K; k++) {
       const logp = logSoftmax(step.logits, k, V);
       for (const v of bannedTokens(running[k], noRepeatNgramSize)) logp[v] = -Infinity;
+      if (forced !== null && length === prompt) logp.fill(-Infinity)[forced] = 0;
       for (let v = 0; v < V; v++) total[k * V + v] = f32(logp[v] + runningScores[k]);
     }
     const candidates = topK(total, keepK).map((i) => {

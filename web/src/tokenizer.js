@@ -1,7 +1,8 @@
 // The model's tokenizer in the browser: tokenizer.json read by tokenizers.js (@huggingface/tokenizers, the pure-JS
 // port of Hugging Face `tokenizers` that transformers.js uses), with encdec's conventions around it: a source is
-// its subword ids with </s> appended (the TemplateProcessing post-processor), and an output is decoded with the
-// special tokens skipped and the ends trimmed, as `encdec translate` does (inference/decoding.py).
+// its subword ids with </s> appended (the TemplateProcessing post-processor; a multilingual model's source is built
+// around `encodeText`'s ids by translator.js), and an output is decoded with the special tokens skipped (a language
+// token too) and the ends trimmed, as `encdec translate` does (inference/decoding.py).
 import { Tokenizer } from "@huggingface/tokenizers";
 
 // Two differences from Rust `tokenizers` (0.2.0, pinned), each undone here and pinned by tests/test_web_site.py:
@@ -42,6 +43,11 @@ export class SubwordTokenizer {
   /** A source's ids, </s> included (the post-processor appends it). */
   encode(text) {
     return this.tokenizer.encode(text).ids;
+  }
+
+  /** A text's subword ids alone, with no special token. */
+  encodeText(text) {
+    return this.tokenizer.encode(text, { add_special_tokens: false }).ids;
   }
 
   /** An output's text: special tokens skipped, ends trimmed (as `encdec translate`). */

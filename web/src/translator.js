@@ -8,7 +8,11 @@
 //   token, plus extra) within max_position_embeddings - 1 (each source its own, as `encdec translate --batch-size 1`);
 // - numBeams: as asked, else the model's default, up to the rules' max_beams; 1 is greedy search, more is beam
 //   search with the model's length penalty and early stopping;
-// - noRepeatNgramSize: as asked, else the model's default, within the rules' bounds; 0 is off.
+// - noRepeatNgramSize: as asked, else the model's default, within the rules' bounds; 0 is off;
+// - a multilingual model (the rules' `languages`) needs a source and a target language, each one of its own: the
+//   source is built by the rules' `source_template` (`__SRC__ text </s>`), the target's token is forced as the first
+//   generated token and dropped from the text; a language token typed in a line is refused; a bilingual model takes
+//   no language, or only the pair its card names.
 import { SubwordTokenizer } from "./tokenizer.js";
 import { Seq2SeqRunner } from "./runner.js";
 import { beam, greedy, untilEos } from "./search.js";
@@ -18,26 +22,41 @@ import { beam, greedy, untilEos } from "./search.js";
 // its output: int8 decodes one source at a time, as `encdec translate --batch-size 1`
 const GREEDY_BATCH = { float32: 16, int8: 1 };
 
-async function fetchJson(url) {
+export async function fetchJson(url) {
   const response = await fetch(url);
   if (!response.ok) throw new Error(`${url}: HTTP ${response.status}`);
   return response.json();
 }
 
-export async function fetchBytes(url) {
+/** A file's bytes; `received(n)`, when given, is told of each chunk's n bytes as they arrive. */
+export async function fetchBytes(url, received = null) {
   const response = await fetch(url);
   if (!response.ok) throw new Error(`${url}: HTTP ${response.status}`);
-  return new Uint8Array(await response.arrayBuffer());
+  if (!received || !response.body) return new Uint8Array(await response.arrayBuffer());
+  const chunks = [];
+  for (const reader = response.body.getReader(); ;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    chunks.push(value);
+    received(value.length);
+  }
+  const bytes = new Uint8Array(chunks.reduce((size, chunk) => size + chunk.length, 0));
+  chunks.reduce((at, chunk) => { bytes.set(chunk, at); return at + chunk.length; }, 0);
+  return bytes;
 }
 
+const SOURCE_PARTS = new Set(["source_language", "text", "eos"]);  // what a rules' `source_template` may hold
+
 export class Translator {
-  /** The model of the export folder at `base` (a URL ending in "/"). */
-  static async load(ort, base) {
-    const read = (name) => fetchJson(new URL(name, base));
-    const [manifest, config, rules, tokenizerJson, tokenizerConfig] = await Promise.all(
-      ["encdec_onnx.json", "config.json", "encdec_decoding.json", "tokenizer.json", "tokenizer_config.json"]
-        .map(read));
-    const runner = await Seq2SeqRunner.load(ort, base, manifest, fetchBytes);
+  /**
+   * The model of the export folder at `base` (a URL ending in "/").
+   * @param rules its encdec_decoding.json  @param bytes what fetches its files (fetchBytes, or one that counts)
+   */
+  static async load(ort, base, rules, bytes = fetchBytes) {
+    const read = async (name) => JSON.parse(new TextDecoder().decode(await bytes(new URL(name, base))));
+    const [manifest, config, tokenizerJson, tokenizerConfig] = await Promise.all(
+      ["encdec_onnx.json", "config.json", "tokenizer.json", "tokenizer_config.json"].map(read));
+    const runner = await Seq2SeqRunner.load(ort, base, manifest, bytes);
     return new Translator(runner, new SubwordTokenizer(tokenizerJson, tokenizerConfig), config, rules);
   }
 
@@ -48,6 +67,9 @@ export class Translator {
     this.maxSourceTokens = manifest.max_source_tokens
       ?? Math.min(tokenizer.tokenizer.config.model_max_length ?? Infinity, this.positions);
     this.tokens = { start: manifest.decoder_start_token_id, eos: manifest.eos_token_id };
+    this.languages = rules.languages ?? null;  // a multilingual model's codes, token ids and source template
+    const unknown = (this.languages?.source_template ?? []).filter((part) => !SOURCE_PARTS.has(part));
+    if (unknown.length) throw new Error(`encdec_decoding.json: unknown source_template part ${unknown[0]}`);
   }
 
   /** What the page shows and checks against. */
@@ -55,14 +77,69 @@ export class Translator {
     const manifest = this.runner.manifest;
     return { family: manifest.family, weights: manifest.weights, numBeams: this.defaults.num_beams,
              maxBeams: this.rules.max_beams, maxSourceTokens: this.maxSourceTokens,
-             maxNewTokens: Number.isFinite(this.positions) ? this.positions - 1 : null };
+             maxNewTokens: Number.isFinite(this.positions) ? this.positions - 1 : null,
+             languages: this.languages?.codes ?? null, page: this.rules.page ?? null,
+             downloadBytes: this.rules.download?.bytes ?? null };
   }
 
-  /** Each line's source ids, </s> included ([] for a blank line); an over-long line is refused. */
-  encode(lines) {
+  /**
+   * The language token ids of a direction, {source, target} (null for a bilingual model, and for a target not asked
+   * for when `needTarget` is false); a missing or unknown language is refused naming the model's languages, and so is
+   * a language given to a bilingual model, unless it names the pair its card names.
+   */
+  direction({ source, target } = {}, needTarget = true) {
+    const given = (code) => code !== undefined && code !== null;
+    if (!this.languages) {
+      const pair = this.rules.page?.languages ?? [];
+      const named = pair.length === 2 && (source ?? pair[0]) === pair[0] && (target ?? pair[1]) === pair[1];
+      if ((given(source) || given(target)) && !named) {
+        throw new RangeError(pair.length === 2
+          ? `this model translates ${pair[0]} into ${pair[1]} alone: leave out source and target, or give those.`
+          : "this model is bilingual (it has no language tokens) and takes no source or target: leave them out.");
+      }
+      return { source: null, target: null };
+    }
+    const { codes, token_ids: ids } = this.languages;
+    const id = (which, code) => {
+      if (!given(code)) {
+        if (which === "target" && !needTarget) return null;
+        throw new RangeError(`${which} is missing: this model translates between ${codes.join(", ")}; pass `
+                             + "{source, target}, each one of them.");
+      }
+      if (typeof code !== "string" || !Object.hasOwn(ids, code)) {
+        throw new RangeError(`unknown ${which} language ${JSON.stringify(code)}: this model's languages are `
+                             + `${codes.join(", ")}.`);
+      }
+      return ids[code];
+    };
+    return { source: id("source", source), target: id("target", target) };
+  }
+
+  /**
+   * Line `i`'s source ids: the tokenizer's (</s> appended), or a multilingual model's `source_template` filled; a
+   * language token typed in the text is refused (the languages are chosen, not typed).
+   */
+  sourceIds(line, sourceId, i) {
+    if (sourceId === null) return this.tokenizer.encode(line);
+    const text = this.tokenizer.encodeText(line);
+    const typed = Object.entries(this.languages.token_ids).find(([, id]) => text.includes(id));
+    if (typed) {
+      throw new RangeError(`line ${i + 1} holds the language token of ${typed[0]}: the languages are chosen with `
+                           + "source and target, not typed in the text; remove it.");
+    }
+    const parts = { source_language: [sourceId], text, eos: [this.tokens.eos] };
+    return this.languages.source_template.flatMap((part) => parts[part]);
+  }
+
+  /**
+   * Each line's source ids, </s> included ([] for a blank line); an over-long line is refused, and so is a bad
+   * direction (`direction`; a multilingual model's source starts with its language token).
+   */
+  encode(lines, languages = {}) {
+    const { source } = this.direction(languages, false);
     return lines.map((line, i) => {
       if (!line.trim()) return [];
-      const ids = this.tokenizer.encode(line);
+      const ids = this.sourceIds(line, source, i);
       if (ids.length > this.maxSourceTokens) {
         throw new RangeError(`line ${i + 1} has ${ids.length} tokens; the model takes at most `
                              + `${this.maxSourceTokens} (</s> included): shorten it or split it.`);
@@ -98,7 +175,8 @@ export class Translator {
   /** The translations of `lines`, in order (see the module comment). */
   async translate(lines, asked) {
     const { numBeams, maxNewTokens, noRepeatNgramSize } = this.options(asked);
-    const sources = this.encode(lines);
+    const forced = this.direction(asked).target;
+    const sources = this.encode(lines, asked);
     const outputs = sources.map(() => []);
     const todo = sources.map((ids, i) => i).filter((i) => sources[i].length > 0);
     const budgets = sources.map((ids) => this.budget(ids.length, maxNewTokens));
@@ -107,12 +185,12 @@ export class Translator {
       for (let at = 0; at < todo.length; at += size) {
         const batch = todo.slice(at, at + size);
         const found = await greedy(this.runner, batch.map((i) => sources[i]), batch.map((i) => budgets[i]),
-                                   { ...this.tokens, noRepeatNgramSize });
+                                   { ...this.tokens, noRepeatNgramSize, forced });
         batch.forEach((i, k) => { outputs[i] = found[k]; });
       }
     } else {
       const settings = { ...this.tokens, lengthPenalty: this.defaults.length_penalty,
-                         earlyStopping: this.defaults.early_stopping, noRepeatNgramSize };
+                         earlyStopping: this.defaults.early_stopping, noRepeatNgramSize, forced };
       for (const i of todo) outputs[i] = await beam(this.runner, sources[i], budgets[i], numBeams, settings);
     }
     return outputs.map((ids) => (ids.length ? this.tokenizer.decode(untilEos(ids, this.tokens.eos)) : ""));
