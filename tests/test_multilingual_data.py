@@ -323,7 +323,7 @@ def test_a_balanced_sample_has_as_many_distinct_sentences_of_every_language() ->
 
 def test_encdec_data_writes_each_direction_as_files_that_load_back(tmp_path: Path, capsys) -> None:
     out = tmp_path / "dates"
-    assert main(["data", str(REPO_ROOT / "configs" / "demo-transformer.yaml"), "--output", str(out),
+    assert main(["data", str(REPO_ROOT / "configs" / "demo-multilingual.yaml"), "--output", str(out),
                  "--data.languages", "[de, fr, iso]", "--data.directions", "de-fr,iso-de", "--data.builtin_train",
                  "30", "--data.builtin_validation", "4", "--data.builtin_test", "6"]) == 0
     printed = capsys.readouterr().out.splitlines()
