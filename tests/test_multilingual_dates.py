@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import json
 from pathlib import Path
 
 import pytest
@@ -28,6 +29,7 @@ from encdec_cli import main
 from remote_code import load_without_encdec
 from test_serve import assert_local_and_found, chromium_driver, page_requests
 from test_web_site import StaticServer, open_site, page_translate, require_runtime
+from tiny_model_folders import DATE_RNN, write_tiny_run_config
 
 LANGUAGES = list(DATE_LANGUAGES)  # de, en, fr, iso
 DIRECTIONS = every_direction(LANGUAGES)  # all twelve
@@ -143,23 +145,46 @@ def test_the_browser_site_translates_every_direction_as_torch(model_dir: Path, t
         driver.quit()
 
 
-def test_the_folder_translates_where_encdec_is_not_installed(model_dir: Path, tmp_path: Path) -> None:
-    """``trust_remote_code`` in a process that cannot import encdec: the folder's tokenizer puts the source language
-    token first, ``generate(forced_bos_token_id=...)`` and the pipeline's ``src_lang``/``tgt_lang`` give what they
-    give here."""
+@pytest.fixture(scope="module")
+def rnn_dir(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An RNN folder of a short ``encdec train`` run (three directions, the Transformer's tokenizer: the same
+    language token ids): trained only to be loaded, not to be right."""
+    root = tmp_path_factory.mktemp("multilingual-dates-rnn")
+    sections = {"data": {"format": "builtin_dates", "languages": LANGUAGES, "directions": ["de-en", "de-fr", "de-iso"],
+                         "builtin_train": 600, "builtin_validation": 6, "builtin_test": 6},
+                "tokenizer": {"path": str(model_dir / "tokenizer")},
+                "training": {"output_dir": str(root / "rnn-dates"), "max_steps": 20, "eval_steps": 20,
+                             "save_total_limit": 1, "logging_steps": 20}}
+    assert main(["train", str(write_tiny_run_config(root / "rnn.yaml", "rnn", DATE_RNN, sections))]) == 0
+    config = json.loads((root / "rnn-dates" / "config.json").read_text(encoding="utf-8"))
+    assert (config["model_type"], config["languages"]) == ("rnn_seq2seq", LANGUAGES)
+    return root / "rnn-dates"
+
+
+def test_both_families_translate_where_encdec_is_not_installed(model_dir: Path, rnn_dir: Path,
+                                                               tmp_path: Path) -> None:
+    """``trust_remote_code`` in a process that cannot import encdec, on folders ``encdec train`` wrote: each
+    folder's tokenizer puts the source language token first, ``generate(forced_bos_token_id=...)`` and the
+    pipeline's ``src_lang``/``tgt_lang`` give what they give here, and the Transformer's are right."""
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     forced = {"greedy": {"num_beams": 1, "forced_bos_token_id": tokenizer.get_lang_id("iso")},
               "beam": {"num_beams": 3, "forced_bos_token_id": tokenizer.get_lang_id("fr")}}
     lines = sources("de")[:8]  # the tokenizer's source language until one is set: its first
-    remote = load_without_encdec([model_dir], lines, tmp_path, forced, {"src_lang": "de", "tgt_lang": "en"})
+    remote = load_without_encdec([model_dir, rnn_dir], lines, tmp_path, forced, {"src_lang": "de", "tgt_lang": "en"})
+    for folder in (model_dir, rnn_dir):
+        record = remote[str(folder)]
+        for role, (_, module, *_) in [("tokenizer", record["tokenizer_class"]), *record["classes"].items()]:
+            assert module.startswith("transformers_modules."), (role, module)  # the folder's code, not encdec's
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+        batch = tokenizer(lines, padding=True, return_tensors="pt")
+        assert record["input_ids"] == batch["input_ids"].tolist()
+        model = AutoModelForSeq2SeqLM.from_pretrained(folder).eval()
+        for name, kwargs in forced.items():
+            assert record["generated"][name] == model.generate(**batch, **kwargs).tolist(), (folder.name, name)
+        local = pipeline(model=str(folder), trust_remote_code=True, device="cpu")
+        assert record["pipeline"] == local(lines, batch_size=len(lines), src_lang="de", tgt_lang="en")
     record = remote[str(model_dir)]
-    for role, (_, module, *_) in [("tokenizer", record["tokenizer_class"]), *record["classes"].items()]:
-        assert module.startswith("transformers_modules."), (role, module)  # the folder's code, not encdec's
-    batch = tokenizer(lines, padding=True, return_tensors="pt")
-    assert record["input_ids"] == batch["input_ids"].tolist()
-    model = AutoModelForSeq2SeqLM.from_pretrained(model_dir).eval()
-    for name, kwargs in forced.items():
-        assert record["generated"][name] == model.generate(**batch, **kwargs).tolist(), name
-    texts = tokenizer.batch_decode(record["generated"]["greedy"], skip_special_tokens=True)
+    texts = AutoTokenizer.from_pretrained(model_dir).batch_decode(record["generated"]["greedy"],
+                                                                  skip_special_tokens=True)
     assert [text.strip() for text in texts] == list(generated(model_dir, "de", "iso")[:8])
     assert [row["generated_text"].strip() for row in record["pipeline"]] == list(generated(model_dir, "de", "en")[:8])
