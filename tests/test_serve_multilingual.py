@@ -231,3 +231,13 @@ def test_exported_engines_serve_every_direction_as_torch(model_dir, expected, en
                                                                     "target": target})
             assert status == 200, answer
             assert [t["text"] for t in answer["translations"]] == expected[(source, target)]
+
+
+def test_the_start_up_names_the_directions_a_model_of_one_pair_takes(model_dir, pairs) -> None:
+    alone = load_models([str(model_dir)], limits=ServeLimits())
+    mixed = load_models([str(model_dir), f"de-en={pairs['de-en']}"], limits=ServeLimits())
+    assert alone.notices() == []
+    assert mixed.notices() == [f"{model_dir} serves de-en only to the requests that name it (model=multi); otherwise "
+                               "the model of each of these pairs does"]
+    assert [mixed.route("de", "en").hops[0].model.name, mixed.route("de", "en", "multi").hops[0].model.name,
+            mixed.route("fr", "en").hops[0].model.name] == ["de-en", "multi", "multi"]

@@ -197,11 +197,18 @@ class ServedModels:
 
     def notices(self) -> list[str]:
         """A line for each model that a language pair does not reach, for the start-up: one whose languages are not
-        known (and what to pass), one whose pair a model listed before it serves."""
+        known (and what to pass), one whose pair a model listed before it serves, and the directions of a
+        multilingual model that a model of one pair serves."""
         lines = []
+        pairs = {(model.source, model.target) for model in self.models.values() if model.source}
         for model in self.models.values():
             where = model.service.model_dir or model.name
-            if not model.source and not model.languages:
+            if model.languages and not model.source:
+                taken = [f"{hop.source}-{hop.target}" for hop in model.directions if (hop.source, hop.target) in pairs]
+                if taken:
+                    lines.append(f"{where} serves {', '.join(taken)} only to the requests that name it "
+                                 f"(model={model.name}); otherwise the model of each of these pairs does")
+            elif not model.source:
                 lines.append(f"{where} names no languages (its model card has none): it is served by its name only "
                              f"(model={model.name}), not for a language pair; give its pair: --model SRC-TGT={where}")
             elif model.name != f"{model.source}-{model.target}":
