@@ -13,6 +13,7 @@ names and detection apply: only ``language_tokens`` and ``languages`` change, th
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -80,6 +81,16 @@ def test_every_direction_through_both_apis_equals_translate(model_dir, expected)
             status, one, _ = request(f"{server.url}/translate", {"text": TEXTS[0], "source": source, "target": target,
                                                                  "split_sentences": True, "num_beams": 2})
             assert (status, one["translations"][0]["text"]) == (200, expected[(source, target)][0])
+
+
+def test_requests_of_every_direction_at_once_are_batched_by_direction(model_dir, expected) -> None:
+    """Six directions sent together, while the batcher waits 300 ms to fill a batch: each batch holds one target
+    language (its forced token), so every answer is its own direction's."""
+    app = create_app(load_models([str(model_dir)], limits=ServeLimits(max_wait_ms=300)))
+    with Server(app) as server, ThreadPoolExecutor(len(DIRECTIONS)) as pool:
+        found = list(pool.map(lambda d: request(f"{server.url}/translate", {"text": TEXTS, "source": d[0],
+                                                                            "target": d[1]}), DIRECTIONS))
+    assert [[t["text"] for t in answer["translations"]] for _, answer, _ in found] == [expected[d] for d in DIRECTIONS]
 
 
 def test_encdec_translate_gives_the_same_line(model_dir, expected, tmp_path) -> None:
