@@ -124,14 +124,17 @@ def plain_texts(texts: list[str], text_format: str) -> list[str]:
     return [piece for text in texts for translate, piece in html_parts(text) if translate]
 
 
-def decode_options(service: TranslationService, alternatives: int) -> tuple[DecodeOptions, DecodeOptions | None]:
-    """The options of a request's translation, and of its alternatives if it asks for some. The translation is the
-    model's default decoding, whatever ``alternatives`` (what ``encdec translate`` and the native API give); the
-    alternatives come from the n-best list that ``encdec translate --n-best alternatives+1`` prints: every beam of a
-    search at least that wide (the model's beam, if wider), ordered by log P, each text once."""
+def decode_options(model: ServedModel, alternatives: int) -> tuple[DecodeOptions, DecodeOptions | None]:
+    """The options of a request's translation, and of its alternatives if it asks for some, in the model's direction
+    (``ServedModel.direction``). The translation is the model's default decoding, whatever ``alternatives`` (what
+    ``encdec translate`` and the native API give); the alternatives come from the n-best list that ``encdec translate
+    --n-best alternatives+1`` prints: every beam of a search at least that wide (the model's beam, if wider), ordered
+    by log P, each text once."""
+    service, direction = model.service, model.direction
     if not alternatives:
-        return service.options(), None
-    return service.options(), service.options(**alternatives_request(alternatives), ranked=True)
+        return service.options(**direction), None
+    return (service.options(**direction),
+            service.options(**alternatives_request(alternatives), **direction, ranked=True))
 
 
 @dataclass(frozen=True)
@@ -170,8 +173,8 @@ def sentence_jobs(model: ServedModel, texts: list[str], plan: Plan) -> tuple[lis
     options, and for its alternatives with their n-best lists too), and whether those lists were asked; refused over
     ``plan.max_pieces`` sentences."""
     service = model.service
-    main, others = decode_options(service, plan.alternatives)
-    main = main if plan.decoding is None else service.options(**plan.decoding)
+    main, others = decode_options(model, plan.alternatives)
+    main = main if plan.decoding is None else service.options(**plan.decoding, **model.direction)
     cut = [[(translate and not nothing_to_translate(piece), piece) for translate, piece in
             split_parts(html_parts(text) if plan.text_format == "html" else line_parts(text), model.source)]
            for text in texts]
@@ -248,7 +251,7 @@ async def translated(served: ServedModel, batcher: Any, request: dict[str, Any]
     """``answers`` of texts to translate, every one decoded."""
     request = dict(request)
     if not sentence_by_sentence(request):
-        jobs = await off_loop(served.service.jobs, **request)
+        jobs = await off_loop(served.service.jobs, **request, **served.direction)
         return served.service.per_text(jobs, await decoded(batcher, jobs))
     _, texts = served.service.texts(request.pop("text"))
     # resolve refuses n-best lists, scores and alignments sentence by sentence

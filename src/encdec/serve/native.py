@@ -103,12 +103,13 @@ class BoundedJSONRoute(APIRoute):
 
 def models_info(models: ServedModels) -> dict[str, Any]:
     """``GET /info``: the first model's description (one model: the server's, as before), and every model's under
-    ``models``, each with its name and language pair."""
+    ``models``, each with its name, language pair (none for a multilingual model serving all its directions) and
+    the directions it serves (``[source, target]`` each)."""
     described = []
     for name, model in models.models.items():
         info = model.service.info()
         described.append({**info, "folder": info["name"], "name": name, "source": model.source,
-                          "target": model.target})
+                          "target": model.target, "directions": [[hop.source, hop.target] for hop in model.directions]})
     return {**described[0], "models": described}
 
 

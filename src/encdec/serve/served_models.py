@@ -1,7 +1,10 @@
 """The models one server serves, by language pair: ``--model [SRC-TGT=]DIR[,engine=E]...`` parsed (``ModelSpec``),
 each loaded once (``load_models``), each model's pair checked against its model card (``served_as``), and the
 request's model found (``ServedModels``), or the route of models between two languages (``ServedModels.route``:
-``encdec.serve.pairs``). ``LANGUAGE_NAMES``: the English names of common language codes."""
+``encdec.serve.pairs``). A multilingual model (its tokenizer's language tokens) serves every direction between its
+languages, or the one pair given; where a model of one pair and a multilingual one serve the same direction, the
+model of one pair serves it unless a request names the multilingual one. ``LANGUAGE_NAMES``: the English names of
+common language codes."""
 
 from __future__ import annotations
 
@@ -65,18 +68,48 @@ class ModelSpec:
 
 @dataclass
 class ServedModel:
-    """A model one server serves: its name (its pair, ``de-en``, or its folder's name when its languages are not
-    known), its pair, and its service."""
+    """A model one server serves: its name (its pair, ``de-en``, or its folder's name when it serves no single pair),
+    its pair, its service, and a multilingual model's ``languages`` (its tokenizer's; empty for a bilingual one). A
+    multilingual model without a pair serves every direction between its languages; ``toward`` gives it for one."""
 
     name: str
     source: str | None
     target: str | None
     service: TranslationService
+    languages: tuple[str, ...] = ()
 
     @property
     def directions(self) -> tuple[Hop, ...]:
-        """The directions it serves: its pair (none when its languages are not known)."""
-        return (Hop(self, self.source, self.target),) if self.source else ()
+        """The directions it serves: its pair (none when its languages are not known), or every ordered pair of a
+        multilingual model's languages."""
+        if self.source:
+            return (Hop(self, self.source, self.target),)
+        return tuple(Hop(self.toward(source, target), source, target) for source in self.languages
+                     for target in self.languages if source != target)
+
+    def toward(self, source: str, target: str) -> ServedModel:
+        """This model translating ``source`` into ``target`` (its batcher is the same: it keeps its name)."""
+        return dataclasses.replace(self, source=source, target=target)
+
+    @property
+    def direction(self) -> dict[str, str]:
+        """The decoding fields of a multilingual model's direction (``source``, ``target``: ``decoding_options``'s
+        JSON names of ``source_lang`` and ``target_lang``); none for a bilingual one."""
+        return {"source": self.source, "target": self.target} if self.languages and self.source else {}
+
+    def route(self, source: str | None, target: str | None) -> Route:
+        """A request's route through this multilingual model, which it names: from ``source`` into ``target``
+        (codes as ``pairs.served_code`` reads them), none for one language; refused naming its languages."""
+        named = ", ".join(self.languages)
+        found = []
+        for field, code in (("source", source), ("target", target)):
+            if code is None:
+                raise RequestError(field, f"{self.name} is multilingual ({named}): give source and target.")
+            if (served := served_code(code, self.languages)) is None:
+                raise RequestError(field, f"{self.name} has no language {code!r}; its languages are {named}.")
+            found.append(served)
+        source, target = found
+        return Route(source, target, () if source == target else (Hop(self.toward(source, target), source, target),))
 
     @property
     def folder(self) -> str:
@@ -87,6 +120,8 @@ def served_as(service: TranslationService, source: str | None = None, target: st
     """``service`` under its language pair: the one given, which its model card must agree with (the card's pair, or
     two of the languages of a card that names more), else the card's pair; named by the pair, or by its folder when
     neither gives one."""
+    if service.languages:
+        return multilingual(service, source, target)
     languages = tuple(service.card.get("languages", []))  # encdec.cards.card_languages: any number of them
     card_pair = languages if len(languages) == 2 else None
     if source and card_pair and card_pair != (source, target):
@@ -100,10 +135,23 @@ def served_as(service: TranslationService, source: str | None = None, target: st
     return dataclasses.replace(served, name=f"{source}-{target}" if source else served.folder)
 
 
+def multilingual(service: TranslationService, source: str | None, target: str | None) -> ServedModel:
+    """A multilingual ``service`` served in every direction between its languages, named by its folder, or in the
+    one pair given (two of its languages), named by the pair."""
+    languages = service.languages
+    if source and (not {source, target} <= set(languages) or source == target):
+        raise EncdecError(f"--model {source}-{target}={service.model_dir}: the model is multilingual; its languages "
+                          f"are {', '.join(languages)}: give two of them, or --model DIR for every direction.")
+    served = ServedModel("", source, target, service, languages)
+    return dataclasses.replace(served, name=f"{source}-{target}" if source else served.folder)
+
+
 class ServedModels:
     """The models of one server (``--model``, repeatable), found by language pair or by name. A pair is served by the
     first model listed for it (``encdec.serve.pairs``), named by the pair; a later model of the same pair is named by
-    its folder, and answers the requests that name it (``model``)."""
+    its folder, and answers the requests that name it (``model``). A multilingual model serving every direction of
+    its languages (named by its folder) comes after the models of one pair: they serve a pair both serve, and it
+    serves that pair to the requests that name it."""
 
     def __init__(self, models: list[ServedModel]) -> None:
         if not models:
@@ -131,8 +179,9 @@ class ServedModels:
             if model not in self.models:
                 raise RequestError("model", f"no model {model!r} is served; the served ones are {self.names()}.")
             return self.models[model]
-        if source is None and target is None and len(self.models) == 1:
-            return next(iter(self.models.values()))
+        only = next(iter(self.models.values())) if len(self.models) == 1 else None
+        if only is not None and (source is None and target is None or only.languages):
+            return only  # a multilingual one's route refuses a missing language in its words
         if source is None or target is None:
             raise RequestError("source" if source is None else "target",
                                f"several models are served: give source and target (or model); the served ones "
@@ -148,11 +197,18 @@ class ServedModels:
 
     def notices(self) -> list[str]:
         """A line for each model that a language pair does not reach, for the start-up: one whose languages are not
-        known (and what to pass), one whose pair a model listed before it serves."""
+        known (and what to pass), one whose pair a model listed before it serves, and the directions of a
+        multilingual model that a model of one pair serves."""
         lines = []
+        pairs = {(model.source, model.target) for model in self.models.values() if model.source}
         for model in self.models.values():
             where = model.service.model_dir or model.name
-            if not model.source:
+            if model.languages and not model.source:
+                taken = [f"{hop.source}-{hop.target}" for hop in model.directions if (hop.source, hop.target) in pairs]
+                if taken:
+                    lines.append(f"{where} serves {', '.join(taken)} only to the requests that name it "
+                                 f"(model={model.name}); otherwise the model of each of these pairs does")
+            elif not model.source:
                 lines.append(f"{where} names no languages (its model card has none): it is served by its name only "
                              f"(model={model.name}), not for a language pair; give its pair: --model SRC-TGT={where}")
             elif model.name != f"{model.source}-{model.target}":
@@ -161,8 +217,10 @@ class ServedModels:
         return lines
 
     def directions(self) -> list[Hop]:
-        """Every served direction, in ``--model`` order."""
-        return [hop for model in self.models.values() for hop in model.directions]
+        """Every served direction, in ``--model`` order: the models of one pair first, then those serving every
+        direction of their languages (the rule of the class docstring)."""
+        ordered = sorted(self.models.values(), key=lambda model: not model.source)  # a stable sort
+        return [hop for model in ordered for hop in model.directions]
 
     def languages(self) -> list[str]:
         """Every served language, source or target, in the order the models name them."""
@@ -178,6 +236,8 @@ class ServedModels:
         (``pairs.find_route``: none for one language, a direct model before a pivot), else the only model."""
         if model is not None or source is None or target is None:
             found = self.pick(source, target, model)  # by name, or the only model; else refused in its words
+            if found.languages and not found.source:  # a multilingual model, in the direction asked
+                return found.route(source, target)
             return Route(found.source or "", found.target or "", (Hop(found, found.source, found.target),))
         source, target = self.code(source), self.code(target)
         found = find_route(self.directions(), source, target) if {source, target} <= {*self.languages()} else None

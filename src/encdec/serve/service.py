@@ -25,7 +25,7 @@ from transformers import PreTrainedTokenizerBase
 
 from ..cards import card_languages, read_card
 from ..decoding_options import json_name, list_apart, python_name
-from ..errors import EncdecError, OptionError
+from ..errors import EncdecError, LanguageError, OptionError
 from ..inference.decoding import (
     LENGTH_PENALTY_RANGE,
     DecodeLimits,
@@ -37,6 +37,7 @@ from ..inference.decoding import (
     resolve_options,
 )
 from ..inference.sentences import fit
+from ..tokenization import language_ids
 from ..version import __version__
 from .offload import lone_surrogate
 
@@ -130,7 +131,9 @@ class Job:
 
     @property
     def key(self) -> tuple:
-        """Jobs with equal keys are decoded in one batch (see the module docstring for the budget)."""
+        """Jobs with equal keys are decoded in one batch (see the module docstring for the budget). A multilingual
+        model's target language is part of the search (its forced token), so two targets never share a
+        ``generate()`` call; sources of other languages may, each starting with its own language's token."""
         return self.options.search, None if self.options.greedy else self.budget
 
 
@@ -147,6 +150,12 @@ class TranslationService:
         self.defaults = resolve_options(engine.generation_config).describe()  # what translate and evaluate resolve
         self.has_alignments = engine.spec.alignments and getattr(self.config, "attention", "") != "none"
         self.tokenizing = threading.Lock()  # one thread at a time in the tokenizer (``offload``'s docstring says why)
+        self.language_ids = language_ids(tokenizer)  # a multilingual model's code -> token id; {} for a bilingual one
+
+    @property
+    def languages(self) -> tuple[str, ...]:
+        """A multilingual model's languages (its tokenizer's), in order; none for a bilingual model."""
+        return tuple(self.language_ids)
 
     def jobs(self, text: str | list[str], **asked: Any) -> list[Job]:
         """Check one request (the fields of ``POST /translate``; ``asked``: its decoding options by their JSON names,
@@ -161,14 +170,17 @@ class TranslationService:
         return jobs + [Job(job.source_ids, listed, job.budget, True) for job in jobs if listed is not None]
 
     def options(self, *, ranked: bool = False, **asked: Any) -> DecodeOptions:
-        """A request's decoding options (``asked``: by their JSON names), resolved as ``encdec translate`` resolves
-        its flags (``decoding.resolve_options``), within the limits; a ``RequestError`` naming the field otherwise."""
+        """A request's decoding options (``asked``: by their JSON names; a multilingual model's direction as
+        ``source`` and ``target``), resolved as ``encdec translate`` resolves its flags (``decoding.resolve_options``,
+        the target language's token forced), within the limits; a ``RequestError`` naming the field otherwise."""
         try:
             options = resolve_options(self.engine.generation_config, ranked=ranked, limits=self.limits.decoding,
-                                      model_config=self.config,
+                                      model_config=self.config, tokenizer=self.tokenizer,
                                       **{python_name(name): value for name, value in asked.items()})
         except OptionError as error:
             raise RequestError(json_name(error.field), error.explain(json_name)) from None
+        except LanguageError as error:
+            raise RequestError("target", str(error)) from None
         if options.alignments and not self.has_alignments:
             why = (f"the {self.engine.name} engine returns none" if not self.engine.spec.alignments
                    else "this model has no attention (attention='none')")
@@ -179,10 +191,13 @@ class TranslationService:
                  cut: bool = False) -> list[Job]:
         """A job for each text of ``text`` (checked, as ``texts`` and the source limit say), decoded with
         ``options``, each with its own budget. ``cut`` (a sentence of a split text): a text over the source limit
-        is cut to it, with a warning in the log (``sentences.fit``), instead of refused. Called from the server's CPU
+        is cut to it, with a warning in the log (``sentences.fit``), instead of refused. A multilingual model's
+        sources start with the token of ``options.source_lang`` (``decoding.encode``). Called from the server's CPU
         threads (``offload``), one at a time in the tokenizer."""
         fields, texts = self.texts(text)
         with self.tokenizing:
+            if self.language_ids:
+                self.tokenizer.src_lang = options.source_lang or self.tokenizer.src_lang
             found = self.tokenizer(texts, verbose=False)["input_ids"]
             if cut:
                 found = fit(self.tokenizer, texts, found, self.limits.max_source_tokens)
@@ -211,7 +226,17 @@ class TranslationService:
             if (fault := lone_surrogate(item)) is not None:
                 raise RequestError(name, f"{fault} is not text; send valid Unicode (a surrogate pair is fine, half of "
                                          "one is not).")
+            self.refuse_language_tokens(name, item)
         return fields, texts
+
+    def refuse_language_tokens(self, name: str, text: str) -> None:
+        """A text holding a multilingual model's language token (``__de__``) is refused, as ``encdec translate``
+        refuses it (``tokenization.refuse_language_tokens``): the direction is chosen by ``source`` and ``target``."""
+        tokens = (getattr(self.tokenizer, "language_tokens", None) or {}).values() if self.language_ids else ()
+        typed = next((token for token in tokens if token in text), None)
+        if typed is not None:
+            raise RequestError(name, f"the text holds the language token {typed!r}; the model's languages are chosen "
+                                     "with source and target, not typed in the text: remove it.")
 
     def decode(self, jobs: list[Job]) -> list[Any]:
         """Translate jobs that share a key in one batch: one answer per job, in order."""

@@ -336,7 +336,7 @@ class LibreTranslateAPI:
         return JSONResponse(languages(self.models))
 
     async def settings(self) -> JSONResponse:
-        first = next((model for model in self.models.models.values() if model.source), None)
+        first = next(iter(self.models.directions()), None)  # the first direction served, a multilingual one's too
         pair = ([{"code": code, "name": name_of(code)} for code in (first.source, first.target)] if first else
                 [{"code": "auto", "name": "Auto Detect"}, {"code": "", "name": ""}])
         return JSONResponse({"charLimit": self.access.char_limit or -1, "frontendTimeout": 500,
