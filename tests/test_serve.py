@@ -837,6 +837,20 @@ def chromium_driver():
     return webdriver.Chrome(options=options, service=webdriver.ChromeService(executable_path=driver_path))
 
 
+def translated_on_page(driver, text: str) -> list[str]:
+    """Types ``text`` into the server's page, presses Translate and returns the lines shown, once they or an error
+    come; asserts that no error came."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    driver.find_element(By.ID, "source").send_keys(text)
+    driver.find_element(By.ID, "translate").click()
+    WebDriverWait(driver, 30).until(lambda d: d.find_elements(By.CSS_SELECTOR, "#translation .line")
+                                    or d.find_element(By.ID, "error").text)
+    assert driver.find_element(By.ID, "error").text == ""
+    return [line.get_attribute("textContent") for line in driver.find_elements(By.CSS_SELECTOR, "#translation .line")]
+
+
 def page_requests(driver) -> list[tuple[str, int | None]]:
     """(URL, HTTP status or None) of every request the pages made since the last call (Chrome's network log)."""
     sent, statuses = [], {}

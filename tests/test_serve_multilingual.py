@@ -26,7 +26,7 @@ from encdec.serve.server import create_app, load_models
 from encdec_cli import main
 from test_libretranslate import URL
 from test_multilingual_model import LANGUAGES, SOURCES, trained_model
-from test_serve import Server, chromium_driver, request
+from test_serve import Server, chromium_driver, request, translated_on_page
 from test_translate_file import download, upload
 
 CODES = dict(zip(("de", "en", "fr"), LANGUAGES, strict=True))  # served code -> the toy's token's language
@@ -130,13 +130,7 @@ def test_the_page_offers_every_direction_in_chromium(model_dir, expected, pairs)
             assert [option.text for option in pair.options] == ["de \u2192 en"] + [
                 f"{s} \u2192 {t} (multi)" for s, t in DIRECTIONS]
             pair.select_by_visible_text("en \u2192 fr (multi)")
-            driver.find_element(By.ID, "source").send_keys(TEXTS[0])
-            driver.find_element(By.ID, "translate").click()
-            wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#translation .line")
-                       or d.find_element(By.ID, "error").text)
-            assert driver.find_element(By.ID, "error").text == ""
-            lines = driver.find_elements(By.CSS_SELECTOR, "#translation .line")
-            assert [line.get_attribute("textContent") for line in lines] == [expected[("en", "fr")][0]]
+            assert translated_on_page(driver, TEXTS[0]) == [expected[("en", "fr")][0]]
     finally:
         driver.quit()
 

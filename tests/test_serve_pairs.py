@@ -14,7 +14,7 @@ from encdec.serve import ModelSpec, RequestError, ServedModels, ServeLimits
 from encdec.serve.core import nothing_to_translate
 from encdec.serve.pairs import Hop, find_route, served_code
 from encdec.serve.server import build_service, create_app, load_models
-from test_serve import Server, chromium_driver, request, serve_app
+from test_serve import Server, chromium_driver, request, serve_app, translated_on_page
 from test_translate_file import download, upload
 from test_translate_file import serve as serve_files
 from tiny_model_folders import date_data
@@ -214,12 +214,6 @@ def test_the_page_works_with_the_key_in_its_url_in_chromium(pairs, texts) -> Non
             driver.get(server.url.replace("http://", "http://user:s3cret-key@") + "/")
             wait = WebDriverWait(driver, 30)
             wait.until(lambda d: "transformer" in d.find_element(By.ID, "model").text)
-            driver.find_element(By.ID, "source").send_keys(texts[0])
-            driver.find_element(By.ID, "translate").click()
-            wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#translation .line")
-                       or d.find_element(By.ID, "error").text)
-            assert driver.find_element(By.ID, "error").text == ""
-            lines = driver.find_elements(By.CSS_SELECTOR, "#translation .line")
-            assert [line.get_attribute("textContent") for line in lines] == [expected]
+            assert translated_on_page(driver, texts[0]) == [expected]
     finally:
         driver.quit()
