@@ -17,7 +17,7 @@ from encdec.inference import load_engine, translate, translate_n_best_ids
 from encdec.inference.decoding import DecodeLimits, DecodeOptions, resolve_options
 from encdec.inference.evaluation import evaluate_model
 from encdec.recipes.distill import DistillConfig, TeacherSettings, translate_sources
-from encdec.serve import TranslationService
+from encdec.serve import TranslationService, served_as
 from encdec.serve.core import decode_options
 from encdec.serve.libretranslate.api import alternatives_of
 from encdec.serve.server import request_schema
@@ -130,7 +130,7 @@ class FrontEnds:
 
     def libretranslate(self, **body) -> tuple[DecodeOptions, DecodeOptions | None]:
         """LibreTranslate's body: the translation's options, and its alternatives'."""
-        return decode_options(self.service, alternatives_of(body, self.service.limits.max_beams - 1))
+        return decode_options(served_as(self.service), alternatives_of(body, self.service.limits.max_beams - 1))
 
     def distill(self, **teacher) -> DecodeOptions:
         """A distillation recipe's `teacher` section, the teacher translating the sources."""
