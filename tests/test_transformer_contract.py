@@ -16,6 +16,7 @@ import torch
 from datasets import Dataset
 from peft import LoraConfig, PeftModel, PrefixTuningConfig, PromptTuningConfig, get_peft_model
 from transformers import AutoModelForSeq2SeqLM, GenerationConfig, Seq2SeqTrainer, Seq2SeqTrainingArguments
+from transformers.generation import utils as generation_utils
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.utils import is_torch_flex_attn_available
 
@@ -259,6 +260,25 @@ def test_a_callers_max_length_beats_the_saved_max_new_tokens(name: str) -> None:
     assert model.generate(**source, generation_config=copied, max_length=7).shape[1] == 7  # as a pipeline passes
     assert model.generate(**source, suppress_tokens=NEVER_ENDS).shape[1] == saved + 1
     assert model.generation_config.max_new_tokens == saved and model.generation_config.max_length is None
+
+
+@pytest.mark.parametrize("name", ["transformer", "bahdanau-lstm", "ensemble"])
+@torch.no_grad()
+def test_a_callers_max_new_tokens_beats_a_saved_max_length(name: str, monkeypatch) -> None:
+    """A saved ``max_length`` (Marian's generation configs keep 512) gives way to a caller's ``max_new_tokens``,
+    directly and through the pipeline's copied config, without transformers' "both have been set" warning; the
+    saved ``max_length`` still holds for a call that gives no limit."""
+    warned = []
+    monkeypatch.setattr(generation_utils.logger, "warning", lambda message, *args: warned.append(message))
+    model = length_model(name)
+    model.generation_config.max_new_tokens, model.generation_config.max_length = None, 9
+    source = dict(zip(("input_ids", "attention_mask"), source_batch(), strict=True))
+    assert model.generate(**source, suppress_tokens=NEVER_ENDS, max_new_tokens=3).shape[1] == 4
+    copied = GenerationConfig.from_dict({**model.generation_config.to_dict(), "suppress_tokens": NEVER_ENDS})
+    assert model.generate(**source, generation_config=copied, max_new_tokens=5).shape[1] == 6
+    assert [message for message in warned if "seem to have been set" in message] == []
+    assert model.generate(**source, suppress_tokens=NEVER_ENDS).shape[1] == 9
+    assert model.generation_config.max_length == 9 and model.generation_config.max_new_tokens is None
 
 
 @pytest.mark.parametrize("name", ["transformer-post-ln", "rnn-bahdanau-lstm"])

@@ -140,6 +140,9 @@ class DecodeRequest:
 GLANCE = DecodeRequest(num_beams=1, max_new_tokens=64)
 LANGUAGE_OPTIONS = ("source_lang", "target_lang")  # a multilingual model's direction (``resolve``'s ``languages``)
 ONE_TRANSLATION = ("n_best", "scores", "alignments")  # what a text put together from its sentences cannot have
+# ONE_TRANSLATION and the options that shape it: what a translation comes with, which a step that feeds another
+# (a pivot's first model) does not ask (``translation_only``)
+COMES_WITH = (*ONE_TRANSLATION, "keep_duplicates", "alignment_layer", "alignment_head")
 
 
 def declared(front: str | None = None) -> list[dataclasses.Field]:
@@ -167,6 +170,13 @@ def asks_list(asked: dict[str, Any]) -> bool:
 def sentence_by_sentence(asked: dict[str, Any]) -> bool:
     """Whether ``asked`` (options by name) asks each text translated sentence by sentence, one translation a text."""
     return bool(asked.get("split_sentences"))
+
+
+def translation_only(asked: Mapping[str, Any]) -> dict[str, Any]:
+    """A request (options by their JSON names) without what a translation comes with (``COMES_WITH``: its n-best
+    list, scores and alignment, and their settings): what a step whose translations feed another step asks."""
+    dropped = {json_name(name) for name in COMES_WITH}
+    return {name: value for name, value in asked.items() if name not in dropped}
 
 
 def list_apart(asked: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any] | None]:
@@ -452,7 +462,8 @@ def check_bounds(request: DecodeRequest) -> None:
             raise OptionError(item.name, f"must be a whole number {within}, got {value!r}.")
 
 
-__all__ = ["AUTO_BUDGET", "GLANCE", "GREEDY", "LANGUAGE_OPTIONS", "LENGTH_PENALTY_RANGE", "ONE_TRANSLATION",
-           "DecodeLimits", "DecodeOptions", "DecodeRequest", "alternatives_request", "asked_of", "asks_list",
-           "auto_max_new_tokens", "check_languages", "check_offered", "declared", "in_words", "json_name", "list_apart",
-           "positions_needed", "python_name", "resolve", "sentence_by_sentence", "shipped_search", "with_budget"]
+__all__ = ["AUTO_BUDGET", "COMES_WITH", "GLANCE", "GREEDY", "LANGUAGE_OPTIONS", "LENGTH_PENALTY_RANGE",
+           "ONE_TRANSLATION", "DecodeLimits", "DecodeOptions", "DecodeRequest", "alternatives_request", "asked_of",
+           "asks_list", "auto_max_new_tokens", "check_languages", "check_offered", "declared", "in_words", "json_name",
+           "list_apart", "positions_needed", "python_name", "resolve", "sentence_by_sentence", "shipped_search",
+           "translation_only", "with_budget"]

@@ -100,9 +100,6 @@ class Seq2SeqGenerationPipeline(Pipeline):
             raise ValueError(f"This model is multilingual ({', '.join(self.languages)}): pass the target language, "
                              f"e.g. pipeline(model=..., tgt_lang={self.languages[-1]!r}) or pipe(text, tgt_lang=...).")
         in_b = model_inputs["input_ids"].shape[0]
-        if "max_new_tokens" in generate_kwargs and "generation_config" not in generate_kwargs:
-            # the call's length limit replaces the saved `max_length` (generate() warns when both are set)
-            generate_kwargs.setdefault("max_length", None)
         output_ids = self.model.generate(**model_inputs, **generate_kwargs)  # (B * num_return_sequences, T)
         out_b = output_ids.shape[0]
         return {"output_ids": output_ids.reshape(in_b, out_b // in_b, *output_ids.shape[1:])}  # (B, R, T)

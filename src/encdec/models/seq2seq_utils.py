@@ -129,9 +129,11 @@ class CallerLengthMixin:
     passes (keywords, or the ``generation_config`` argument) over the model's ``generation_config``. ``max_new_tokens``
     then beats ``max_length`` whoever set it, so the saved ``max_new_tokens`` silently beat a caller's ``max_length``
     (``generate(max_length=N)``, ``Seq2SeqTrainer``'s ``generation_max_length``). Here a ``max_length`` the caller
-    gives without a ``max_new_tokens`` of its own replaces the saved ``max_new_tokens`` for that call, as the
-    caller's values replace the model's everywhere else. A value in the ``generation_config`` the caller passes counts
-    as the caller's when it differs from the model's own (a pipeline passes a copy of the model's)."""
+    gives without a ``max_new_tokens`` of its own replaces the saved ``max_new_tokens`` for that call, and a
+    ``max_new_tokens`` without a ``max_length`` replaces a saved ``max_length`` (transformers would keep it and warn
+    that both are set), as the caller's values replace the model's everywhere else. A value in the
+    ``generation_config`` the caller passes counts as the caller's when it differs from the model's own (a pipeline
+    passes a copy of the model's)."""
 
     def _prepare_generation_config(self, generation_config: GenerationConfig | None, **kwargs) -> tuple:
         config, model_kwargs = super()._prepare_generation_config(generation_config, **kwargs)
@@ -142,6 +144,8 @@ class CallerLengthMixin:
 
         if asked("max_length") and not asked("max_new_tokens"):
             config.max_new_tokens = None
+        elif asked("max_new_tokens") and not asked("max_length"):
+            config.max_length = None  # a saved max_length (Marian's 512) is not the caller's: no "both set" warning
         return config, model_kwargs
 
     def set_default_budget(self, tokens: int) -> None:

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from html.parser import HTMLParser
 from typing import Any
 
-from ..decoding_options import alternatives_request, sentence_by_sentence
+from ..decoding_options import alternatives_request, sentence_by_sentence, translation_only
 from ..inference.decoding import DecodeOptions
 from ..inference.sentences import Parts, join, line_parts, pieces_to_translate, split_parts
 from .offload import off_loop
@@ -43,9 +43,6 @@ MAX_PIECES = 1024  # sentences one request may hold (a body of 1 MB could hold 5
 NO_TRANSLATION = {"script", "style"}  # HTML elements whose content is not text to translate
 FORMATS = ("text", "html")
 NUMBER = re.compile(r"[+-]?\d+(?:[.,]\d+)?%?")  # one number alone: 42, -3.5, 2,5, 99%
-# the native request's fields of what a translation comes with: a step before the last of a route leaves them out
-OUTPUT_FIELDS = ("n_best", "keep_duplicates", "return_scores", "return_alignments", "alignment_layer",
-                 "alignment_head")
 
 
 class TooManySentences(RequestError):
@@ -267,8 +264,7 @@ async def route_answers(route: Route, batchers: dict[str, Any], request: dict[st
     if not route.hops:
         return [({"text": text}, None) for text in check.texts(request["text"])[1]]
     for k, hop in enumerate(route.hops[:-1]):
-        found = await answers(hop.model, batchers[hop.model.name],
-                              {name: value for name, value in request.items() if name not in OUTPUT_FIELDS}, k > 0)
+        found = await answers(hop.model, batchers[hop.model.name], translation_only(request), k > 0)
         request = {**request, "text": [answer["text"] for answer, _ in found] if isinstance(request["text"], list)
                    else found[0][0]["text"]}
     last = route.hops[-1].model
