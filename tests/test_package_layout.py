@@ -8,6 +8,7 @@ stage imports only the stages below it. The old flat module names (``encdec.MOVE
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -149,6 +150,25 @@ def test_modules_stay_small_enough_to_read() -> None:
     long_files = {module_name(path): lines for path in [*PACKAGE.rglob("*.py"), *CLI]
                   if (lines := len(path.read_text(encoding="utf-8").splitlines())) >= 600}
     assert not long_files, long_files
+
+
+# declared options named by words that mean other things too: the response's `scores` and `alignments`, and the
+# data recipe's `source_lang` and `target_lang` (its columns), which name a pair's languages wherever pairs are read
+SHARED_WORDS = {"scores", "alignments", "source_lang", "target_lang"}
+
+
+def test_a_decoding_option_is_named_in_at_most_three_files() -> None:
+    """Options are declared once (``decoding_options``) and read from the declaration: an option's name appears in at
+    most three Python files of the package and the command line (the declaration, and the engines that map it)."""
+    from encdec.decoding_options import declared
+
+    texts = {path: path.read_text(encoding="utf-8") for path in [*PACKAGE.rglob("*.py"), *CLI]}
+    spread = {}
+    for name in sorted({item.name for item in declared()} - SHARED_WORDS):
+        files = [module_name(path) for path, text in texts.items() if re.search(rf"\b{name}\b", text)]
+        if len(files) > 3:
+            spread[name] = sorted(files)
+    assert spread == {}, spread
 
 
 def reachable(graph: dict[str, set[str]], start: set[str]) -> set[str]:
