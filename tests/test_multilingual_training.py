@@ -24,6 +24,7 @@ from encdec.errors import EncdecError
 from encdec.folders import check_model_folder
 from encdec.tokenization import train_tokenizer
 from encdec.training import CHECKPOINT_SUBDIR, TOKENIZER_SUBDIR, load_run_config, train
+from encdec.training.run import first_rows
 from test_distributed import launch
 from tiny_model_folders import REPO_ROOT, write_tiny_run_config
 
@@ -200,3 +201,15 @@ def test_a_models_languages_are_read_from_its_config_first(tmp_path) -> None:
     assert model_languages(tmp_path) == tuple(LANGUAGES)
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "transformer_seq2seq"}))
     assert model_languages(tmp_path) == ()
+
+
+def test_eval_max_samples_keeps_the_first_rows_of_every_direction() -> None:
+    """``training.eval_max_samples`` on a multilingual validation split keeps the first N rows of each direction
+    (in their order), so a direction listed late is still scored; a bilingual split keeps its first N rows."""
+    directions = [("de", "en")] * 5 + [("en", "fr")] * 3 + [("de", "en"), ("fr", "de")]
+    split = Dataset.from_dict({"source": [str(i) for i in range(10)], "target": [str(i) for i in range(10)],
+                               "source_lang": [s for s, _ in directions], "target_lang": [t for _, t in directions]})
+    kept = first_rows(split, 2)
+    assert kept["source"] == ["0", "1", "5", "6", "9"]
+    assert {(s, t) for s, t in zip(kept["source_lang"], kept["target_lang"], strict=True)} == set(directions)
+    assert first_rows(split.remove_columns(["source_lang", "target_lang"]), 3)["source"] == ["0", "1", "2"]

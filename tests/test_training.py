@@ -251,7 +251,8 @@ def test_deep_post_ln_with_a_short_warm_up_gets_a_warning() -> None:
 
 
 @pytest.mark.parametrize("name", ["multi30k-transformer-small.yaml", "multi30k-transformer-base.yaml",
-                                  "multi30k-transformer-fast.yaml"])
+                                  "multi30k-transformer-fast.yaml", "multi30k-multilingual-small.yaml",
+                                  "multi30k-multilingual-cpu.yaml", "multi30k-bilingual-cpu.yaml"])
 def test_the_multi30k_transformer_recipes_pass_the_post_ln_check(name: str) -> None:
     run = load_run_config(REPO_ROOT / "configs" / name)
     values = json.loads((REPO_ROOT / run.model).read_text())

@@ -47,7 +47,7 @@ class TrainingSettings:
     overlong: str = "filter"  # pairs over the limits: "filter" drops them, "truncate" cuts them
     eval_strategy: str = "epoch"  # "epoch", "steps" or "no": when BLEU/chrF are computed
     eval_steps: int | None = None  # with eval_strategy "steps"
-    eval_max_samples: int | None = None  # evaluate on the first N validation pairs (faster), null for all
+    eval_max_samples: int | None = None  # the first N validation pairs (of each direction, multilingual); null: all
     eval_num_beams: int | None = None  # beam size for validation during training; null = the generation section's
     save_total_limit: int = 2  # checkpoints kept (the best is always kept)
     early_stopping_patience: int | None = None  # evaluations without BLEU gain before stopping; null disables

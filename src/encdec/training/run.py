@@ -23,6 +23,7 @@ from transformers import (
 )
 
 from ..data import (
+    MULTILINGUAL_COLUMNS,
     DataSpec,
     balanced_sample,
     direction_rows,
@@ -132,6 +133,15 @@ def get_tokenizer(config: RunConfig, train_split: Any, output_dir: Path):
     return tokenizer  # one process: train() saves it to <output_dir>/tokenizer once the run is set up
 
 
+def first_rows(split: Any, count: int) -> Any:
+    """The first ``count`` rows of a validation split (``training.eval_max_samples``); of a multilingual split, the
+    first ``count`` of each direction, so that every direction is still scored."""
+    if not set(MULTILINGUAL_COLUMNS) <= set(split.column_names):
+        return split.select(range(min(count, len(split))))
+    rows = sorted(row for found in direction_rows(split).values() for row in found[:count].tolist())
+    return split.select(rows)
+
+
 def tokenize_splits(datasets: DatasetDict, tokenizer, settings: TrainingSettings, data: DataSpec | None = None
                     ) -> tuple[DatasetDict, dict]:
     """Over-long training pairs are filtered (or truncated, per ``overlong``); evaluation splits are only ever
@@ -143,6 +153,8 @@ def tokenize_splits(datasets: DatasetDict, tokenizer, settings: TrainingSettings
     train, counts = tokenize_dataset(DatasetDict(train=datasets["train"]), tokenizer, *lengths,
                                      overlong=settings.overlong, **where)
     others = DatasetDict({name: split for name, split in datasets.items() if name != "train"})
+    if "validation" in others and settings.eval_max_samples:
+        others["validation"] = first_rows(others["validation"], settings.eval_max_samples)
     if others:
         evaluated, eval_counts = tokenize_dataset(others, tokenizer, *lengths, overlong="truncate", **where)
         train.update(evaluated)
@@ -154,9 +166,7 @@ def build_trainer(config: RunConfig, model: PreTrainedModel, tokenizer: Any, tok
                   output_dir: Path, snapshot_dir: Path) -> EncdecTrainer:
     """The run's ``EncdecTrainer``: its arguments, validation set, callbacks (early stopping, weight snapshots, the
     progress lines) and checks."""
-    eval_set = tokenized.get("validation")
-    if eval_set is not None and config.training.eval_max_samples:
-        eval_set = eval_set.select(range(min(config.training.eval_max_samples, len(eval_set))))
+    eval_set = tokenized.get("validation")  # its first eval_max_samples rows (``first_rows``)
     d_model = getattr(model.config, "d_model", None) or model.config.hidden_size
     args = training_arguments(config, output_dir, d_model, has_eval=eval_set is not None)
     callbacks: list[Any] = [TrainingClock(), CheckpointStopPoint()]
