@@ -3,8 +3,9 @@
 steps and pairs) learns every direction, and every front end and engine translates each direction alike: ``encdec
 translate --source-lang S --target-lang T``, ``pipeline(model=DIR, src_lang=S, tgt_lang=T)`` and ``generate(
 forced_bos_token_id=...)`` agree and write the date as the target language does (``encdec.data.dates.write_date``);
-the CTranslate2 and ONNX Runtime exports give torch's text; the browser site gives it in headless Chromium; and the
-folder loads and translates in a process where encdec is not installed (``trust_remote_code``).
+``encdec serve`` gives the same through its native API and LibreTranslate's; the CTranslate2 and ONNX Runtime exports
+give torch's text; the browser site gives it in headless Chromium; and the folder loads and translates in a process
+where encdec is not installed (``trust_remote_code``).
 
 The test dates are the run's own held-out test dates (no language of them seen in training), each written in every
 language, so each direction is scored on the same dates.
@@ -25,9 +26,12 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
 from encdec.data import load_builtin_multilingual_dates
 from encdec.data.dates import DATE_LANGUAGES, write_date
 from encdec.data.directions import every_direction
+from encdec.serve import ServeLimits
+from encdec.serve.server import create_app, load_models
 from encdec_cli import main
 from remote_code import load_without_encdec
-from test_serve import assert_local_and_found, chromium_driver, page_requests
+from test_libretranslate import URL as LIBRETRANSLATE
+from test_serve import Server, assert_local_and_found, chromium_driver, page_requests, request
 from test_web_site import StaticServer, open_site, page_translate, require_runtime
 from tiny_model_folders import DATE_RNN, write_tiny_run_config
 
@@ -124,6 +128,22 @@ def test_exported_engines_translate_every_direction_as_torch(export: str, model_
     for source, target in DIRECTIONS:
         found = cli_translate(exported, tmp_path, source, target, "--engine", engine)
         assert found == list(generated(model_dir, source, target)), (engine, source, target)
+
+
+def test_the_server_translates_every_direction_as_generate(model_dir: Path) -> None:
+    """``encdec serve``'s native API (``source``/``target``) and LibreTranslate's ``/translate`` give ``generate``'s
+    text of the held-out dates in every direction, the ISO 8601 "language" included."""
+    with Server(create_app(load_models([str(model_dir)], limits=ServeLimits()))) as server:
+        status, listed, _ = request(f"{server.url}{LIBRETRANSLATE}/languages")
+        assert status == 200 and {row["code"] for row in listed} == set(LANGUAGES), listed
+        for source, target in DIRECTIONS:
+            expected = list(generated(model_dir, source, target))
+            status, native, _ = request(f"{server.url}/translate", {"text": sources(source), "source": source,
+                                                                    "target": target})
+            assert status == 200 and [row["text"] for row in native["translations"]] == expected, (source, target)
+            status, libre, _ = request(f"{server.url}{LIBRETRANSLATE}/translate",
+                                       {"q": sources(source), "source": source.upper(), "target": target})
+            assert (status, libre["translatedText"]) == (200, expected), (source, target)
 
 
 @pytest.mark.timeout(600)

@@ -126,6 +126,8 @@ def test_a_pair_no_model_serves_goes_through_a_pivot(pairs, texts) -> None:
         _, direct, _ = request(f"{server.url}/translate", {"text": texts, "source": "de", "target": "en"})
         _, listed, _ = request(f"{server.url}{LT}/languages")
         _, back, _ = request(f"{server.url}{LT}/translate", {"q": texts[0], "source": "fr", "target": "de"})
+        _, info, _ = request(f"{server.url}/info")
+    assert info["pivots"] == [{"source": "de", "target": "fr", "through": ["en"], "models": ["de-en", "en-fr"]}]
     assert lt == {"translatedText": through_en, "pivot": ["en"]}
     assert native == {"translations": [{"text": text} for text in through_en], "pivot": ["en"]}
     assert "pivot" not in direct
@@ -215,5 +217,27 @@ def test_the_page_works_with_the_key_in_its_url_in_chromium(pairs, texts) -> Non
             wait = WebDriverWait(driver, 30)
             wait.until(lambda d: "transformer" in d.find_element(By.ID, "model").text)
             assert translated_on_page(driver, texts[0]) == [expected]
+    finally:
+        driver.quit()
+
+
+def test_the_page_offers_a_pivoted_pair_in_chromium(pairs, texts) -> None:
+    """The page's selector lists the pairs the models serve, then de -> fr through en; chosen, it translates as the
+    two models in turn (no model named in the request: the server routes it)."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+
+    through_en = alone(pairs["en-de"], alone(pairs["de-en"], texts[:1]))
+    driver = chromium_driver()
+    try:
+        with serve(f"de-en={pairs['de-en']}", f"en-fr={pairs['en-de']}") as server:
+            driver.get(f"{server.url}/")
+            WebDriverWait(driver, 30).until(lambda d: d.find_element(By.ID, "pair").is_displayed())
+            pair = Select(driver.find_element(By.ID, "pair"))
+            assert [option.text for option in pair.options] == ["de \u2192 en", "en \u2192 fr",
+                                                                "de \u2192 fr (through en)"]
+            pair.select_by_visible_text("de \u2192 fr (through en)")
+            assert driver.find_element(By.ID, "model").text.startswith("de \u2192 en \u2192 fr, model after model")
+            assert translated_on_page(driver, texts[0]) == through_en
     finally:
         driver.quit()

@@ -104,13 +104,16 @@ class BoundedJSONRoute(APIRoute):
 def models_info(models: ServedModels) -> dict[str, Any]:
     """``GET /info``: the first model's description (one model: the server's, as before), and every model's under
     ``models``, each with its name, language pair (none for a multilingual model serving all its directions) and
-    the directions it serves (``[source, target]`` each)."""
+    the directions it serves (``[source, target]`` each); ``pivots``: the pairs that only a pivot reaches, each with
+    the languages it passes through and the models it takes (``{"source", "target", "through", "models"}``)."""
     described = []
     for name, model in models.models.items():
         info = model.service.info()
         described.append({**info, "folder": info["name"], "name": name, "source": model.source,
                           "target": model.target, "directions": [[hop.source, hop.target] for hop in model.directions]})
-    return {**described[0], "models": described}
+    pivots = [{"source": route.source, "target": route.target, "through": route.pivots,
+               "models": [hop.model.name for hop in route.hops]} for route in models.pivoted()]
+    return {**described[0], "models": described, "pivots": pivots}
 
 
 def add_health_and_info(app: Any, models: ServedModels, guarded: tuple[int, ...]) -> None:
