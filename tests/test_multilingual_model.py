@@ -286,6 +286,20 @@ def test_train_tokenizer_adds_language_tokens_after_the_trained_vocabulary() -> 
                                                "languages": ["de", "fr"]}
 
 
+def test_languages_keep_the_model_s_order_through_a_save(tmp_path: Path) -> None:
+    """tokenizer_config.json keeps ``language_tokens`` with sorted keys (transformers saves with ``sort_keys``); the
+    reloaded tokenizer lists the languages in the order their tokens were added, the model config's order, so a
+    folder of ``languages: [de, en, fr, cs]`` loads, and its default source language stays the first."""
+    texts = [f"{source} {source[::-1]}" for source in SOURCES]
+    tokenizer = train_tokenizer(texts, vocab_size=30, languages=["de", "en", "fr", "cs"])
+    tokenizer.save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "tokenizer_config.json").read_text(encoding="utf-8"))["language_tokens"]
+    assert list(saved) == ["cs", "de", "en", "fr"]  # what made the reloaded order differ
+    loaded = AutoTokenizer.from_pretrained(tmp_path)
+    assert tokenizer_languages(loaded) == ["de", "en", "fr", "cs"] and loaded.src_lang == "de"
+    check_tokenizer_matches_model(loaded, tiny_model("rnn", **special_token_ids(tokenizer)).config)
+
+
 def test_language_settings_force_the_target_or_name_the_languages() -> None:
     tokenizer = toy_tokenizer()
     assert language_settings(tokenizer, "rev", "sort") == {"forced_bos_token_id": 16} and tokenizer.src_lang == "rev"

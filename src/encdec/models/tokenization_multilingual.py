@@ -48,10 +48,14 @@ class Seq2SeqMultilingualTokenizer(PreTrainedTokenizerFast):
         self._language_tokens = {str(code): str(token) for code, token in language_tokens.items()}
         super().__init__(*args, language_tokens=dict(self._language_tokens), src_lang=src_lang, tgt_lang=tgt_lang,
                          **kwargs)
-        missing = [token for token in self._language_tokens.values() if token not in self.get_vocab()]
+        vocab = self.get_vocab()
+        missing = [token for token in self._language_tokens.values() if token not in vocab]
         if missing:
             raise ValueError(f"`language_tokens` names {missing}, which the vocabulary lacks; add them as special "
                              "tokens (encdec.tokenization.train_tokenizer(..., languages=[...]) does).")
+        # the model's order is the order its tokens were added in: tokenizer_config.json keeps the mapping with its
+        # keys sorted (transformers saves it with sort_keys), which would make [cs, de, en, fr] of [de, en, fr, cs]
+        self._language_tokens = dict(sorted(self._language_tokens.items(), key=lambda item: vocab[item[1]]))
         self._src_lang = self._tgt_lang = None
         self.src_lang = src_lang if src_lang is not None else next(iter(self._language_tokens))
         self.tgt_lang = tgt_lang
