@@ -132,6 +132,8 @@ def test_ensemble_members_with_other_languages_are_refused(model_dir: Path, tmp_
     settings = json.loads((other / "tokenizer_config.json").read_text(encoding="utf-8"))
     settings["language_tokens"] = {"copy": "__rev__", "rev": "__copy__", "sort": "__sort__"}  # same codes, tokens
     (other / "tokenizer_config.json").write_text(json.dumps(settings), encoding="utf-8")
+    config = json.loads((other / "config.json").read_text(encoding="utf-8"))  # its languages in its tokens' order
+    (other / "config.json").write_text(json.dumps({**config, "languages": ["rev", "copy", "sort"]}), encoding="utf-8")
     with pytest.raises(EncdecError, match=r"The tokenizer of .*other differs from that of .* in its languages"):
         load_engine([model_dir, other])
 
