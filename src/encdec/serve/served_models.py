@@ -17,7 +17,7 @@ from ..cards import LANGUAGE_CODE as CARD_LANGUAGE_CODE
 from ..errors import EncdecError
 from ..inference import load_engine
 from ..inference.engines import option_choices
-from .pairs import Hop, Route, find_route, reachable, served_code
+from .pairs import Hop, Route, find_route, served_code
 from .service import RequestError, ServeLimits, TranslationService
 
 LANGUAGE_CODE = CARD_LANGUAGE_CODE.pattern  # ISO 639-1 or 639-3, optionally a script or region: zh_Hant
@@ -228,11 +228,10 @@ class ServedModels:
 
     def pivoted(self) -> list[Route]:
         """The routes of every pair that no served model translates directly but a pivot reaches (de->en->fr with a
-        de-en and an en-fr model), each source's in ``languages`` order, its targets sorted (``pairs.reachable``)."""
-        directions = self.directions()
-        direct = {(hop.source, hop.target) for hop in directions}
-        return [route for source in self.languages() for target in reachable(directions, source)
-                if (source, target) not in direct and (route := find_route(directions, source, target)) is not None]
+        de-en and an en-fr model), each source's in ``languages`` order, its targets sorted."""
+        directions, languages = self.directions(), self.languages()
+        routes = (find_route(directions, source, target) for source in languages for target in sorted(languages))
+        return [route for route in routes if route is not None and len(route.hops) > 1]  # fewest models: direct is 1
 
     def code(self, requested: str) -> str:
         """The served language that ``requested`` names (``pairs.served_code``: any case, LibreTranslate's
