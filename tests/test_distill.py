@@ -60,7 +60,8 @@ def write_recipe(root: Path, teacher: Path | list[Path], **options) -> Path:
     root/out."""
     sections = options.pop("student_sections", {})
     training = {**STUDENT_TRAINING, **sections.pop("training", {})}
-    student = run_config(root, "transformer", root / "unused", data=DATA, training=training, **sections)
+    sections.setdefault("data", DATA)
+    student = run_config(root, "transformer", root / "unused", training=training, **sections)
     models = [str(path) for path in (teacher if isinstance(teacher, list) else [teacher])]
     recipe = {"teacher": {"models": models, "num_beams": 2}, "student": student.name, "output_dir": str(root / "out"),
               "chunk_size": 40, **options}
@@ -243,6 +244,19 @@ def test_the_multi30k_recipes_load_and_name_the_ensemble_teacher(student: str) -
     run = load_run_config(config.student, config.student_overrides)
     assert run.data.format == "text" and Path(run.data.data_dir).name == "multi30k"
     assert Path(run.model).is_file()
+
+
+def test_the_multilingual_multi30k_recipe_teaches_every_direction_with_the_teachers_vocabulary() -> None:
+    """Its teacher is the multilingual run's folder, asked no one direction; its student is that run's config (12
+    directions) with one decoder layer and the teacher's tokenizer (an override: from the repository root)."""
+    config = load_distill_config(REPO_ROOT / "configs" / "distill-multi30k-multilingual.yaml")
+    teacher = Path(config.teacher.models[0])
+    assert teacher.resolve() == REPO_ROOT / "runs" / "multi30k-multilingual-cpu"
+    assert config.teacher.source_lang is None and config.teacher.target_lang is None
+    run = load_run_config(config.student, config.student_overrides)
+    assert run.data.multilingual and run.data.languages == ["de", "en", "fr", "cs"] and run.data.directions == "all"
+    assert run.model_overrides["decoder_layers"] == 1
+    assert (REPO_ROOT / run.tokenizer.path).resolve() == teacher.resolve()
 
 
 DATES_RECIPE = REPO_ROOT / "configs" / "distill-dates.yaml"

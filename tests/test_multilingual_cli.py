@@ -29,9 +29,10 @@ from encdec.inference.engines import quantize_int8
 from encdec.recipes.distill import distill, load_distill_config
 from encdec_cli import main
 from test_corpus import ENV
-from test_distill import write_recipe
+from test_distill import encdec_distill, write_recipe
 from test_distributed import run_until_stopped
-from test_multilingual_model import LANGUAGES, SOURCES, TASKS, TEST, accuracy, trained_model
+from test_multilingual_model import LANGUAGES, SOURCES, TASKS, TEST, accuracy, examples, trained_model
+from toy import digit_tokenizer, tiny_model
 
 DIRECTIONS = [(source, target) for source in LANGUAGES for target in LANGUAGES]
 BUDGET = {"max_new_tokens": 8}
@@ -295,3 +296,89 @@ def test_a_multilingual_teacher_distils_its_direction_into_a_student(model_dir: 
         model, tokenizer, sources[start:start + chunk], source_lang="rev", target_lang="sort", num_beams=2)]
     assert json.loads((corpus / "manifest.json").read_text(encoding="utf-8"))["recipe"]["decoding"]["target_lang"] \
         == "sort"
+
+
+def multiway_folder(root: Path, count: int, seed: int) -> Path:
+    """A multi-way folder of the toy task, as Multi30k's: line i of ``{prefix}.copy``, ``.rev`` and ``.sort`` is one
+    row of digits as each "language" writes it."""
+    root.mkdir(parents=True)
+    for prefix, n in (("train", count), ("val", 6)):
+        rows = [digits for _, _, digits in examples(n, seed + len(prefix))]
+        for language, task in TASKS.items():
+            (root / f"{prefix}.{language}").write_text("".join(" ".join(task(d)) + "\n" for d in rows), "utf-8")
+    return root
+
+
+def multilingual_recipe(tmp_path: Path, teacher: Path, directions: list[str], extra: str | None = None,
+                        **teacher_settings) -> Path:
+    """A recipe whose student learns ``directions`` of a multi-way toy folder from ``teacher`` (beam 2); ``extra``
+    is one more language there, a copy of ``copy``."""
+    folder = multiway_folder(tmp_path / "data", 80, 5)
+    for prefix in ("train", "val") if extra else ():
+        shutil.copy(folder / f"{prefix}.copy", folder / f"{prefix}.{extra}")
+    data = {"format": "text", "data_dir": str(folder), "languages": LANGUAGES + ([extra] if extra else []),
+            "directions": directions, "splits": {"train": "train", "validation": "val"}}
+    recipe = write_recipe(tmp_path, teacher, student_sections={
+        "data": data, "training": {"max_steps": 2, "eval_strategy": "no"}})
+    settings = yaml.safe_load(recipe.read_text(encoding="utf-8"))
+    settings["teacher"].update(teacher_settings)
+    recipe.write_text(yaml.safe_dump(settings), encoding="utf-8")
+    return recipe
+
+
+def test_a_multilingual_teacher_distils_every_direction_into_a_multilingual_student(model_dir: Path,
+                                                                                     tmp_path: Path) -> None:
+    """Each training direction of the student's data is translated by the teacher in that direction (the Python
+    API's translations, chunk by chunk), filtered into its own direction files, and the student learns them all as
+    one multilingual model; a resumed run translates only the directions not finished."""
+    recipe = multilingual_recipe(tmp_path, model_dir, ["rev-sort", "sort-copy"])
+    stdout = encdec_distill(recipe)
+    assert "distilled corpus: 160 of 160 teacher translations kept" in stdout
+    assert "  rev-sort: 80 of 80 kept\n  sort-copy: 80 of 80 kept\n" in stdout
+    corpus, model, tokenizer = tmp_path / "out" / "corpus", *trained_model("transformer")
+    manifest = json.loads((corpus / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["stages"]["sources"] == {"train": {"rev-sort": 80, "sort-copy": 80},
+                                             "validation": {"rev-sort": 6, "sort-copy": 6}}
+    assert set(manifest["stages"]["translation"]) == {"rev-sort", "sort-copy"}
+    assert manifest["stages"]["corpus"]["translated"] == 160
+    assert manifest["stages"]["corpus"]["directions"]["sort-copy"]["translated"] == 80
+    for source, target in (("rev", "sort"), ("sort", "copy")):
+        name = f"{source}-{target}"
+        sources = (corpus / f"original.{name}.{source}").read_text(encoding="utf-8").splitlines()
+        distilled = (corpus / f"train.{name}.{target}").read_text(encoding="utf-8").splitlines()
+        assert distilled == [text for start in range(0, 80, 40) for text in translate(
+            model, tokenizer, sources[start:start + 40], source_lang=source, target_lang=target, num_beams=2)]
+        assert (corpus / f"train.{name}.{source}").read_text(encoding="utf-8").splitlines() == sources
+    student = json.loads((tmp_path / "out" / "student" / "config.json").read_text(encoding="utf-8"))
+    assert set(student["languages"]) == set(LANGUAGES)
+    # a run killed after the first direction's translation: the second is translated again, the first kept
+    kept = (corpus / "teacher.rev-sort.scored").stat().st_mtime_ns
+    before = (corpus / "teacher.sort-copy.scored").read_text(encoding="utf-8")
+    del manifest["stages"]["corpus"], manifest["stages"]["translation"]["sort-copy"]
+    (corpus / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    (corpus / "teacher.sort-copy.scored").unlink()
+    distill(load_distill_config(recipe))
+    assert (corpus / "teacher.rev-sort.scored").stat().st_mtime_ns == kept
+    assert (corpus / "teacher.sort-copy.scored").read_text(encoding="utf-8") == before
+
+
+@pytest.mark.parametrize(("case", "message"), [
+    ("direction", r"teacher\.source_lang and teacher\.target_lang choose the one direction of a bilingual student"),
+    ("bilingual", r"teacher \(.*\) is bilingual \(it has no language tokens\)"),
+    ("language", r"the direction copy-xx, which the teacher cannot translate: This model has no language 'xx'"),
+])
+def test_a_multilingual_student_is_refused_a_teacher_that_cannot_teach_it(case: str, message: str, model_dir: Path,
+                                                                           tmp_path: Path) -> None:
+    teacher, settings = model_dir, {}
+    if case == "direction":
+        settings = {"source_lang": "copy", "target_lang": "rev"}
+    elif case == "bilingual":
+        tokenizer = digit_tokenizer()
+        teacher = save_for_pipeline(tiny_model("transformer", vocab_size=len(tokenizer)), tokenizer,
+                                    tmp_path / "bilingual")
+    recipe = multilingual_recipe(tmp_path, teacher, ["copy-xx"] if case == "language" else ["copy-rev"],
+                                 "xx" if case == "language" else None, **settings)
+    with pytest.raises(EncdecError, match=message):
+        distill(load_distill_config(recipe))
+    assert not (tmp_path / "out" / "corpus" / "manifest.json").exists()
+    assert not list((tmp_path / "out").rglob("original*"))

@@ -70,6 +70,8 @@ def cmd_distill(args: argparse.Namespace) -> None:
         print(f"distilled corpus: {counts['distilled']:,} of {counts['translated']:,} teacher translations kept "
               f"({counts['empty']:,} empty, {counts['below_min_score']:,} below min_score), {counts['original']:,} "
               f"original pairs added; manifest: {config.corpus / 'manifest.json'}")
+        for name, each in counts.get("directions", {}).items():  # a multilingual student's
+            print(f"  {name}: {each['distilled']:,} of {each['translated']:,} kept")
         for split in ("validation", "test"):
             if split in results["student"]:
                 print(f"student {split}: {format_scores(results['student'][split])}")

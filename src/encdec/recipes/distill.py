@@ -23,6 +23,13 @@ translation of the sources (run the first to the end of its translation before s
 ``<output_dir>/corpus/manifest.json`` records what the corpus was made from: the teacher folders and the SHA-256 of
 their files, the decoding options, the student's data, the filter and mix options, and each stage's line counts.
 Running again with a recipe that differs in any of these is refused, naming the difference.
+
+A multilingual teacher teaches a bilingual student the direction of ``teacher.source_lang`` and
+``teacher.target_lang``, or a multilingual student (its ``data`` names ``languages``, ``directions`` or
+``pair_dirs``) every direction of that student's data: the stages then run a direction at a time over files in
+fairseq's naming (``original.de-en.de``, ``teacher.de-en.scored``, ``train.de-en.{de,en}``), each direction's
+translation recorded in the manifest as it finishes, and the student reads the direction files with its data's
+sampling temperature.
 """
 
 from __future__ import annotations
@@ -41,6 +48,7 @@ from typing import Any
 from ..chunked import ChunkFile, difference
 from ..config_io import apply_overrides, from_dict, load_yaml
 from ..data import DataSpec, load_data, write_aligned_splits
+from ..data.directions import Direction, direction_name, parse_directions, split_by_direction
 from ..decoding_options import TEACHER, asked_of, check_languages, declared, in_words
 from ..errors import EncdecError
 from ..folders import model_identity
@@ -170,11 +178,15 @@ def check_tokenizers(config: DistillConfig, student: RunConfig) -> Any:
     """The teacher's tokenizer; teachers must share one (as an ensemble must), and a student given a tokenizer must
     be given the teacher's. A multilingual teacher translates in the direction ``teacher.source_lang`` ->
     ``teacher.target_lang`` (checked here, before any stage: ``decoding_options.check_languages``), which its
-    tokenizer is set to (the scores per token count the target language's token, as the teacher's scores do)."""
+    tokenizer is set to (the scores per token count the target language's token, as the teacher's scores do). A
+    multilingual student (``data.languages``, ``directions`` or ``pair_dirs``) takes its directions from its data
+    instead (``check_multilingual_teacher``)."""
     tokenizers = [load_tokenizer(model) for model in config.teacher.models]
     check_same_tokenizer(tokenizers, config.teacher.models)
     teacher = config.teacher
-    if check_languages(teacher.source_lang, teacher.target_lang, language_ids(tokenizers[0])) is not None:
+    if student.data.multilingual:
+        check_multilingual_teacher(config, tokenizers[0])
+    elif check_languages(teacher.source_lang, teacher.target_lang, language_ids(tokenizers[0])) is not None:
         tokenizers[0].src_lang, tokenizers[0].tgt_lang = teacher.source_lang, teacher.target_lang
     if student.tokenizer.path:
         found = tokenizer_difference(tokenizers[0], load_tokenizer(student.tokenizer.path))
@@ -205,12 +217,26 @@ def write_sources(student: RunConfig, corpus: Path) -> dict[str, int]:
     return counts
 
 
-def translate_sources(config: DistillConfig, corpus: Path, src: str) -> None:
-    """Stage 2: the teacher's translation of ``original.src``, each line with its log-probability, resumable."""
-    output = corpus / SCORED
+def scored_file(corpus: Path, direction: Direction | None = None) -> Path:
+    """The teacher's output file: ``teacher.scored``, or one a direction (``teacher.de-en.scored``)."""
+    return corpus / (SCORED if direction is None else f"teacher.{direction_name(direction)}.scored")
+
+
+def stem(direction: Direction | None) -> str:
+    """What a direction adds to its files' names: ``original.de-en.de`` where a bilingual corpus has
+    ``original.de``."""
+    return "" if direction is None else f".{direction_name(direction)}"
+
+
+def translate_sources(config: DistillConfig, corpus: Path, src: str, direction: Direction | None = None) -> None:
+    """Stage 2: the teacher's translation of ``original.src`` (of ``original.SRC-TGT.SRC`` into TGT for a
+    ``direction``), each line with its log-probability, resumable."""
+    output = scored_file(corpus, direction)
     options = asked_of(config.teacher, TEACHER)
+    if direction is not None:
+        options |= {"source_lang": direction[0], "target_lang": direction[1]}
     resume = ChunkFile.interrupted(output)
-    translate_file(config.teacher.models, str(corpus / f"original.{src}"), str(output),
+    translate_file(config.teacher.models, str(corpus / f"original{stem(direction)}.{src}"), str(output),
                    form=TranslationOutput(scores=True), chunk_size=config.chunk_size, resume=resume,
                    engine=config.teacher.engine, quantize=config.teacher.quantize,
                    batch_size=config.teacher.batch_size, **options)
@@ -224,13 +250,15 @@ def scored_lines(path: Path) -> Iterator[tuple[str, float | None]]:
             yield text, float(score) if score else None
 
 
-def build_corpus(config: DistillConfig, corpus: Path, tokenizer: Any, src: str, tgt: str) -> dict[str, int]:
-    """Stage 3: ``train.src`` / ``train.tgt`` from the teacher's translations (filtered), then, with
-    ``mix_original``, the original pairs; returns the counts."""
+def build_corpus(config: DistillConfig, corpus: Path, tokenizer: Any, src: str, tgt: str,
+                 direction: Direction | None = None) -> dict[str, int]:
+    """Stage 3: ``train.src`` / ``train.tgt`` (``train.SRC-TGT.*`` for a ``direction``) from the teacher's
+    translations (filtered), then, with ``mix_original``, the original pairs; returns the counts."""
     counts = {"translated": 0, "empty": 0, "below_min_score": 0, "distilled": 0, "original": 0}
-    with atomic_output(corpus / f"train.{src}") as s, atomic_output(corpus / f"train.{tgt}") as t, \
+    name, original = f"train{stem(direction)}", f"original{stem(direction)}"
+    with atomic_output(corpus / f"{name}.{src}") as s, atomic_output(corpus / f"{name}.{tgt}") as t, \
             open(s, "w", encoding="utf-8") as source_file, open(t, "w", encoding="utf-8") as target_file:
-        pairs = zip(_lines(corpus / f"original.{src}"), scored_lines(corpus / SCORED), strict=True)
+        pairs = zip(_lines(corpus / f"{original}.{src}"), scored_lines(scored_file(corpus, direction)), strict=True)
         for batch in batched(pairs, 1000):
             for (source, (text, _)), per_token in zip(batch, _per_token(tokenizer, batch), strict=True):
                 counts["translated"] += 1
@@ -243,13 +271,14 @@ def build_corpus(config: DistillConfig, corpus: Path, tokenizer: Any, src: str, 
                     target_file.write(text + "\n")
                     counts["distilled"] += 1
         if config.mix_original:
-            for source, target in zip(_lines(corpus / f"original.{src}"), _lines(corpus / f"original.{tgt}"),
+            for source, target in zip(_lines(corpus / f"{original}.{src}"), _lines(corpus / f"{original}.{tgt}"),
                                       strict=True):
                 source_file.write(source + "\n")
                 target_file.write(target + "\n")
                 counts["original"] += 1
     if counts["distilled"] + counts["original"] == 0:
-        raise EncdecError(f"No distilled pair is left: {counts['empty']} translations were empty and "
+        where = f" in {direction_name(direction)}" if direction else ""
+        raise EncdecError(f"No distilled pair is left{where}: {counts['empty']} translations were empty and "
                           f"{counts['below_min_score']} scored below min_score={config.min_score}; lower min_score "
                           "(or set it to null).")
     return counts
@@ -284,12 +313,18 @@ def shown_path(folder: str) -> str:
     return str(path.relative_to(here)) if path.is_relative_to(here) else str(path)
 
 
-def student_config(config: DistillConfig, student: RunConfig, corpus: Path, splits: Iterable[str]) -> RunConfig:
-    """The student's run config with the distilled corpus as its data, training into ``<output_dir>/student``."""
+def student_config(config: DistillConfig, student: RunConfig, corpus: Path, splits: Iterable[str],
+                   directions: list[str] | None = None) -> RunConfig:
+    """The student's run config with the distilled corpus as its data, training into ``<output_dir>/student``. A
+    multilingual student reads the corpus's direction files (``train.de-en.de``, ...) of its ``directions``, sampled
+    with its data's temperature."""
     src, tgt = languages(student.data)
-    data = DataSpec(format="text", data_dir=str(corpus), source_lang=src, target_lang=tgt,
-                    splits={split: split for split in splits} | {"train": "train"}, num_proc=student.data.num_proc,
-                    cache_dir=student.data.cache_dir, distilled_from=teacher_description(config))
+    read = {"source_lang": src, "target_lang": tgt, "splits": {split: split for split in splits} | {"train": "train"}}
+    if directions:  # the training split first: its files name the directions
+        read = {"directions": directions, "temperature": student.data.temperature,
+                "splits": {"train": "train"} | {split: split for split in splits}}
+    data = DataSpec(format="text", data_dir=str(corpus), num_proc=student.data.num_proc,
+                    cache_dir=student.data.cache_dir, distilled_from=teacher_description(config), **read)
     output_dir = Path(config.output_dir) / STUDENT_SUBDIR
     # an interrupted student (with or without a checkpoint yet) goes on: from step 0 when none was kept
     resume = output_dir.is_dir() and any(output_dir.iterdir())
@@ -311,8 +346,9 @@ def distill(config: DistillConfig) -> dict[str, Any]:
     manifest = check_manifest(corpus / "manifest.json", recipe_record(config, student))  # before anything is written
     if "corpus" not in manifest["stages"]:
         manifest = make_corpus(config, corpus, manifest, tokenizer, student)
-    splits = [split for split in manifest["stages"]["sources"] if split != "train"]
-    run = student_config(config, student, corpus, splits)
+    sources = manifest["stages"]["sources"]
+    splits = [split for split in sources if split != "train"]
+    run = student_config(config, student, corpus, splits, list(sources["train"]) if student.data.multilingual else None)
     results_path = Path(run.training.output_dir) / "eval_results.json"  # the last file a finished run writes
     if results_path.is_file():
         logger.info("student: already trained in %s", run.training.output_dir)
@@ -329,19 +365,94 @@ def make_corpus(config: DistillConfig, corpus: Path, manifest: dict[str, Any], t
     with corpus_lock(corpus):
         manifest = read_manifest(corpus / "manifest.json") if (corpus / "manifest.json").is_file() else manifest
         if "sources" not in manifest["stages"]:
-            manifest = on_main_then_all(corpus, manifest, "sources", lambda: write_sources(student, corpus))
+            manifest = on_main_then_all(corpus, manifest, "sources", lambda: write_direction_sources(
+                student, corpus, tokenizer) if student.data.multilingual else write_sources(student, corpus))
         if "corpus" in manifest["stages"]:  # another run finished it while this one waited
             return manifest
+        if student.data.multilingual:
+            return distil_directions(config, corpus, manifest, tokenizer)
         if not (corpus / SCORED).is_file():
-            began, resumed = time.perf_counter(), ChunkFile.interrupted(corpus / SCORED)
-            earlier = ChunkFile.recorded_seconds(corpus / SCORED)
-            translate_sources(config, corpus, src)  # every process takes its share of the chunks
-            seconds = round(time.perf_counter() - began, 1)
-            manifest["stages"]["translation"] = {
-                "seconds": seconds, "resumed": resumed, "processes": rank_and_world()[1],
-                # every attempt up to the last chunk each finished (None: an older partial file kept no count)
-                "seconds_all_attempts": None if earlier is None else round(earlier + seconds, 1)}
+            manifest["stages"]["translation"] = timed_translation(config, corpus, src)
         return on_main_then_all(corpus, manifest, "corpus", lambda: build_corpus(config, corpus, tokenizer, src, tgt))
+
+
+def timed_translation(config: DistillConfig, corpus: Path, src: str, direction: Direction | None = None
+                      ) -> dict[str, Any]:
+    """Stage 2 (``translate_sources``), every process taking its share of the chunks; returns the manifest's
+    record of it: its time, whether it resumed an interrupted file, and the processes."""
+    began, resumed = time.perf_counter(), ChunkFile.interrupted(scored_file(corpus, direction))
+    earlier = ChunkFile.recorded_seconds(scored_file(corpus, direction))
+    translate_sources(config, corpus, src, direction)
+    seconds = round(time.perf_counter() - began, 1)
+    # every attempt up to the last chunk each finished (None: an older partial file kept no count)
+    return {"seconds": seconds, "resumed": resumed, "processes": rank_and_world()[1],
+            "seconds_all_attempts": None if earlier is None else round(earlier + seconds, 1)}
+
+
+# --- a multilingual student: the stages a direction at a time -------------------------------------------------------
+
+def check_multilingual_teacher(config: DistillConfig, tokenizer: Any) -> None:
+    """A multilingual student learns every direction of its data, each translated by the teacher: the teacher must
+    be multilingual, and takes no one direction of its own."""
+    if config.teacher.source_lang or config.teacher.target_lang:
+        raise EncdecError("teacher.source_lang and teacher.target_lang choose the one direction of a bilingual "
+                          "student, but the student's data is multilingual (data.languages, data.directions or "
+                          "data.pair_dirs) and the teacher translates each of its directions. Drop the two keys, or "
+                          "give the student bilingual data.")
+    if not language_ids(tokenizer):
+        raise EncdecError(f"The student's data is multilingual, but the teacher ({config.teacher.models[0]}) is "
+                          "bilingual (it has no language tokens). Distil a multilingual student from a multilingual "
+                          "teacher, or give the student the teacher's one pair (bilingual data).")
+
+
+def write_direction_sources(student: RunConfig, corpus: Path, tokenizer: Any) -> dict[str, dict[str, int]]:
+    """Stage 1 for a multilingual student: each direction of each split as direction files
+    (``original.de-en.de`` / ``.en`` for the training split, ``validation.de-en.*``, ...); returns the line counts
+    by split and direction. Every training direction is checked against the teacher's languages first."""
+    splits = load_data(student.data)
+    for source, target in split_by_direction(splits["train"]) if "train" in splits else ():
+        try:
+            check_languages(source, target, language_ids(tokenizer))
+        except EncdecError as err:
+            raise EncdecError(f"The student's data has the direction {source}-{target}, which the teacher cannot "
+                              f"translate: {err}") from err
+    counts: dict[str, dict[str, int]] = {}
+    for split, data in splits.items():
+        name = "original" if split == "train" else split
+        counts[split] = {direction_name(d): write_aligned_splits(
+            {split: part}, corpus, d, names={split: f"{name}{stem(d)}"})[split] for d, part in
+            split_by_direction(data).items()}
+    if not counts.get("train"):
+        raise EncdecError("The student's data has no training pairs to distil (its `data` section gives no train "
+                          "split, or an empty one).")
+    return counts
+
+
+def distil_directions(config: DistillConfig, corpus: Path, manifest: dict[str, Any], tokenizer: Any
+                      ) -> dict[str, Any]:
+    """Stages 2 and 3 a direction at a time: the teacher translates each training direction's sources into its
+    target language (each direction's record written to the manifest as it finishes, so that a resumed run keeps
+    the finished ones), then each direction's pairs are filtered into ``train.SRC-TGT.*``."""
+    directions = parse_directions(list(manifest["stages"]["sources"]["train"]), list(language_ids(tokenizer)),
+                                  f"{corpus / 'manifest.json'}")
+    for direction in directions:
+        if not scored_file(corpus, direction).is_file():
+            record = {direction_name(direction): timed_translation(config, corpus, direction[0], direction)}
+            done = manifest["stages"].get("translation", {})
+            manifest = on_main_then_all(corpus, manifest, "translation", lambda: {**done, **record})  # noqa: B023
+    return on_main_then_all(corpus, manifest, "corpus", lambda: build_directions(config, corpus, tokenizer, directions))
+
+
+def build_directions(config: DistillConfig, corpus: Path, tokenizer: Any, directions: list[Direction]
+                     ) -> dict[str, Any]:
+    """Stage 3 of each direction (``build_corpus``, with the tokenizer set to it: a score per token counts the
+    target language's token); returns the counts summed over the directions, and each direction's."""
+    each = {}
+    for direction in directions:
+        tokenizer.src_lang, tokenizer.tgt_lang = direction
+        each[direction_name(direction)] = build_corpus(config, corpus, tokenizer, *direction, direction)
+    return {key: sum(counts[key] for counts in each.values()) for key in next(iter(each.values()))} | {
+        "directions": each}
 
 
 def on_main_then_all(corpus: Path, manifest: dict[str, Any], stage: str, run: Any) -> dict[str, Any]:
