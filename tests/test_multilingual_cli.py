@@ -330,12 +330,13 @@ def test_a_multilingual_teacher_distils_every_direction_into_a_multilingual_stud
                                                                                      tmp_path: Path) -> None:
     """Each training direction of the student's data is translated by the teacher in that direction (the Python
     API's translations, chunk by chunk), filtered into its own direction files, and the student learns them all as
-    one multilingual model; a resumed run translates only the directions not finished."""
-    recipe = multilingual_recipe(tmp_path, model_dir, ["rev-sort", "sort-copy"])
+    one multilingual model. Killed with kill -9 in the second direction's translation, the same command keeps the
+    first direction, goes on from the second one's last chunk, and ends with the uninterrupted run's files."""
+    recipe = multilingual_recipe(tmp_path / "whole", model_dir, ["rev-sort", "sort-copy"])
     stdout = encdec_distill(recipe)
     assert "distilled corpus: 160 of 160 teacher translations kept" in stdout
     assert "  rev-sort: 80 of 80 kept\n  sort-copy: 80 of 80 kept\n" in stdout
-    corpus, model, tokenizer = tmp_path / "out" / "corpus", *trained_model("transformer")
+    corpus, model, tokenizer = tmp_path / "whole" / "out" / "corpus", *trained_model("transformer")
     manifest = json.loads((corpus / "manifest.json").read_text(encoding="utf-8"))
     assert manifest["stages"]["sources"] == {"train": {"rev-sort": 80, "sort-copy": 80},
                                              "validation": {"rev-sort": 6, "sort-copy": 6}}
@@ -349,17 +350,21 @@ def test_a_multilingual_teacher_distils_every_direction_into_a_multilingual_stud
         assert distilled == [text for start in range(0, 80, 40) for text in translate(
             model, tokenizer, sources[start:start + 40], source_lang=source, target_lang=target, num_beams=2)]
         assert (corpus / f"train.{name}.{source}").read_text(encoding="utf-8").splitlines() == sources
-    student = json.loads((tmp_path / "out" / "student" / "config.json").read_text(encoding="utf-8"))
+    student = json.loads((tmp_path / "whole" / "out" / "student" / "config.json").read_text(encoding="utf-8"))
     assert set(student["languages"]) == set(LANGUAGES)
-    # a run killed after the first direction's translation: the second is translated again, the first kept
-    kept = (corpus / "teacher.rev-sort.scored").stat().st_mtime_ns
-    before = (corpus / "teacher.sort-copy.scored").read_text(encoding="utf-8")
-    del manifest["stages"]["corpus"], manifest["stages"]["translation"]["sort-copy"]
-    (corpus / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
-    (corpus / "teacher.sort-copy.scored").unlink()
-    distill(load_distill_config(recipe))
-    assert (corpus / "teacher.rev-sort.scored").stat().st_mtime_ns == kept
-    assert (corpus / "teacher.sort-copy.scored").read_text(encoding="utf-8") == before
+
+    killed = multilingual_recipe(tmp_path / "killed", model_dir, ["rev-sort", "sort-copy"])
+    run_until_stopped([sys.executable, "-m", "encdec", "distill", str(killed)], ENV, "chunk:3", tmp_path / "log")
+    again = tmp_path / "killed" / "out" / "corpus"
+    assert json.loads((again / "manifest.json").read_text(encoding="utf-8"))["stages"]["translation"].keys() == {
+        "rev-sort"}
+    assert json.loads((again / "teacher.sort-copy.scored.partial.json").read_text(encoding="utf-8"))["lines"] == 40
+    encdec_distill(killed)
+    for name in ("corpus/teacher.rev-sort.scored", "corpus/teacher.sort-copy.scored", "corpus/train.sort-copy.copy",
+                 "student/model.safetensors"):
+        assert (again.parent / name).read_bytes() == (corpus.parent / name).read_bytes(), name
+    assert json.loads((again / "manifest.json").read_text(encoding="utf-8"))["stages"]["translation"]["sort-copy"][
+        "resumed"]
 
 
 @pytest.mark.parametrize(("case", "message"), [
