@@ -241,6 +241,6 @@ def test_no_repeat_ngram_size_leaves_no_n_gram_twice(folder, num_beams, tmp_path
 
 def test_an_option_a_front_end_does_not_offer_is_named(folder, tmp_path) -> None:
     with pytest.raises(OptionError, match="^`n_best` is not an option of evaluate_model; it takes num_beams, "
-                                          "max_new_tokens, length_penalty, no_repeat_ngram_size, source_lang, "
-                                          "target_lang.$"):
+                                          "max_new_tokens, length_penalty, no_repeat_ngram_size, glossary, "
+                                          "source_lang, target_lang.$"):
         evaluate_model(folder, tmp_path / "in.txt", tmp_path / "ref.txt", n_best=2)

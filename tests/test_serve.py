@@ -392,7 +392,7 @@ def test_health_info_page_and_schema(folders, tmp_path) -> None:
     assert "src=\"http" not in page and "href=\"http" not in page and "@import" not in page  # no external assets
     request_schema = schema["components"]["schemas"]["TranslateRequest"]
     assert set(request_schema["properties"]) == {"text", "num_beams", "max_new_tokens", "length_penalty",
-                                                 "no_repeat_ngram_size", "n_best",
+                                                 "no_repeat_ngram_size", "glossary", "n_best",
                                                  "keep_duplicates", "return_scores", "return_alignments",
                                                  "alignment_layer", "alignment_head", "split_sentences", "source",
                                                  "target", "model"}
@@ -443,7 +443,7 @@ def test_openapi_documents_the_errors_the_server_sends(folders) -> None:
 SEND_JSON = 'send a JSON object such as {"text": "..."} with Content-Type: application/json.'
 OPTIONS = ("text, num_beams, max_new_tokens, length_penalty, no_repeat_ngram_size, n_best, keep_duplicates, "
            "return_scores, "
-           "return_alignments, alignment_layer, alignment_head, split_sentences, source, target, model")
+           "return_alignments, alignment_layer, alignment_head, split_sentences, glossary, source, target, model")
 BEAMS_1_TO_6 = "send a whole number from 1 to 6, or null for the model's default."
 PENALTY_HINT = "send a finite number from -10 to 10, or null for the model's default."
 SURROGATE = "is not text; send valid Unicode (a surrogate pair is fine, half of one is not)."

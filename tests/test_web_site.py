@@ -198,6 +198,8 @@ def test_the_site_translates_as_encdec_translate_in_chromium(family, folders, si
             assert page_translate(driver, lines[:4], numBeams=3, noRepeatNgramSize=1) == no_repeat[3]
             assert page_translate(driver, ["x"], noRepeatNgramSize=-1) == (
                 "error: noRepeatNgramSize must be a whole number from 0 to 64, got -1.")
+            assert page_translate(driver, ["x"], glossary={"x": "y"}).startswith(
+                "error: glossary: this site cannot put terms in (its graphs give no alignment)")
             assert_local_and_found(page_requests(driver), server.url)
         with StaticServer(sites[family, "int8"]) as server:
             assert open_site(driver, f"{server.url}/")["weights"] == "int8"

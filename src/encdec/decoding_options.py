@@ -35,28 +35,33 @@ from typing import Any
 
 try:
     from .errors import LanguageError, OptionError
+    from .glossary import as_glossary, read_glossary
 except ImportError:  # read alone by ``encdec --help`` (see the module docstring)
     OptionError = LanguageError = ValueError  # type: ignore[assignment,misc]
+    as_glossary = read_glossary = None  # type: ignore[assignment]
 
 # length_penalty: beam search divides a hypothesis' log-probability by length ** length_penalty (HF generate). Values
 # in use lie within about -2..2; +-10 already makes the length all that counts, and stays finite for any length a
 # server accepts (1024 ** 10 ~ 1e30), where 1e308 overflows.
 LENGTH_PENALTY_RANGE = (-10.0, 10.0)
 DECODING, TRANSLATE, JSON, TEACHER = "decoding", "translate", "json", "teacher"  # front ends (``fronts``)
+EXTENSION = "extension"  # encdec's own fields in the requests of the APIs it speaks besides its own (their adapters)
 SAVED = "generation"  # a run config's ``generation`` section: a trained model's saved defaults (``saved``)
 
 
 def option(default: Any, kind: type, help: str, description: str | None = None, fronts: tuple[str, ...] = (),
            minimum: float | None = None, maximum: float | None = None, limit: str | None = None,
-           json_name: str | None = None, short: str | None = None, saved: tuple[Any, str] | None = None) -> Any:
+           json_name: str | None = None, short: str | None = None, saved: tuple[Any, str] | None = None,
+           read: str | None = None) -> Any:
     """A declared option: ``kind`` (int, float, bool or str, None allowed when ``default`` is None), its bounds
     (``limit``: the ``DecodeLimits`` field a server bounds it by), its command-line ``help`` and JSON ``description``
     (``help`` if None), the ``fronts`` that offer it, its JSON name (``json_name``: the field's name if None), its
     name in a sentence (``short``, as a model card names the teacher's decoding: its name in words if None) and,
-    for the ``SAVED`` front, the run config's default and the words of its YAML comment (``saved``)."""
+    for the ``SAVED`` front, the run config's default and the words of its YAML comment (``saved``). A ``dict``
+    option comes from a file on the command line: ``read`` names the function of this module that reads it."""
     return field(default=default, metadata={
         "kind": kind, "help": help, "description": description or help, "fronts": fronts, "minimum": minimum,
-        "maximum": maximum, "limit": limit, "json_name": json_name, "short": short, "saved": saved})
+        "maximum": maximum, "limit": limit, "json_name": json_name, "short": short, "saved": saved, "read": read})
 
 
 ALL = (DECODING, JSON, TEACHER)  # the options of every front end, evaluate's and the teacher's included
@@ -124,6 +129,16 @@ class DecodeRequest:
         "put it back together with its spacing and line breaks; a sentence over the source limit is cut to it "
         "instead of refused. One translation per text: not with `n_best`, `return_scores` or `return_alignments`.",
         (JSON,))
+    glossary: Any = option(
+        None, dict, "a glossary file (TSV, or CSV if named .csv, as DeepL's entries: `source term<TAB>target term` a "
+        "line): each source term found (whole words, case for case; a lower-case term also capitalised) comes out as "
+        "its target term, put in place of the target words aligned to it (torch engine); one translation per line: "
+        "not with --n-best, --scores or --alignments",
+        "Terms to translate as given: {source term: target term}. Each source term found (whole words, case for case; "
+        "a lower-case term also capitalised) comes out as its target term, in place of the target words aligned to "
+        "it. One translation: not with `n_best`, `return_scores` or `return_alignments`.", (DECODING, JSON,
+                                                                                           EXTENSION),
+        read="read_glossary")
     source_lang: str | None = option(
         None, str, "a multilingual model's source language (a code of its `languages`, e.g. de): its token is put "
         "before each source; refused for a bilingual model",
@@ -204,6 +219,12 @@ def asked_of(values: Any, front: str) -> dict[str, Any]:
     return {name: value for name, value in found.items() if value is not None and value is not False}
 
 
+def recorded(asked: dict[str, Any]) -> dict[str, Any]:
+    """``asked`` as a JSON record keeps it (a resumable output's): a value read from a file (a glossary) by what
+    identifies it."""
+    return {name: getattr(value, "identity", value) for name, value in asked.items()}
+
+
 def check_offered(asked: dict[str, Any], front: str, where: str) -> None:
     """A one-line error for an option ``asked`` of ``where`` that ``front`` does not offer."""
     offered = [item.name for item in declared(front)]
@@ -242,6 +263,7 @@ class DecodeOptions:
     source_lang: str | None = None  # a multilingual model's source language (its token starts each source)
     target_lang: str | None = None  # a multilingual model's target language (its token forced first)
     forced_bos_token_id: int | None = None  # the target language's token id, forced as the first generated token
+    glossary: Any = None  # an ``encdec.glossary.Glossary``: its terms put into each translation (``Glossary.apply``)
     # what beam search would divide by (the asked, else the model's, else 1.0), recorded for one beam too
     beam_length_penalty: float = field(default=1.0, compare=False)
     # what resolving decided beyond the request, naming options as ``{name}`` (``OptionError``'s style)
@@ -290,9 +312,10 @@ class DecodeOptions:
         """What was resolved, as a record (``evaluate``'s results, the server's ``/info`` defaults): the beam size,
         budget (None: from each source's length), the length penalty beam search divides by and the n-gram size."""
         languages = {"source_lang": self.source_lang, "target_lang": self.target_lang} if self.target_lang else {}
+        terms = {"glossary": self.glossary.identity} if self.glossary else {}
         return {"num_beams": self.num_beams, "length_penalty": self.beam_length_penalty,
                 "max_new_tokens": self.max_new_tokens, "no_repeat_ngram_size": self.no_repeat_ngram_size or 0,
-                **languages}
+                **languages, **terms}
 
     def kept(self, hypotheses: list[Any]) -> list[Any]:
         """The first of ``hypotheses`` (best first) that a source asked for: its n-best list's length."""
@@ -362,10 +385,7 @@ def resolve(generation_config: Any = None, *, limits: DecodeLimits | None = None
     if "num_return_sequences" in generate_kwargs:
         raise OptionError("num_return_sequences", "is not an option: `translate` gives one translation per source; "
                                                   "for several, call `translate_n_best` with {n_best}.")
-    for name in ONE_TRANSLATION if request.split_sentences else ():
-        if getattr(request, name):
-            raise OptionError(name, "is not given with {split_sentences}, which gives one translation per text, put "
-                                    "together from its sentences'; leave out {" + name + "} or {split_sentences}.")
+    check_one_translation(request)
     n_best = 1 if request.n_best is None else request.n_best
     default_beams = getattr(generation_config, "num_beams", None) or 1
     beams, notes = beam_size(request.num_beams, default_beams, n_best, do_sample)
@@ -391,7 +411,30 @@ def resolve(generation_config: Any = None, *, limits: DecodeLimits | None = None
         keep_duplicates=request.keep_duplicates and ranked, scores=request.scores, alignments=request.alignments,
         alignment_layer=request.alignment_layer if request.alignments else None,
         alignment_head=request.alignment_head if request.alignments else None, source_lang=request.source_lang,
-        target_lang=request.target_lang, forced_bos_token_id=forced, beam_length_penalty=penalty, notes=notes)
+        target_lang=request.target_lang, forced_bos_token_id=forced, glossary=terms(request.glossary),
+        beam_length_penalty=penalty, notes=notes)
+
+
+def terms(glossary: Any) -> Any:
+    """The ``glossary`` asked as an ``encdec.glossary.Glossary`` (a mapping of terms is checked and turned into
+    one), or None."""
+    try:
+        return as_glossary(glossary, "the glossary")
+    except ValueError as err:  # braces in a term are not option names (``OptionError.explain``)
+        raise OptionError("glossary", "is refused: " + str(err).replace("{", "(").replace("}", ")")) from err
+
+
+def check_one_translation(request: DecodeRequest) -> None:
+    """An ``OptionError`` for ``ONE_TRANSLATION`` asked with an option that gives one translation a source: split
+    sentences (a text put together from its sentences) and a glossary (its terms put into the translation)."""
+    for name in ONE_TRANSLATION if request.split_sentences else ():
+        if getattr(request, name):
+            raise OptionError(name, "is not given with {split_sentences}, which gives one translation per text, put "
+                                    "together from its sentences'; leave out {" + name + "} or {split_sentences}.")
+    for name in ONE_TRANSLATION if request.glossary is not None else ():
+        if (request.n_best or 1) > 1 if name == "n_best" else getattr(request, name):  # a list of one is one
+            raise OptionError(name, "is not given with {glossary}, which puts its terms into the one translation of "
+                                    "each source; leave out {" + name + "} or {glossary}.")
 
 
 def check_languages(source_lang: str | None, target_lang: str | None, languages: Mapping[str, int]) -> int | None:

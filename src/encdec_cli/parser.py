@@ -10,6 +10,7 @@ import argparse
 import importlib.util
 import ipaddress
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import NoReturn
@@ -194,6 +195,20 @@ def add_keys_command(commands: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_keys)
 
 
+def file_reader(name: str) -> Callable[[str], object]:
+    """The type of a flag whose option is read from a file: the declaration's reader ``name``, its error the flag's."""
+    def read(path: str) -> object:
+        from encdec import decoding_options  # a command runs: encdec is imported (not for --help alone)
+
+        try:
+            return getattr(decoding_options, name)(path)
+        except ValueError as err:
+            raise argparse.ArgumentTypeError(str(err)) from err
+
+    read.__name__ = "file"
+    return read
+
+
 def add_option_flags(p: argparse.ArgumentParser, front: str) -> None:
     """A flag for each decoding option that ``front`` offers, from its declaration (``encdec.decoding_options``):
     ``--num-beams`` for the beam size, its help, a whole number (at least 1 where that is its bound) or a number,
@@ -202,6 +217,8 @@ def add_option_flags(p: argparse.ArgumentParser, front: str) -> None:
         flag, meta = "--" + item.name.replace("_", "-"), item.metadata
         if meta["kind"] is bool:
             p.add_argument(flag, action="store_true", help=meta["help"])
+        elif meta["kind"] is dict:  # a mapping is given as a file of it, read by the declaration's reader
+            p.add_argument(flag, type=file_reader(meta["read"]), default=None, metavar="FILE", help=meta["help"])
         else:
             kind = positive_int if meta["kind"] is int and meta["minimum"] == 1 else meta["kind"]
             p.add_argument(flag, type=kind, default=None, help=meta["help"])

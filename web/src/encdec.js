@@ -9,8 +9,9 @@
 // source and target (a multilingual model's languages, `ready`'s `languages`: both required, each one of them; a
 // bilingual model takes none, or the pair its card names), numBeams (default: the model's generation_config.json; 1
 // is greedy search), maxNewTokens (default: the model's, else from the source's length) and noRepeatNgramSize
-// (default: the model's; 0 is off). It rejects an over-long line, a bad option or a missing or unknown language with
-// an Error that says which. The model runs in a Web Worker (encdec-worker.js) with ONNX Runtime Web, so the page
+// (default: the model's; 0 is off); a glossary is refused (the site has no alignment to put terms in by). It rejects an
+// over-long line, a bad option or a missing or unknown language with an Error that says which. The model runs in a
+// Web Worker (encdec-worker.js) with ONNX Runtime Web, so the page
 // stays responsive; requests run one after the other. The site's files are found beside this script: model/,
 // encdec-worker.js, ort-wasm.wasm.gz. While the model downloads, encdec fires "progress" events ({detail: {loaded,
 // total}}, in bytes; `encdec.download` holds the latest), and `ready` gives the download's size (downloadBytes), what
@@ -60,8 +61,9 @@
     async translate(lines, options = {}) {
       checkLines(lines);
       await ready;
-      const { source, target, numBeams, maxNewTokens, noRepeatNgramSize } = options;
-      return call("translate", { lines, options: { source, target, numBeams, maxNewTokens, noRepeatNgramSize } });
+      const { source, target, numBeams, maxNewTokens, noRepeatNgramSize, glossary } = options;
+      return call("translate", { lines, options: { source, target, numBeams, maxNewTokens, noRepeatNgramSize,
+                                                   glossary } });
     },
     /** A Promise of each line's source ids (</s> included; a multilingual model's source language token first, from
      * options.source), as the model reads them; an over-long line or a bad language rejects. */

@@ -9,6 +9,7 @@
 // - numBeams: as asked, else the model's default, up to the rules' max_beams; 1 is greedy search, more is beam
 //   search with the model's length penalty and early stopping;
 // - noRepeatNgramSize: as asked, else the model's default, within the rules' bounds; 0 is off;
+// - a glossary is refused: its terms go in through the model's attention (encdec.glossary), which the graphs lack;
 // - a multilingual model (the rules' `languages`) needs a source and a target language, each one of its own: the
 //   source is built by the rules' `source_template` (`__SRC__ text </s>`), the target's token is forced as the first
 //   generated token and dropped from the text; a language token typed in a line is refused; a bilingual model takes
@@ -149,7 +150,11 @@ export class Translator {
   }
 
   /** The options asked, checked, with the model's defaults filled in. */
-  options({ numBeams, maxNewTokens, noRepeatNgramSize } = {}) {
+  options({ numBeams, maxNewTokens, noRepeatNgramSize, glossary } = {}) {
+    if (glossary !== undefined) {  // its terms go in through the model's attention, which the site's graphs do not give
+      throw new RangeError("glossary: this site cannot put terms in (its graphs give no alignment); use `encdec "
+                           + "translate --glossary` or the server's `glossary`.");
+    }
     const beams = numBeams ?? this.defaults.num_beams, maxBeams = this.rules.max_beams;
     if (!Number.isInteger(beams) || beams < 1 || beams > maxBeams) {
       throw new RangeError(`numBeams must be a whole number from 1 to ${maxBeams}, got ${numBeams}.`);

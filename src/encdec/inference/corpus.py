@@ -15,7 +15,7 @@ from dataclasses import field
 from typing import Any
 
 from ..chunked import Chunk, ChunkFile, Progress, StreamOutput, file_identity, open_chunks, run_chunks
-from ..decoding_options import TRANSLATE, asked_of, asks_list, declared
+from ..decoding_options import TRANSLATE, asked_of, asks_list, declared, recorded
 from ..errors import EncdecError
 from ..folders import model_identity
 from ..io_utils import refuse_overlap, require_file
@@ -95,7 +95,7 @@ def translate_file(models: list[str], input_path: str | None, output_path: str |
         require_file(input_path, "input file")
     if output_path is not None:
         refuse_overlap(output_path, [path for path in (input_path, *models) if path])
-    record = {"options": {**options, **dataclasses.asdict(form), "engine": engine, "quantize": quantize,
+    record = {"options": {**recorded(options), **dataclasses.asdict(form), "engine": engine, "quantize": quantize,
                           "dtype": dtype, "chunk_size": chunk_size}}
     output = on_main(shard, lambda: open_output(output_path, input_path, models, record, resume, overwrite, stdout))
     done = shard.broadcast(output.done_lines if output is not None else 0)

@@ -134,6 +134,9 @@ def decode_batch(engine: Any, tokenizer: Any, source_ids: Sequence[Sequence[int]
         raise ValueError("decode_batch decodes one search (beams, length penalty, candidates, sampling) at a time.")
     if any(option.alignments for option in each):
         require_alignments(engine)
+    if any(option.glossary for option in each) and not engine.spec.alignments:
+        raise EncdecError(f"A glossary puts its terms in through the model's attention, which the {engine.name} "
+                          f"engine does not return; use --engine {' or --engine '.join(engines_that('alignments'))}.")
     if budgets is None:
         budgets = [search.budget(max(len(ids) for ids in source_ids), engine.config)] * len(source_ids)
     groups: dict[int | None, list[int]] = {}  # budget (None: greedy, each cut to its own) -> rows
@@ -148,7 +151,7 @@ def decode_batch(engine: Any, tokenizer: Any, source_ids: Sequence[Sequence[int]
         for k, row in enumerate(rows):  # generate() returns the outputs of a source one after the other
             outputs[row] = [output_ids(ids[:1 + budgets[row]], eos, pad) for ids in generated[k * n:(k + 1) * n]]
     layer = None
-    if any(option.model_layer for option in each):
+    if any(option.model_layer or option.glossary for option in each):
         layer = default_layer(engine.model)  # the layer alignment.json records, read once a batch
     return [hypotheses(engine, tokenizer, ids, found, option, layer)
             for ids, found, option in zip(source_ids, outputs, each, strict=True)]
@@ -182,6 +185,9 @@ def hypotheses(engine: Engine, tokenizer: Any, source_ids: Sequence[int], output
     ``keep_duplicates``, ordered by log P(text | source), best first (a stable sort: ties keep the beams' order), the
     first the list asks; every candidate is scored for the order, scores asked or not. A list is shorter than asked
     when the beams held fewer distinct texts."""
+    if options.glossary:  # one translation, no scores, no alignment (``resolve``)
+        return [with_terms(forced(engine, tokenizer, source_ids, outputs[0], False, False), engine, tokenizer,
+                           source_ids, options.glossary, layer)]
     if not options.ranked:
         return [links(forced(engine, tokenizer, source_ids, ids, options.scores, options.alignments), tokenizer,
                       source_ids, options, layer) for ids in options.kept(outputs)]
@@ -196,6 +202,19 @@ def hypotheses(engine: Engine, tokenizer: Any, source_ids: Sequence[int], output
     ranked.sort(key=lambda hypothesis: -hypothesis.score)
     return [links(hypothesis if options.scores else dataclasses.replace(hypothesis, score=None), tokenizer,
                   source_ids, options, layer) for hypothesis in options.kept(ranked)]
+
+
+def with_terms(hypothesis: Hypothesis, engine: Engine, tokenizer: Any, source_ids: Sequence[int], glossary: Any,
+               layer: int | str | None) -> Hypothesis:
+    """``hypothesis`` with the terms of ``glossary`` (an ``encdec.glossary.Glossary``) that its source holds put in
+    through its alignment on the model's alignment ``layer`` (``Glossary.apply``). The source is read as the model
+    read it (its ids decoded), whose words the alignment counts."""
+    source = tokenizer.decode(source_ids, skip_special_tokens=True).strip()
+    if not hypothesis.ids or not glossary.matches(source):
+        return hypothesis
+    _, by_head = teacher_forced_attention(engine.model, source_ids, hypothesis.ids)
+    found = word_links(alignment_weights(by_head, layer, None), tokenizer, source_ids, hypothesis.ids)
+    return dataclasses.replace(hypothesis, text=glossary.apply(source, hypothesis.text, found))
 
 
 def forced(engine: Engine, tokenizer: Any, source_ids: Sequence[int], ids: list[int], score: bool, attention: bool,

@@ -130,6 +130,7 @@ def option_fields(limits: ServeLimits) -> dict[str, tuple[Any, Any]]:
         if meta["kind"] is float:
             checks["allow_inf_nan"] = False
         kind = LayerNumber | Literal["mean"] | None if meta["kind"] is str else (
+            dict[str, str] | None if meta["kind"] is dict else  # a mapping of strings
             meta["kind"] if item.default is not None else meta["kind"] | None)
         fields[json_name(item.name)] = (kind, Field(item.default, description=meta["description"],
                                                     **{key: value for key, value in checks.items()
@@ -140,7 +141,8 @@ def option_fields(limits: ServeLimits) -> dict[str, tuple[Any, Any]]:
 def value_hints(schema: type[BaseModel]) -> dict[str, str]:
     """field -> the values it takes, in words, from the request's JSON schema: the fix an error message gives."""
     words = {"string": "a string", "array": "a list of strings", "boolean": "true or false",
-             "integer": "a whole number", "number": "a finite number"}
+             "integer": "a whole number", "number": "a finite number",
+             "object": 'an object of strings, {"source term": "target term", ...}'}
     hints = {}
     for name, spec in schema.model_json_schema()["properties"].items():
         kinds = [option for option in spec.get("anyOf", [spec]) if option.get("type") != "null"]

@@ -21,6 +21,8 @@ limits.
 - ``POST /translate_file`` and ``GET /download_file/<id>/<name>``: ``libretranslate.files``.
 - ``GET /languages``, ``GET /frontend/settings``, ``GET /health``; ``POST /suggest`` (``q``, ``s``, ``source``,
   ``target``), stored in the key database under ``--suggestions``.
+- encdec's own fields of ``POST /translate``: the decoding options declared for ``EXTENSION``
+  (``decoding_options``), under their JSON names (``extension_options``).
 - The key and the request limit apply to ``/translate``, ``/detect``, ``/translate_file`` and ``/suggest``, as
   LibreTranslate's ``access_check`` and limiter apply them; the character limit to ``/translate``, per request (the
   texts of ``q`` together, as LibreTranslate counts them), and to ``q`` and ``s`` of ``/suggest`` (a file's
@@ -40,6 +42,7 @@ from typing import Any
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse
 
+from ...decoding_options import EXTENSION, declared, json_name
 from ...version import __version__
 from ..core import FORMATS, Plan, TooManySentences, plain_texts, translate_route
 from ..keys import ApiKey
@@ -104,7 +107,8 @@ def refusal(error: RequestError) -> Refusal:
     if isinstance(error, TooManySentences):
         return Refusal(f"Invalid request: {error.count} sentences exceed the limit of {error.limit} per request; send "
                        "them in several requests")
-    return Refusal(f"Invalid request: q{error.field.removeprefix('text')}: {error.reason}")
+    where = "q" + error.field.removeprefix("text") if error.field.startswith("text") else error.field
+    return Refusal(f"Invalid request: {where}: {error.reason}")
 
 
 async def translate_texts(route: Route, batchers: dict[str, Any], texts: list[str], plan: Plan) -> list[list[str]]:
@@ -183,6 +187,21 @@ def check_unicode(body: dict[str, Any]) -> None:
             if isinstance(item, str) and (fault := lone_surrogate(item)) is not None:
                 raise Refusal(f"Invalid request: {name}{'' if i is None else f'[{i}]'} is not valid Unicode: {fault}; "
                               "send UTF-8 text (a surrogate pair is fine, half of one is not)")
+
+
+def extension_options(body: dict[str, Any], route: Route, alternatives: int) -> dict[str, Any] | None:
+    """encdec's own fields of ``/translate`` (the options declared for ``EXTENSION``, under their JSON names),
+    checked with the rest of the decoding (``Plan.decoding``); they shape the one translation of a direct route, so
+    not with ``alternatives`` nor through a pivot."""
+    asked = {json_name(item.name): body[json_name(item.name)] for item in declared(EXTENSION)
+             if body.get(json_name(item.name)) is not None}
+    named = ", ".join(asked)
+    if asked and alternatives:
+        raise Refusal(f"Invalid request: alternatives are not given with {named}; leave one of them out")
+    if asked and route.pivots:
+        raise Refusal(f"Invalid request: {named} needs a model that translates {route.source} into {route.target} "
+                      f"directly, and this pair goes through {', '.join(route.pivots)}")
+    return asked or None
 
 
 def alternatives_of(body: dict[str, Any], limit: int) -> int:
@@ -279,7 +298,8 @@ class LibreTranslateAPI:
         detected = await off_loop(lambda: detect_source(self.models, plain_texts(texts, text_format), target)
                                   ) if body["source"].lower() == "auto" else None
         route = choose(self.models, detected["language"] if detected else body["source"], body["target"])
-        results = await translate_texts(route, self.batchers, texts, Plan(text_format, alternatives))
+        decoding = extension_options(body, route, alternatives)
+        results = await translate_texts(route, self.batchers, texts, Plan(text_format, alternatives, decoding))
         answer: dict[str, Any] = {"translatedText": [r[0] for r in results] if batch else results[0][0]}
         if alternatives:
             answer["alternatives"] = [r[1:] for r in results] if batch else results[0][1:]
