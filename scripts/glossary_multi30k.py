@@ -45,6 +45,7 @@ from encdec.inference.alignment import (
     word_links,
 )
 from encdec.io_utils import atomic_write_text
+from encdec.tokenization import language_ids
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from multi30k_results import replace_section  # noqa: E402
@@ -66,11 +67,12 @@ def frequent_words(path: Path) -> set[str]:
     return {word for word, _ in counts.most_common(FREQUENT)}
 
 
-def reference_links(model, tokenizer, sources: list[str], references: list[str]) -> list[set[tuple[int, int]]]:
+def reference_links(model, tokenizer, sources: list[str], references: list[str], languages: dict
+                    ) -> list[set[tuple[int, int]]]:
     """Each source-reference pair's word links, from the model's attention on its alignment layer."""
     layer, found = default_layer(model), []
     with torch.inference_mode():
-        for source_ids, target_ids in encode_pairs(tokenizer, sources, references):
+        for source_ids, target_ids in encode_pairs(tokenizer, sources, references, *languages.values()):
             _, by_head = teacher_forced_attention(model, source_ids, target_ids)
             found.append(word_links(alignment_weights(by_head, layer), tokenizer, source_ids, target_ids))
     return found
@@ -99,10 +101,11 @@ def has_term(output: str, term: str) -> bool:
     return term.casefold() in {core(word).casefold() for word in output.split() if core(word)}
 
 
-def timed_each(model, tokenizer, sources: list[str], glossaries: list[dict | None], beams: int) -> tuple[list, float]:
+def timed_each(model, tokenizer, sources: list[str], glossaries: list[dict | None], beams: int, languages: dict
+               ) -> tuple[list, float]:
     began, outputs = time.perf_counter(), []
     for source, glossary in zip(sources, glossaries, strict=True):
-        outputs += translate(model, tokenizer, [source], num_beams=beams, glossary=glossary)
+        outputs += translate(model, tokenizer, [source], num_beams=beams, glossary=glossary, **languages)
     return outputs, time.perf_counter() - began
 
 
@@ -111,13 +114,16 @@ def measure(args: argparse.Namespace) -> dict:
     read = lambda lang: (args.data / f"{args.split}.{lang}").read_text(encoding="utf-8").splitlines()[:args.limit]
     sources, references = read(args.source), read(args.target)
     common = (frequent_words(args.data / f"train.{args.source}"), frequent_words(args.data / f"train.{args.target}"))
-    plain = translate(model, tokenizer, sources, num_beams=args.num_beams)
-    links = reference_links(model, tokenizer, sources, references)
+    # a multilingual model is asked the direction (its source and target language tokens)
+    languages = {"source_lang": args.source, "target_lang": args.target} if language_ids(tokenizer) else {}
+    plain = translate(model, tokenizer, sources, num_beams=args.num_beams, **languages)
+    links = reference_links(model, tokenizer, sources, references, languages)
     drawn = [draw_terms(*row, common) for row in zip(sources, references, plain, links, strict=True)]
     rows = [k for k, terms in enumerate(drawn) if terms]
     glossaries = [{term: wanted for term, (wanted, _) in drawn[k].items()} for k in rows]
-    alone, seconds_plain = timed_each(model, tokenizer, [sources[k] for k in rows], [None] * len(rows), args.num_beams)
-    constrained, seconds_terms = timed_each(model, tokenizer, [sources[k] for k in rows], glossaries, args.num_beams)
+    picked = [sources[k] for k in rows]
+    alone, seconds_plain = timed_each(model, tokenizer, picked, [None] * len(rows), args.num_beams, languages)
+    constrained, seconds_terms = timed_each(model, tokenizer, picked, glossaries, args.num_beams, languages)
     outputs = list(plain)
     for k, text in zip(rows, constrained, strict=True):
         outputs[k] = text

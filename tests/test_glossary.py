@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from encdec.decoding_options import resolve
 from encdec.errors import EncdecError, OptionError
 from encdec.folders import save_for_pipeline
 from encdec.glossary import MAX_GLOSSARY_BYTES, Glossary, parse_glossary, read_glossary
@@ -66,6 +67,14 @@ def test_a_glossary_file_that_is_too_big_missing_or_not_utf8_is_refused(tmp_path
         read_glossary(tmp_path / "latin1.tsv")
 
 
+def test_a_glossary_of_another_language_pair_is_refused() -> None:
+    glossary = parse_glossary("Hund,dog,de,en\n", "csv")
+    assert resolve(None, glossary=glossary, source_lang="de", target_lang="en").glossary == glossary
+    assert resolve(None, glossary=glossary).glossary == glossary  # a bilingual model names no pair
+    with pytest.raises(OptionError, match=r"`glossary` is for de-en, and this translation is fr-en; give the glossary"):
+        resolve(None, glossary=glossary, source_lang="fr", target_lang="en")
+
+
 # --- matching and putting terms in ---------------------------------------------------------------------------------
 
 def test_terms_match_whole_words_case_for_case_the_longer_first() -> None:
@@ -84,6 +93,7 @@ def test_terms_match_whole_words_case_for_case_the_longer_first() -> None:
     # aligned to nothing: put in after the word aligned to the closest source word before the term
     ("Der Hund schläft.", "The sleeps.", {(0, 0), (2, 1)}, "The hound sleeps."),
     ("Hund schläft.", "Sleeps.", {(1, 0)}, "hound Sleeps."),
+    ("Er sieht den Hund.", "He sees.", {(0, 0), (1, 1), (2, 1)}, "He sees hound."),  # before the full stop
     # already there (case and punctuation aside): unchanged
     ("Der Hund schläft.", "The Hound sleeps.", {(0, 0), (1, 1), (2, 2)}, "The Hound sleeps."),
     # the longest unbroken run of aligned words, not everything between stray links
@@ -93,6 +103,13 @@ def test_terms_match_whole_words_case_for_case_the_longer_first() -> None:
 def test_a_term_replaces_the_words_aligned_to_it(source: str, translation: str, links: set, expected: str) -> None:
     glossary = Glossary.of({"Hund": "hound", "rote Auto": "crimson car"})
     assert glossary.apply(source, translation, links) == expected
+
+
+def test_a_term_already_there_is_not_replaced_by_another() -> None:
+    """"Hund" is aligned to "dog" and, wrongly, to "black"; "schwarze" -> "black" is there already and stays."""
+    glossary = Glossary.of({"Hund": "hound", "schwarze": "black"})
+    links = {(0, 0), (1, 1), (2, 1), (2, 2)}
+    assert glossary.apply("Der schwarze Hund", "The black dog", links) == "The black hound"
 
 
 def test_two_terms_aligned_to_one_word_both_come_out() -> None:

@@ -411,17 +411,23 @@ def resolve(generation_config: Any = None, *, limits: DecodeLimits | None = None
         keep_duplicates=request.keep_duplicates and ranked, scores=request.scores, alignments=request.alignments,
         alignment_layer=request.alignment_layer if request.alignments else None,
         alignment_head=request.alignment_head if request.alignments else None, source_lang=request.source_lang,
-        target_lang=request.target_lang, forced_bos_token_id=forced, glossary=terms(request.glossary),
+        target_lang=request.target_lang, forced_bos_token_id=forced, glossary=terms(request),
         beam_length_penalty=penalty, notes=notes)
 
 
-def terms(glossary: Any) -> Any:
+def terms(request: DecodeRequest) -> Any:
     """The ``glossary`` asked as an ``encdec.glossary.Glossary`` (a mapping of terms is checked and turned into
-    one), or None."""
+    one), or None; one that names its language pair (a CSV's) must be the request's, where the request names one."""
     try:
-        return as_glossary(glossary, "the glossary")
+        glossary = as_glossary(request.glossary, "the glossary")
     except ValueError as err:  # braces in a term are not option names (``OptionError.explain``)
         raise OptionError("glossary", "is refused: " + str(err).replace("{", "(").replace("}", ")")) from err
+    pairs = zip((glossary.source_lang, glossary.target_lang), (request.source_lang, request.target_lang),
+                strict=True) if glossary else ()
+    if any(named and asked and named.lower() != asked.lower() for named, asked in pairs):
+        raise OptionError("glossary", f"is for {glossary.source_lang}-{glossary.target_lang}, and this translation "
+                                      f"is {request.source_lang}-{request.target_lang}; give the glossary of its pair.")
+    return glossary
 
 
 def check_one_translation(request: DecodeRequest) -> None:

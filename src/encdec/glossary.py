@@ -13,15 +13,16 @@ then the earlier.
 
 **How a term is put in** (``Glossary.apply``): the sentence is translated as it is without the glossary, and each
 matched term whose target term is not already in the translation replaces the target words aligned to the term's
-source words: the longest unbroken run of them, keeping the punctuation around that run. A term aligned to no target
-word is put in after the target word aligned to the closest source word before it (at the start when there is
-none). The alignment is the one encdec gives every translation (``encdec.inference.alignment``: the attention of the
-model's alignment layer, Garg et al. 2019), so the rest of the sentence is the model's own translation, word for
-word. The other methods of the literature either need models trained for them (placeholders, or the inline target
-terms of Dinu et al. 2019, "Training Neural Machine Translation to Apply Terminology Constraints") or a beam search
-of their own over every engine (Post and Vilar 2018, "Fast Lexically Constrained Decoding with Dynamic Beam
-Allocation"; Hu et al. 2019), which neither CTranslate2 nor transformers' ``generate()`` offers today; replacement
-through the alignment works with any model trained as it is. Inflection is left as the glossary writes it.
+source words (those of a target term already there aside): the longest unbroken run of them, keeping the punctuation
+around that run. A term aligned to no target word is put in after the target word aligned to the closest source word
+before it (at the start when there is none), before that word's trailing punctuation. The alignment is the one
+encdec gives every translation (``encdec.inference.alignment``: the attention of the model's alignment layer, Garg
+et al. 2019), so the rest of the sentence is the model's own translation, word for word. The other methods of the
+literature either need models trained for them (placeholders, or the inline target terms of Dinu et al. 2019,
+"Training Neural Machine Translation to Apply Terminology Constraints") or a beam search of their own over every
+engine (Post and Vilar 2018, "Fast Lexically Constrained Decoding with Dynamic Beam Allocation"; Hu et al. 2019),
+which neither CTranslate2 nor transformers' ``generate()`` offers today; replacement through the alignment works
+with any model trained as it is. Inflection is left as the glossary writes it.
 
 Standard library only, like ``encdec.decoding_options``, which declares the ``glossary`` option.
 """
@@ -103,12 +104,14 @@ class Glossary:
             ``source`` and ``translation`` (``encdec.inference.alignment``'s Pharaoh links)
         """
         words, links = translation.split(), set(links)
+        matches = self.matches(source)
+        kept = {j for match in matches for j in _occurrence(words, match.target)}  # terms there already stay
         edits = []
-        for match in self.matches(source):
-            if _contains(words, match.target):
+        for match in matches:
+            if _occurrence(words, match.target):
                 continue
             terms = _words_within(source, match.start, match.end)
-            aligned = sorted({j for i, j in links if i in terms and j < len(words)})
+            aligned = sorted({j for i, j in links if i in terms and j < len(words) and j not in kept})
             run = _longest_run(aligned)
             if run:
                 edits.append((run[0], run[-1], match.target))
@@ -131,11 +134,13 @@ def _words_within(text: str, start: int, end: int) -> list[int]:
     return [n for n, word in enumerate(re.finditer(r"\S+", text)) if word.start() < end and word.end() > start]
 
 
-def _contains(words: list[str], term: str) -> bool:
-    """Whether the words (their punctuation aside) hold ``term``'s words in a row, case aside."""
+def _occurrence(words: list[str], term: str) -> range:
+    """Where the words (their punctuation aside) first hold ``term``'s words in a row, case aside; empty if not."""
     cores = [EDGE.match(word).group(2).casefold() for word in words]
     wanted = [word.casefold() for word in term.split()]
-    return any(cores[n:n + len(wanted)] == wanted for n in range(len(cores) - len(wanted) + 1))
+    found = (n for n in range(len(cores) - len(wanted) + 1) if cores[n:n + len(wanted)] == wanted)
+    start = next(found, None)
+    return range(0) if start is None else range(start, start + len(wanted))
 
 
 def _longest_run(indices: list[int]) -> list[int]:
@@ -160,8 +165,11 @@ def _edited(words: list[str], edits: list[tuple[int, int, str]]) -> list[str]:
             first = last = None
         done.append((first, last, term) if first is not None else (done[-1][1] + 1, done[-1][1], term))
     for first, last, term in reversed(done):
-        if last < first:
-            words[first:first] = [term]
+        if last < first:  # put in; the punctuation that ends the word before it now ends the term
+            trail = EDGE.match(words[first - 1]).group(3) if first else ""
+            if trail:
+                words[first - 1] = words[first - 1][:-len(trail)]
+            words[first:first] = [term + trail]
             continue
         lead, core, _ = EDGE.match(words[first]).groups()
         trail = EDGE.match(words[last]).group(3)
