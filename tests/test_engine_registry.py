@@ -32,6 +32,7 @@ from encdec.inference.engines import (
     register,
 )
 from encdec.inference.engines.ctranslate2_engine import CT2_INSTALL, CTranslate2Engine
+from encdec.inference.tagged import translate_tagged
 from encdec.serve import ModelSpec, RequestError, TranslationService
 from encdec.serve.server import load_models
 from encdec_cli import build_parser, main
@@ -147,6 +148,16 @@ def test_a_registered_engine_is_selectable_everywhere(echo_engine, tmp_path, cap
     assert (served.info()["engine"], served.info()["alignments"]) == ("echo", False)
     with pytest.raises(RequestError, match="alignments are not available: the echo engine returns none"):
         served.options(return_alignments=True)
+
+
+def test_glossaries_and_markup_need_an_engine_that_gives_the_attention(echo_engine, tmp_path) -> None:
+    engine, tokenizer = load_engine(echo_folder(tmp_path / "echo"), "echo")
+    with pytest.raises(EncdecError, match="^A glossary puts its terms in through the model's attention, which the "
+                                          "echo engine does not return; use --engine torch.$"):
+        translate(engine, tokenizer, ["3 1"], glossary={"3": "three"})
+    with pytest.raises(EncdecError, match="^Markup is put back through the model's attention, which the echo engine "
+                                          "does not return; use --engine torch.$"):
+        translate_tagged(engine, tokenizer, ["<b>3</b> 1"])
 
 
 def test_the_registry_answers_what_an_engine_supports(echo_engine, tmp_path) -> None:

@@ -112,6 +112,17 @@ def test_a_term_already_there_is_not_replaced_by_another() -> None:
     assert glossary.apply("Der schwarze Hund", "The black dog", links) == "The black hound"
 
 
+def test_the_alignment_is_carried_over_to_the_terms_words() -> None:
+    """A replaced word's links go to the term's words, the words after it move along, and a term put in is linked
+    to its source word (what markup is put back by after a glossary)."""
+    glossary = Glossary.of({"Hund": "big hound", "Katze": "cat"})
+    assert glossary.apply_aligned("Der Hund bellt", "The dog barks", {(0, 0), (1, 1), (2, 2)}) == (
+        "The big hound barks", {(0, 0), (1, 1), (1, 2), (2, 3)})
+    assert glossary.apply_aligned("Die Katze schläft.", "The sleeps.", {(0, 0), (2, 1)}) == (
+        "The cat sleeps.", {(0, 0), (1, 1), (2, 2)})
+    assert glossary.apply_aligned("Nichts", "Nothing", {(0, 0)}) == ("Nothing", {(0, 0)})
+
+
 def test_two_terms_aligned_to_one_word_both_come_out() -> None:
     glossary = Glossary.of({"Hund": "hound", "Katze": "cat"})
     assert glossary.apply("Hund Katze", "pets", {(0, 0), (1, 0)}) == "hound cat"

@@ -103,6 +103,12 @@ class Glossary:
         :param links: the alignment, (source word, target word) pairs over the whitespace-separated words of
             ``source`` and ``translation`` (``encdec.inference.alignment``'s Pharaoh links)
         """
+        return self.apply_aligned(source, translation, links)[0]
+
+    def apply_aligned(self, source: str, translation: str, links: Iterable[tuple[int, int]]
+                      ) -> tuple[str, set[tuple[int, int]]]:
+        """``apply``'s text, and ``links`` carried over to its words: a replaced word's links go to the term's words,
+        and a term's source words are linked to its words (markup put back after a glossary follows them)."""
         words, links = translation.split(), set(links)
         matches = self.matches(source)
         kept = {j for match in matches for j in _occurrence(words, match.target)}  # terms there already stay
@@ -114,12 +120,15 @@ class Glossary:
             aligned = sorted({j for i, j in links if i in terms and j < len(words) and j not in kept})
             run = _longest_run(aligned)
             if run:
-                edits.append((run[0], run[-1], match.target))
+                edits.append((run[0], run[-1], match.target, terms))
             else:
                 before = [j for i, j in links if terms and i < terms[0] and j < len(words)]
                 place = max(before) + 1 if before else 0
-                edits.append((place, place - 1, match.target))  # an empty range: put in before word ``place``
-        return " ".join(_edited(words, edits)) if edits else translation
+                edits.append((place, place - 1, match.target, terms))  # an empty range: put in before ``place``
+        if not edits:
+            return translation, links
+        edited, moved, added = _edited(words, edits)
+        return " ".join(edited), {(i, k) for i, j in links if j < len(moved) for k in moved[j]} | added
 
 
 def _variants(source: str, target: str) -> list[tuple[str, str]]:
@@ -154,29 +163,45 @@ def _longest_run(indices: list[int]) -> list[int]:
     return best
 
 
-def _edited(words: list[str], edits: list[tuple[int, int, str]]) -> list[str]:
-    """``words`` with each edit (first, last, term) made: words first..last replaced by the term, keeping the
-    leading punctuation of the first and the trailing punctuation of the last (and the first word's capital at the
-    start), or, for an empty range (last < first), the term put in before word ``first``. An edit that overlaps one
-    before it is put in after that one instead."""
-    done: list[tuple[int, int, str]] = []
-    for first, last, term in sorted(edits, key=lambda edit: edit[:2]):
-        if done and first <= done[-1][1]:
-            first = last = None
-        done.append((first, last, term) if first is not None else (done[-1][1] + 1, done[-1][1], term))
-    for first, last, term in reversed(done):
-        if last < first:  # put in; the punctuation that ends the word before it now ends the term
-            trail = EDGE.match(words[first - 1]).group(3) if first else ""
+def _edited(words: list[str], edits: list[tuple[int, int, str, list[int]]]
+            ) -> tuple[list[str], list[list[int]], set[tuple[int, int]]]:
+    """``words`` with each edit (first, last, term, its source words) made: words first..last replaced by the term,
+    keeping the leading punctuation of the first and the trailing punctuation of the last (and the first word's
+    capital at the start), or, for an empty range (last < first), the term put in before word ``first``, the
+    punctuation that ended the word before it then ending the term. An edit that overlaps one before it is put in
+    after that one instead. Also returned: where each old word went (its new words) and the links of the terms'
+    source words to their new words."""
+    done: list[tuple[int, int, str, list[int]]] = []
+    for first, last, term, terms in sorted(edits, key=lambda edit: edit[:2]):
+        overlaps = done and first <= done[-1][1]
+        done.append((done[-1][1] + 1, done[-1][1], term, terms) if overlaps else (first, last, term, terms))
+    new: list[str] = []
+    moved: list[list[int]] = [[] for _ in words]
+    added: set[tuple[int, int]] = set()
+    k = 0
+    for first, last, term, terms in done:
+        while k < min(first, len(words)):
+            moved[k], k = [len(new)], k + 1
+            new.append(words[k - 1])
+        if last < first:
+            trail = EDGE.match(new[-1]).group(3) if new else ""
             if trail:
-                words[first - 1] = words[first - 1][:-len(trail)]
-            words[first:first] = [term + trail]
-            continue
-        lead, core, _ = EDGE.match(words[first]).groups()
-        trail = EDGE.match(words[last]).group(3)
-        if first == 0 and core[:1].isupper():
-            term = term[:1].upper() + term[1:]
-        words[first:last + 1] = [lead + term + trail]
-    return words
+                new[-1] = new[-1][:-len(trail)]
+            pieces = (term + trail).split()
+        else:
+            lead, core, _ = EDGE.match(words[first]).groups()
+            if first == 0 and core[:1].isupper():
+                term = term[:1].upper() + term[1:]
+            pieces = (lead + term + EDGE.match(words[last]).group(3)).split()
+            for old in range(first, last + 1):
+                moved[old] = list(range(len(new), len(new) + len(pieces)))
+            k = last + 1
+        added |= {(i, j) for i in terms for j in range(len(new), len(new) + len(pieces))}
+        new.extend(pieces)
+    for old in range(k, len(words)):
+        moved[old] = [len(new)]
+        new.append(words[old])
+    return new, moved, added
 
 
 # --- reading entries -----------------------------------------------------------------------------------------------

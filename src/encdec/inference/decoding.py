@@ -207,14 +207,17 @@ def hypotheses(engine: Engine, tokenizer: Any, source_ids: Sequence[int], output
 def with_terms(hypothesis: Hypothesis, engine: Engine, tokenizer: Any, source_ids: Sequence[int], glossary: Any,
                layer: int | str | None) -> Hypothesis:
     """``hypothesis`` with the terms of ``glossary`` (an ``encdec.glossary.Glossary``) that its source holds put in
-    through its alignment on the model's alignment ``layer`` (``Glossary.apply``). The source is read as the model
-    read it (its ids decoded), whose words the alignment counts."""
+    through its alignment on the model's alignment ``layer`` (``Glossary.apply_aligned``), and that alignment carried
+    over to its words (``alignment``, which no caller of a glossary asks for, is what ``encdec.inference.tagged``
+    puts markup back by). The source is read as the model read it (its ids decoded), whose words the alignment
+    counts."""
     source = tokenizer.decode(source_ids, skip_special_tokens=True).strip()
     if not hypothesis.ids or not glossary.matches(source):
         return hypothesis
     _, by_head = teacher_forced_attention(engine.model, source_ids, hypothesis.ids)
     found = word_links(alignment_weights(by_head, layer, None), tokenizer, source_ids, hypothesis.ids)
-    return dataclasses.replace(hypothesis, text=glossary.apply(source, hypothesis.text, found))
+    text, carried = glossary.apply_aligned(source, hypothesis.text, found)
+    return dataclasses.replace(hypothesis, text=text, alignment=to_pharaoh(carried))
 
 
 def forced(engine: Engine, tokenizer: Any, source_ids: Sequence[int], ids: list[int], score: bool, attention: bool,
