@@ -8,8 +8,8 @@ CSV does; all lines must then name the same pair.
 
 **Where a term matches**: as whole words (no letter or digit right before or after it) of the source, case for case;
 a term that starts in lower case also matches with its first letter upper-cased (a sentence's first word, a title),
-and its target term is then written with an upper-case first letter too. Of overlapping matches the longer wins,
-then the earlier.
+and its target term is then written with an upper-case first letter too. The text is read from the left, and at
+each place the longest term that matches there is taken; matches never overlap.
 
 **How a term is put in** (``Glossary.apply``): the sentence is translated as it is without the glossary, and each
 matched term whose target term is not already in the translation replaces the target words aligned to the term's
@@ -36,6 +36,7 @@ import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 try:
@@ -47,6 +48,8 @@ MAX_TERM_BYTES = 1024  # DeepL's limit on a source or target term, in UTF-8 byte
 MAX_GLOSSARY_BYTES = 10 * 1024 * 1024  # DeepL's limit on a glossary's entries
 FORBIDDEN = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")  # C0 and C1 control characters, Unicode line separators
 EDGE = re.compile(r"^(\W*)(.*?)(\W*)$", re.DOTALL)  # a word's leading punctuation, its core, its trailing punctuation
+TOKEN = re.compile(r"\w+|[^\w\s]")  # a word or one mark: where a term may begin
+WORD_CHARACTER = re.compile(r"\w")
 
 
 @dataclass(frozen=True)
@@ -77,25 +80,38 @@ class Glossary:
     def __len__(self) -> int:
         return len(self.entries)
 
-    @property
+    @cached_property
     def identity(self) -> str:
         """What a resumable output records of it: its language pair and the SHA-256 of its entries."""
         digest = hashlib.sha256("\n".join(f"{s}\t{t}" for s, t in self.entries).encode("utf-8")).hexdigest()
         return f"{len(self)} entries, {self.source_lang or '?'}-{self.target_lang or '?'}, sha256 {digest}"
 
-    def matches(self, text: str) -> list[Match]:
-        """Where the source terms occur in ``text`` (see the module docstring), in text order, none overlapping."""
-        found = []
+    @cached_property
+    def _by_first_token(self) -> dict[str, list[tuple[str, str]]]:
+        """Each form of a source term (``_variants``) with its target term, by the form's first token, longest first:
+        a text is searched token by token, whatever the glossary's size."""
+        index: dict[str, list[tuple[str, str]]] = {}
         for source, target in self.entries:
             for variant, written in _variants(source, target):
-                pattern = re.compile(rf"(?<!\w){re.escape(variant)}(?!\w)")
-                found += [Match(m.start(), m.end(), written) for m in pattern.finditer(text)]
-        found.sort(key=lambda m: (-(m.end - m.start), m.start))
-        kept: list[Match] = []
-        for match in found:
-            if all(match.end <= other.start or match.start >= other.end for other in kept):
-                kept.append(match)
-        return sorted(kept, key=lambda m: m.start)
+                index.setdefault(TOKEN.search(variant).group(), []).append((variant, written))
+        for candidates in index.values():
+            candidates.sort(key=lambda candidate: -len(candidate[0]))
+        return index
+
+    def matches(self, text: str) -> list[Match]:
+        """Where the source terms occur in ``text`` (see the module docstring): from the left, the longest term at
+        each place, none overlapping."""
+        found: list[Match] = []
+        for token in TOKEN.finditer(text):
+            start = token.start()
+            if found and start < found[-1].end:
+                continue
+            for variant, written in self._by_first_token.get(token.group(), ()):
+                stop = start + len(variant)
+                if text.startswith(variant, start) and not _word_at(text, start - 1) and not _word_at(text, stop):
+                    found.append(Match(start, stop, written))
+                    break
+        return found
 
     def apply(self, source: str, translation: str, links: Iterable[tuple[int, int]]) -> str:
         """``translation`` of ``source`` with each matched term's target term put in (see the module docstring).
@@ -129,6 +145,11 @@ class Glossary:
             return translation, links
         edited, moved, added = _edited(words, edits)
         return " ".join(edited), {(i, k) for i, j in links if j < len(moved) for k in moved[j]} | added
+
+
+def _word_at(text: str, index: int) -> bool:
+    """Whether ``text[index]`` is a letter, a digit or ``_`` (so a term there would be part of a longer word)."""
+    return 0 <= index < len(text) and WORD_CHARACTER.match(text[index]) is not None
 
 
 def _variants(source: str, target: str) -> list[tuple[str, str]]:
