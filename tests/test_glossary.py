@@ -15,7 +15,7 @@ from encdec.decoding_options import resolve
 from encdec.errors import EncdecError, OptionError
 from encdec.folders import save_for_pipeline
 from encdec.glossary import MAX_GLOSSARY_BYTES, Glossary, parse_glossary, read_glossary
-from encdec.inference import translate, translate_detailed
+from encdec.inference import load_engine, translate, translate_detailed
 from encdec.serve import ServeLimits
 from encdec.serve.server import create_app, load_models
 from encdec_cli import main
@@ -282,3 +282,14 @@ def test_evaluate_records_the_glossary(aligned_models, aligned_dates, tmp_path: 
     recorded = json.loads((tmp_path / "scores.json").read_text(encoding="utf-8"))
     assert recorded["glossary"] == read_glossary(tmp_path / "terms.tsv").identity
     assert recorded["glossary"].startswith("1 entries, ?-?, sha256 ")
+
+
+def test_an_ensemble_of_one_model_twice_puts_the_terms_in_as_the_model(aligned_models, aligned_dates,
+                                                                        tmp_path: Path) -> None:
+    tokenizer, _, held_out = aligned_dates
+    folder = save_for_pipeline(aligned_models["transformer"], tokenizer, tmp_path / "model")
+    engine, loaded = load_engine([folder, folder])
+    sources = year_sources(held_out)[:8]
+    glossary = {year: f"Y{year}" for year in {t.split()[0] for _, t, _ in held_out}}
+    assert translate(engine, loaded, sources, glossary=glossary) == translate(
+        aligned_models["transformer"], tokenizer, sources, glossary=glossary)

@@ -5,7 +5,7 @@ The alignment is the one ``encdec translate --alignments`` gives (``encdec.infer
 pass over the source and the model's translation, on the model's alignment layer). Where terms asked for were put
 into the translation, it is that alignment carried over to the final words (``Glossary.apply_aligned``), so that the
 tags go around the words the translation ends with. The model's attention is needed: an engine without it
-(``ctranslate2``, ``onnxruntime``, an ensemble) is refused in one line.
+(``ctranslate2``, ``onnxruntime``) is refused in one line.
 """
 
 from __future__ import annotations
