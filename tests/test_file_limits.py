@@ -1,4 +1,4 @@
-"""File translation within bounds (encdec.serve.documents, .document_worker, .fair_share, .files): a zip bomb and a
+"""File translation within bounds (encdec.serve.documents.formats, .worker, .fair_share, .files): a zip bomb and a
 file of empty paragraphs are refused from the archive's directory and the paragraph count, naming the option; a
 worker that runs out of memory or dies fails its upload alone; a large file leaves room in the queue for other
 clients; the translated files of a killed server are deleted by the next one; a chunked upload over the limit is a
@@ -19,10 +19,10 @@ import psutil
 import pytest
 
 from encdec.errors import EncdecError
+from encdec.serve.documents import worker as document_worker
+from encdec.serve.documents.formats import Bounds, TooLarge, read_document
+from encdec.serve.documents.worker import DocumentPool, WorkerDied, extract
 from encdec.serve.held_batches import HOLD_ENV
-from encdec.serve.libretranslate import document_worker
-from encdec.serve.libretranslate.document_worker import DocumentPool, WorkerDied, extract
-from encdec.serve.libretranslate.documents import Bounds, TooLarge, read_document
 from encdec.serve.libretranslate.files import FileSettings, FileStore
 from encdec_cli import main
 from test_libretranslate import URL

@@ -17,10 +17,10 @@ from fastapi.responses import JSONResponse
 
 from ...errors import EncdecError
 from ..adapter import Adapter, Serving
+from ..documents.formats import available_formats
 from ..keys import KeyDatabase
 from ..limits import OverLimit, Overloaded
 from .api import CORS_HEADERS, PREFIX, LibreTranslateAPI
-from .documents import available_formats
 from .files import FileAPI, FileSettings
 from .routes import not_routed
 

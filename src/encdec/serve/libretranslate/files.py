@@ -2,9 +2,9 @@
 ``GET /libretranslate/download_file/<id>/<name>``.
 
 ``translate_file`` takes a multipart form, as LibreTranslate's: ``file`` (.txt, .html, .docx or .odt:
-``documents.available_formats``), ``source``, ``target`` and ``api_key``. It reads the file's texts
-(``documents``, within the bounds of ``FileSettings``: a .docx or .odt in a worker process,
-``document_worker``), translates them sentence by sentence on the model's batcher as the text API does
+``encdec.serve.documents.formats.available_formats``), ``source``, ``target`` and ``api_key``. It reads the file's texts
+(``encdec.serve.documents``, within the bounds of ``FileSettings``: a .docx or .odt in a worker
+process), translates them sentence by sentence on the model's batcher as the text API does
 (``core.translate_parts``), a few batches at a time so that other clients' requests run between them
 (``fair_share``), writes the file again with the translations in place, and answers
 ``{"translatedFileUrl": "http://HOST/libretranslate/download_file/<id>/<name>"}``. The id is 128 random bits: as
@@ -58,6 +58,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ...errors import EncdecError
 from ..core import Plan
+from ..documents.formats import ARCHIVES, Bounds, DocumentError, available_formats, check_archive, read_document
+from ..documents.worker import DocumentPool, extract, rebuild
 from ..fair_share import FairShare
 from ..limits import client_address
 from .api import (
@@ -71,8 +73,6 @@ from .api import (
     request_body,
     translate_texts,
 )
-from .document_worker import DocumentPool, extract, rebuild
-from .documents import ARCHIVES, Bounds, DocumentError, available_formats, check_archive, read_document
 from .routes import add_preflights
 
 logger = logging.getLogger("encdec.serve")

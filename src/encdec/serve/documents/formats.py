@@ -1,5 +1,5 @@
-"""Documents to translate (``POST /libretranslate/translate_file``): the texts of a .txt, .html, .docx or .odt file,
-and the file again with each text's translation in its place.
+"""Documents to translate (LibreTranslate's ``/translate_file``, DeepL's ``/v2/document``): the texts of a .txt,
+.html, .docx or .odt file, and the file again with each text's translation in its place.
 
 - .txt and .html: the file is one text, translated as LibreTranslate's ``format`` ``text`` or ``html`` translates a
   ``q`` (lines and sentences cut, tags and spacing kept: ``core.translate_parts``). UTF-8.
@@ -15,7 +15,7 @@ Every document is read within ``Bounds`` (``encdec serve``'s file options): a .d
 unpacked size and its compression ratio are checked from its directory before any of it is unpacked
 (``check_archive``; zipfile reads no more of an entry than its declared size), then the paragraphs are counted
 before any is read, then the characters: over a bound is ``TooLarge`` (413), naming the option that raises it.
-``libretranslate.document_worker`` reads and writes .docx and .odt files in worker processes.
+``documents.worker`` reads and writes .docx and .odt files in worker processes.
 
 LibreTranslate (through argos-translate-files) also reads .odp, .pptx, .epub, .srt and .pdf; these are not offered.
 The libraries are imported when a file of their format comes, and ``available_formats`` lists only the formats whose

@@ -5,14 +5,14 @@ than its share fails alone.
 ``DocumentPool`` is the standard library's ``concurrent.futures.ProcessPoolExecutor`` in the ``spawn`` context (a
 fresh interpreter: never a fork of the threaded server), each worker replaced after ``TASKS_PER_CHILD`` documents
 (``max_tasks_per_child``; on Python 3.10, which lacks it, the pool itself is replaced after as many). A worker
-starts light: it imports ``documents`` without running the package ``__init__`` of ``encdec`` (which loads torch
+starts light: it imports ``formats`` without running the package ``__init__`` of ``encdec`` (which loads torch
 and transformers), then limits its address space (``RLIMIT_AS``, on systems that have it) to what it holds at
 start plus ``--document-memory-mb``. A document that needs more is ``TooLarge`` (413, naming the option); a worker
 that dies (killed for memory, a crash in native code) is ``WorkerDied`` (500) for the uploads it held, and the pool
 is made again for the next ones. The server itself never parses a .docx or an .odt.
 
 A task is stateless: ``extract`` reads a document's texts, ``rebuild`` reads it again and writes the translations in
-(``encdec.serve.libretranslate.documents``: the same reading gives the same texts, in the same order).
+(``encdec.serve.documents.formats``: the same reading gives the same texts, in the same order).
 """
 
 from __future__ import annotations
@@ -26,12 +26,12 @@ from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
-from .documents import Bounds, DocumentError, TooLarge, read_document
+from .formats import Bounds, DocumentError, TooLarge, read_document
 
 TASKS_PER_CHILD = 32  # documents a worker reads or writes before a fresh one takes its place
 NATIVE_RECYCLING = sys.version_info >= (3, 11)  # ProcessPoolExecutor's max_tasks_per_child
 PACKAGES = {"encdec": Path(__file__).parents[2], "encdec.serve": Path(__file__).parents[1],
-            "encdec.serve.libretranslate": Path(__file__).parent}
+            "encdec.serve.documents": Path(__file__).parent}
 # run by each worker as it starts (``exec``, a builtin, is what a spawned process can be handed without importing
 # encdec): the packages as bare namespaces, so that importing this module runs no package ``__init__``
 BOOTSTRAP = """
@@ -40,7 +40,7 @@ for name, path in packages.items():
     if name not in sys.modules:
         sys.modules[name] = types.ModuleType(name)
         sys.modules[name].__path__ = [path]
-from encdec.serve.libretranslate.document_worker import limit_memory
+from encdec.serve.documents.worker import limit_memory
 limit_memory(memory_mb)
 """
 
