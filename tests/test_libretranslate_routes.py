@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from encdec.serve.libretranslate.detection import DetectionError, detect
+from encdec.serve.detection import DetectionError, detect
 from encdec.serve.server import create_app, load_models
 from test_libretranslate import URL, alone, form, serve
 from test_serve import Server, request

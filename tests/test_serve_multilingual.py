@@ -21,7 +21,7 @@ import pytest
 from encdec.folders import save_for_pipeline
 from encdec.inference import load_model_and_tokenizer, translate
 from encdec.serve import ServeLimits
-from encdec.serve.libretranslate.detection import served_sources
+from encdec.serve.detection import served_sources
 from encdec.serve.server import create_app, load_models
 from encdec_cli import main
 from test_libretranslate import URL

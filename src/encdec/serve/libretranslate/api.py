@@ -10,7 +10,7 @@ limits.
   tags are kept and the text between them translated), ``alternatives`` (up to that many other translations, from
   beam search; the translation itself is the same with or without them), ``api_key``; JSON or form-encoded.
   ``source: "auto"`` detects the language of ``q`` among the served languages with a route into ``target``
-  (``libretranslate.detection``) and says which in ``detectedLanguage``. The pairs as LibreTranslate takes them
+  (``encdec.serve.detection``) and says which in ``detectedLanguage``. The pairs as LibreTranslate takes them
   (``encdec.serve.pairs``): codes in any case and LibreTranslate's aliases; ``source`` equal to ``target`` gives
   ``q`` back as it is; a pair that no model serves goes through a pivot language, which ``pivot`` (encdec's own
   field) names; a text with nothing to translate (``core.nothing_to_translate``) comes back as it is. The serving
@@ -45,6 +45,8 @@ from fastapi.responses import JSONResponse
 from ...decoding_options import EXTENSION, declared, json_name
 from ...version import __version__
 from ..core import FORMATS, Plan, TooManySentences, plain_texts, translate_route
+from ..detection import DetectionError, detect_source, served_sources
+from ..detection import detect as detect_languages
 from ..keys import ApiKey
 from ..limits import Access, client_address
 from ..offload import lone_surrogate, off_loop, too_deep
@@ -52,8 +54,6 @@ from ..pairs import Route, find_route, reachable, served_code
 from ..schema import printable
 from ..served_models import LANGUAGE_NAMES, ServedModels
 from ..service import RequestError
-from .detection import DetectionError, detect_source, served_sources
-from .detection import detect as detect_languages
 from .routes import add_preflights, merge_slashes
 
 PREFIX = "/libretranslate"

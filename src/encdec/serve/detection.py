@@ -1,5 +1,5 @@
 """The language of a text, among the served source languages: LibreTranslate's ``POST /detect`` and ``source:
-"auto"`` (``libretranslate.api``).
+"auto"``, DeepL's translation without ``source_lang``.
 
 The identifier is py3langid's, a maintained fork of langid.py (Lui and Baldwin 2012, "langid.py: An Off-the-shelf
 Language Identification Tool"): a multinomial Naive Bayes classifier over byte n-grams whose model ships inside its
