@@ -20,8 +20,8 @@ import threading
 from functools import lru_cache
 from typing import Any
 
-from ..pairs import find_route
-from ..served_models import ServedModels
+from .pairs import find_route
+from .served_models import ServedModels
 
 LIBRARY = "py3langid"
 CANDIDATES = 3  # the languages LibreTranslate's /detect lists
