@@ -22,8 +22,10 @@ export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
 # The browser runtime (src/encdec/ship/web_export.py): npm ci installs web/package-lock.json's packages (pinned by
 # version and integrity hash; no install scripts run), esbuild bundles them into package data. Built, never committed.
 WEB_RUNTIME := src/encdec/ship/web_runtime/web-runtime.json
+# The official Node.js clients the tests run against `encdec serve` (deepl-node), pinned by their lockfile
+NODE_CLIENTS := tests/node_clients/node_modules/.package-lock.json
 
-.PHONY: venv test demo lint benchmark clean web
+.PHONY: venv test demo lint benchmark clean web node-clients
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -95,7 +97,12 @@ $(WEB_RUNTIME): web/package.json web/package-lock.json web/build.mjs web/index.h
 
 web: $(WEB_RUNTIME)
 
-test: $(STAMP) $(WEB_RUNTIME)
+$(NODE_CLIENTS): tests/node_clients/package.json tests/node_clients/package-lock.json
+	cd tests/node_clients && npm ci --ignore-scripts --no-audit --no-fund
+
+node-clients: $(NODE_CLIENTS)
+
+test: $(STAMP) $(WEB_RUNTIME) $(NODE_CLIENTS)
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 lint: $(STAMP)
@@ -108,4 +115,4 @@ benchmark: $(STAMP)
 	$(PY) scripts/benchmark.py
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache web/node_modules src/encdec/ship/web_runtime
+	rm -rf $(VENV) runs .pytest_cache web/node_modules tests/node_clients/node_modules src/encdec/ship/web_runtime

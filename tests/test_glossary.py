@@ -220,9 +220,9 @@ def test_the_native_api_takes_a_glossary(aligned_models, aligned_dates, tmp_path
 
 
 def test_libretranslate_takes_a_glossary_as_encdec_s_own_field(aligned_models, aligned_dates, tmp_path: Path) -> None:
-    """``glossary`` in LibreTranslate's ``/translate`` (encdec's extension) gives ``translate``'s text with it, in
-    text and in HTML (between the tags); refused with ``alternatives``, through a pivot, and when malformed, in
-    LibreTranslate's words."""
+    """``glossary`` in LibreTranslate's ``/translate`` (encdec's extension) gives ``translate``'s text with it;
+    refused with ``alternatives``, through a pivot, with HTML (its tags are put back by an alignment, which the
+    server does not return with terms put in) and when malformed, in LibreTranslate's words."""
     tokenizer, _, held_out = aligned_dates
     folder = save_for_pipeline(aligned_models["transformer"], tokenizer, tmp_path / "model")
     sources = year_sources(held_out)[:3]
@@ -232,13 +232,15 @@ def test_libretranslate_takes_a_glossary_as_encdec_s_own_field(aligned_models, a
     with Server(create_app(load_models([f"de-en={folder}", f"en-fr={folder}"], limits=ServeLimits()))) as server:
         status, body, _ = request(server.url + url, {"q": sources, "source": "de", "target": "en",
                                                      "glossary": glossary})
-        _, html, _ = request(server.url + url, {"q": f"<p><b>{sources[0]}</b></p>", "source": "de", "target": "en",
-                                                "format": "html", "glossary": glossary})
+        html = request(server.url + url, {"q": f"<p><b>{sources[0]}</b></p>", "source": "de", "target": "en",
+                                          "format": "html", "glossary": glossary})
         refused = [request(server.url + url, {"q": sources[0], "source": "de", **fields}) for fields in (
             {"target": "en", "glossary": glossary, "alternatives": 2}, {"target": "fr", "glossary": glossary},
             {"target": "en", "glossary": {"2021": ""}}, {"target": "en", "glossary": "2021\tY"})]
     assert (status, body) == (200, {"translatedText": expected})
-    assert html == {"translatedText": f"<p><b>{expected[0]}</b></p>"}
+    assert html[:2] == (400, {"error": "Invalid request: glossary: is not given with markup yet: the tags are put "
+                                       "back by the alignment, which the server does not return with a glossary's "
+                                       "terms; leave out one of them."})
     assert [code for code, _, _ in refused] == [400] * 4
     errors = [error["error"] for _, error, _ in refused]
     assert errors[0] == "Invalid request: alternatives are not given with glossary; leave one of them out"

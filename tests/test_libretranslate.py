@@ -131,9 +131,12 @@ def test_html_keeps_the_markup_and_translates_the_text_between_tags(pairs, texts
     assert answer["translatedText"] == (f'<p class="x">{t[0]}</p>\n<ul><li> {t[1]} </li><li><b>{t[2]}</b></li></ul>'
                                         f'<script>if (a < b && c) {{ var a = "{texts[3]}"; }}</script>'
                                         f'<!-- {texts[3]} --><br/><![CDATA[{texts[3]}]]>')
-    with serve(pairs) as server:  # text split by a "<" that opens no tag is one piece, and comes back escaped
-        _, hearts, _ = request(f"{server.url}{URL}/translate", {"q": f"<b>{texts[0]} & {texts[1]} <3</b>",
+    with serve(pairs) as server:  # a "<" that opens no tag is refused (HTML writes it &lt;); escaped, it is text
+        stray = request(f"{server.url}{URL}/translate", {"q": f"<b>{texts[0]} & {texts[1]} <3</b>", "source": "de",
+                                                         "target": "en", "format": "html"})
+        _, hearts, _ = request(f"{server.url}{URL}/translate", {"q": f"<b>{texts[0]} &amp; {texts[1]} &lt;3</b>",
                                                                 "source": "de", "target": "en", "format": "html"})
+    assert stray[:2] == (400, {"error": "Invalid request: q: a '<' at line 1 starts no tag; write it as &lt;."})
     whole = alone(pairs, "de-en", [f"{texts[0]} & {texts[1]} <3"])[0]
     assert hearts["translatedText"] == f"<b>{html.escape(whole, quote=False)}</b>"
 

@@ -41,6 +41,10 @@ def test_the_plain_text_is_the_words_without_their_tags() -> None:
     ("Ein <b>x</b>", "A <b>", DIAGONAL, "A <b>&lt;b&gt;</b>"),  # the model's text is text
     ("Ein Bild <img src='a.png'/> hier", "A picture here", {(0, 0), (1, 1), (2, 2)},
      "A picture <img src='a.png'/> here"),
+    # of equally long runs, the one beside the translation of the word before (the earlier link: attention looking
+    # ahead), on either side of it: the word order may change
+    ("in einer <b>Bar</b>", "a table in a bar", {(0, 2), (1, 3), (2, 1), (2, 4)}, "a table in a <b>bar</b>"),
+    ("Mai <b>Jahr</b>", "year may year", {(0, 1), (1, 0), (1, 2)}, "<b>year</b> may year"),
     # words aligned to nothing: the element goes back empty where its first word would be
     ("Der <b>sehr</b> Hund", "The dog", {(0, 0), (2, 1)}, "The <b></b> dog"),
 ])

@@ -152,9 +152,11 @@ def test_modules_stay_small_enough_to_read() -> None:
     assert not long_files, long_files
 
 
-# declared options named by words that mean other things too: the response's `scores` and `alignments`, and the
-# data recipe's `source_lang` and `target_lang` (its columns), which name a pair's languages wherever pairs are read
-SHARED_WORDS = {"scores", "alignments", "source_lang", "target_lang"}
+# declared options named by words that mean other things too: the response's `scores` and `alignments`, the
+# data recipe's `source_lang` and `target_lang` (its columns), which name a pair's languages wherever pairs are read,
+# and DeepL's API's own field `split_sentences` and its stored glossaries (a resource with routes of its own), which
+# its adapter (serve/deepl/) names as DeepL does
+SHARED_WORDS = {"scores", "alignments", "source_lang", "target_lang", "split_sentences", "glossary"}
 
 
 def test_a_decoding_option_is_named_in_at_most_three_files() -> None:

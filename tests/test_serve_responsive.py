@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from encdec.serve import ServeLimits, TranslationService, core
+from encdec.serve import ServeLimits, TranslationService, core, tagged_text
 from encdec.serve.libretranslate import api as lt
 from encdec.serve.server import build_service, create_app, load_models
 from test_serve import Server, request
@@ -25,9 +25,11 @@ def folders(tmp_path_factory):
     return build_model_folders(tmp_path_factory.mktemp("responsive"))
 
 
-def held(monkeypatch, owner, name: str) -> tuple[threading.Semaphore, threading.Event]:
-    """``owner.name`` replaced by the same function that first says it was entered, then waits to be let go."""
-    entered, release = threading.Semaphore(0), threading.Event()
+def held(monkeypatch, owner, name: str, signals: tuple[threading.Semaphore, threading.Event] | None = None
+         ) -> tuple[threading.Semaphore, threading.Event]:
+    """``owner.name`` replaced by the same function that first says it was entered, then waits to be let go
+    (``signals``: another held function's, to hold both together)."""
+    entered, release = signals or (threading.Semaphore(0), threading.Event())
     original = getattr(owner, name)
 
     def holding(*args, **kwargs):
@@ -70,7 +72,8 @@ BIG_REQUESTS = [("/libretranslate/translate", {"q": BIG, "source": "de", "target
 
 
 def test_health_answers_while_big_texts_are_split(server, clients, monkeypatch) -> None:
-    entered, release = held(monkeypatch, core, "split_parts")
+    """The texts held in the core's sentence splitting, the HTML in its own (``tagged_text``)."""
+    entered, release = held(monkeypatch, tagged_text, "sentences", held(monkeypatch, core, "split_parts"))
     sent = [clients.submit(request, server.url + path, body, timeout=WAIT) for path, body in BIG_REQUESTS]
     health_while_held(server, entered, len(BIG_REQUESTS), release)
     assert [future.result(timeout=WAIT)[0] for future in sent] == [200] * len(BIG_REQUESTS)

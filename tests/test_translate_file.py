@@ -1,7 +1,7 @@
 """File translation under LibreTranslate's API (encdec.serve.files, encdec.serve.documents): .txt, .html, .docx and
 .odt files round-trip (uploaded, translated, downloaded, parsed), each paragraph what `encdec translate
---split-sentences` gives for it and in its place; the settings say so; translated files expire; bad files get
-LibreTranslate's error shape, naming the problem, and the server keeps serving."""
+--split-sentences` gives for it and in its place, a bold run's sentence bold; the settings say so; translated files
+expire; bad files get LibreTranslate's error shape, naming the problem, and the server keeps serving."""
 
 from __future__ import annotations
 
@@ -136,7 +136,7 @@ def test_each_format_round_trips_paragraph_by_paragraph(pairs, tmp_path) -> None
     page = f"<html><body><h1>{S[0]}</h1>\n<p>{S[1]} <i>{S[2]}</i> {S[3]}</p></body></html>"
     docx_in, odt_in = docx_paragraphs(a_docx()), odt_paragraphs(an_odt())
     lines = {line for _, paragraph in docx_in + odt_in for line in paragraph.split("\n")}
-    lines |= {*text.split("\n"), f"{S[1]} ", S[2], f" {S[3]}"}  # and the pieces of the page
+    lines |= {*text.split("\n"), S[1], S[2], S[3]}  # and the sentences of the page
     translated = encdec_translate(pairs, sorted(lines), tmp_path)
     with serve(pairs) as server:
         files = {name: translate_file(server, name, data) for name, data in (
@@ -145,24 +145,22 @@ def test_each_format_round_trips_paragraph_by_paragraph(pairs, tmp_path) -> None
         _, settings, _ = request(f"{server.url}{URL}/frontend/settings")
     assert files["notes.txt"].decode() == expected(translated, text)
     e = {line: html.escape(translation, quote=False) for line, translation in translated.items()}
-    assert files["page.html"].decode() == (f"<html><body><h1>{e[S[0]]}</h1>\n<p>{e[f'{S[1]} ']}<i>{e[S[2]]}</i>"
-                                           f"{e[f' {S[3]}']}</p></body></html>")
+    # each sentence translated, the <i> around the words aligned to its own (here, all of its sentence's)
+    assert files["page.html"].decode() == (f"<html><body><h1>{e[S[0]]}</h1>\n<p>{e[S[1]]} <i>{e[S[2]]}</i> "
+                                           f"{e[S[3]]}</p></body></html>")
     assert docx_paragraphs(files["report.docx"]) == [(style, expected(translated, paragraph))
                                                      for style, paragraph in docx_in]
     assert odt_paragraphs(files["report.odt"]) == [(tag, expected(translated, paragraph))
                                                    for tag, paragraph in odt_in]
     assert docx_in[1][1] == f"{S[1]} {S[2]} {S[3]}\n{S[4]}" and odt_in[1][1] == docx_in[1][1]  # line breaks too
+    t = [translated[sentence] for sentence in S[1:5]]  # the bold sentence's translation is bold, the rest plain
+    runs = docx.Document(io.BytesIO(files["report.docx"])).paragraphs[1].runs
+    assert [(run.text, bool(run.bold)) for run in runs] == [(f"{t[0]} ", False), (t[1], True),
+                                                             (f" {t[2]}\n{t[3]}", False)]
+    mixed = odfdo.Document(io.BytesIO(files["report.odt"])).body.children[1]
+    assert [(span.inner_text, span.style) for span in mixed.get_spans()] == [(t[1], "Strong_20_Emphasis")]
     assert (settings["filesTranslation"], settings["supportedFilesFormat"]) == (True, [".txt", ".html", ".docx",
                                                                                        ".odt"])
-
-
-def test_the_translation_takes_the_place_and_formatting_of_the_first_run(pairs) -> None:
-    with serve(pairs) as server:
-        document = docx.Document(io.BytesIO(translate_file(server, "report.docx", a_docx())))
-    runs = document.paragraphs[1].runs
-    assert [bool(run.bold) for run in runs] == [False, True, False, False]
-    assert runs[0].text == document.paragraphs[1].text and not any(run.text for run in runs[1:])
-    assert document.tables[0].rows[0].cells[0].text != S[5]
 
 
 def test_translated_files_expire_and_go_with_the_server(pairs) -> None:

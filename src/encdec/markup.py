@@ -9,15 +9,19 @@ dog" whatever the word order. The rules:
 
 - **What a tag encloses**: the whitespace-separated words of the plain text its content overlaps. Its place in the
   translation is the longest unbroken run of target words aligned to any of them (a stray link elsewhere does not
-  stretch it over other words); an element whose words are aligned to nothing is put back empty where its first
-  word would go (after the target word aligned to the source word before it).
+  stretch it over other words); of equally long runs, the one next to the translation of the source word before
+  the element, on either side of it (the attention often looks at a word while the words before its translation
+  are written, which links an earlier word to it: measured on Multi30k, docs/results.md "Markup"). An element whose
+  words are aligned to nothing is put back empty where its first word would go (after the target word aligned to
+  the source word before it).
 - **Always well-formed**: each element's span is cut to lie within its parent's and not to overlap its siblings'
   (siblings may change places, as their words do), so the tags nest as in the source; every element opened is
   closed, in order.
 - **Kept as written**: the start tags with their attributes (never translated), end tags, void and self-closing
   tags (``<br>``, ``<img ...>``, ``<x/>``), and the whole of an ignored element (``<code>`` and ``<pre>`` by
   default, as DeepL's ``ignore_tags``): its content is not translated, and it goes back as one piece before the
-  target word aligned to the source word after it. The text is escaped (``&``, ``<``, ``>``) where it goes out.
+  target word aligned to the source word after it. The text is escaped (``&``, ``<``, ``>``) where it goes out, and
+  the translation's spacing between its words is kept.
 - **Refused** (``MarkupError``, naming the place): an element left open, an end tag that closes nothing open or
   another element, a ``<`` that starts no tag, markup nested deeper than ``MAX_DEPTH``.
 
@@ -81,14 +85,21 @@ class _Reader(HTMLParser):
 
     def __init__(self, ignored: frozenset[str]) -> None:
         super().__init__(convert_charrefs=False)  # entities apart: a '<' in the data is then a stray one
-        self.ignored, self.text, self.stack = ignored, "", [Element("")]
+        self.ignored, self.stack = ignored, [Element("")]
+        self.chunks: list[str] = []  # the plain text, in pieces (joined once: ``text``)
+        self.words, self.open_word = 0, False  # words so far; whether the text ends inside the last one
         self.names: list[str] = [""]
         self.skipping: list[str] = []  # the raw text of an ignored element while inside it
         self.pending: Element | None = None  # the last atomic element, until the text after it says its gap
 
+    @property
+    def text(self) -> str:
+        return "".join(self.chunks)
+
     def word_index(self) -> int:
-        """The index of the next word of the plain text."""
-        return len(self.text.split()) if not self.text or self.text[-1].isspace() else len(self.text.split()) - 1
+        """The index of the next word of the plain text (kept as a count: the text is never split again, so that
+        reading is linear in its length)."""
+        return self.words - self.open_word
 
     def handle_starttag(self, tag: str, attrs: list) -> None:
         raw = self.get_starttag_text() or f"<{tag}>"
@@ -119,8 +130,9 @@ class _Reader(HTMLParser):
 
     def atomic(self, raw: str) -> None:
         """An element put back as one piece; it parts the words on either side of it (``a<br>b`` is two words)."""
-        if self.text and not self.text[-1].isspace():
-            self.text += " "
+        if self.open_word:
+            self.chunks.append(" ")
+            self.open_word = False
         self.pending = Element(raw, at=self.word_index(), atomic=True)
         self.stack[-1].children.append(self.pending)
 
@@ -158,14 +170,15 @@ class _Reader(HTMLParser):
         """Text of the sentence: the words it touches are enclosed by every element open."""
         if self.pending is not None and data:
             self.pending.gap, self.pending = data[0].isspace(), None
-        before, self.text = self.text, self.text + data
+        self.chunks.append(data)
         if not data.strip():
+            self.open_word = self.open_word and not data
             return
-        lead = len(data) - len(data.lstrip())
-        first = len((before + data[:lead + 1]).split()) - 1  # the word its first letter belongs to
-        last = len(self.text.split()) - 1
-        for element in self.stack[1:]:
-            element.words.extend(n for n in range(first, last + 1) if n not in element.words)
+        first = self.words - (self.open_word and not data[0].isspace())  # the word its first letter belongs to
+        self.words += len(data.split()) - (self.open_word and not data[0].isspace())
+        self.open_word = not data[-1].isspace()
+        for element in self.stack[1:]:  # words only grow: one already held is the element's last
+            element.words.extend(n for n in range(first, self.words) if not element.words or n > element.words[-1])
 
     def handle_comment(self, data: str) -> None:
         target = self.skipping if self.skipping else None
@@ -200,6 +213,7 @@ def restore_markup(marked: Marked, translation: str, links: Iterable[tuple[int, 
     :param links: (source word, target word) pairs over the whitespace-separated words of the two texts
     """
     words = translation.split()
+    spaces = re.findall(r"\s+", translation.strip())  # the translation's own spacing between its words, kept
     by_source: dict[int, set[int]] = {}
     for i, j in links:
         if j < len(words):
@@ -210,8 +224,8 @@ def restore_markup(marked: Marked, translation: str, links: Iterable[tuple[int, 
     for n, found in enumerate(marks):
         closing = next((k for k, (is_close, _) in enumerate(found) if not is_close), len(found))
         left, right = "".join(tag for _, tag in found[:closing]), "".join(tag for _, tag in found[closing:])
-        out.append(left + (" " if 0 < n < len(words) else "") + right)  # a close ends the word before, the rest
-        if n < len(words):                                                # begins the next one
+        out.append(left + (spaces[n - 1] if 0 < n < len(words) else "") + right)  # a close ends the word before,
+        if n < len(words):                                                         # the rest begins the next one
             out.append(html.escape(words[n], quote=False))
     return "".join(out)
 
@@ -249,16 +263,28 @@ def _span(element: Element, floor: int, by_source: dict[int, set[int]]) -> tuple
     """The target words [start, end) aligned to the element's source words; empty, where its first word would go
     (after the target word aligned to the source word before it), when none is aligned."""
     aligned = sorted({j for i in element.all_words() for j in by_source.get(i, ())})
-    if aligned:  # the longest unbroken run of them (the first of equal ones): a stray link does not stretch it
+    if aligned:  # the longest unbroken run of them: a stray link does not stretch it
         runs = [[aligned[0]]]
         for j in aligned[1:]:
             runs[-1:] = [[*runs[-1], j]] if j == runs[-1][-1] + 1 else [runs[-1], [j]]
-        run = max(runs, key=len)
+        longest = max(map(len, runs))
+        previous = [i for i in by_source if i < min(element.all_words())]
+        run = _beside(by_source[max(previous)] if previous else set(), [run for run in runs if len(run) == longest])
         return run[0], run[-1] + 1
     first = min(element.all_words(), default=None)
     before = [j for i, found in by_source.items() if first is not None and i < first for j in found]
     place = max(before) + 1 if before else floor
     return place, place
+
+
+def _beside(neighbour: set[int], runs: list[list[int]]) -> list[int]:
+    """Of equally long runs, the one next to the translation of the neighbour (the nearest aligned source word
+    before the element), on either side of it as the word order may change; the first one if none is nearer. An
+    earlier run is often the attention looking ahead at the element's word while the words before its translation
+    were written ("a <b>table</b> in a bar" for "in einer <b>Bar</b>")."""
+    if not neighbour:
+        return runs[0]
+    return min(runs, key=lambda run: min(abs(run[0] - max(neighbour) - 1), abs(run[-1] + 1 - min(neighbour))))
 
 
 __all__ = ["IGNORED", "MAX_DEPTH", "VOID", "Marked", "MarkupError", "read_markup", "restore_markup"]

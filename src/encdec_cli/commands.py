@@ -289,7 +289,9 @@ def cmd_keys(args: argparse.Namespace) -> None:
     database = KeyDatabase(args.db)
     try:
         if args.action == "add":
-            print(database.add(args.req_limit, args.key, args.char_limit).key)
+            added = database.add(args.req_limit, args.key, args.char_limit)
+            database.set_quota(added.key, args.char_quota)
+            print(added.key)
         elif args.action == "remove":
             if not database.remove(args.key):
                 raise usage_error(f"no key {args.key} in {args.db}; `encdec keys --db {args.db} list` lists them.")
@@ -298,6 +300,8 @@ def cmd_keys(args: argparse.Namespace) -> None:
             keys = database.all()
             for key in keys:
                 chars = "" if key.char_limit is None else f", {key.char_limit} characters a text"
+                quota = database.usage(key.key, "")[1]
+                chars += "" if quota is None else f", {quota} characters a month through DeepL's API"
                 print(f"{key.key}: {key.req_limit} requests a minute{chars}")
             print(f"{len(keys)} key(s) in {args.db}", file=sys.stderr)
     finally:

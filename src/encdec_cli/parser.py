@@ -186,6 +186,9 @@ def add_keys_command(commands: argparse._SubParsersAction) -> None:
                      help="requests a minute this key may send (default 60)")
     add.add_argument("--char-limit", type=positive_int, default=None, metavar="N",
                      help="characters a text of this key may have (default: the server's --char-limit)")
+    add.add_argument("--char-quota", type=positive_int, default=None, metavar="N",
+                     help="characters a month this key may translate through DeepL's API (/deepl; `/v2/usage` "
+                          "reports them; over it: 456; default: no quota)")
     add.add_argument("--key", default=None, help="the key itself (default: a new random one)")
     remove = actions.add_parser("remove", help="remove a key")
     remove.add_argument("key")

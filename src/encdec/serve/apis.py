@@ -25,6 +25,7 @@ ADAPTERS = [
     API("encdec.serve.native", "the native API (POST /translate, a page that shows the alignment)"),
     API("encdec.serve.libretranslate", "LibreTranslate's API (under /libretranslate/)",
         "encdec.serve.libretranslate.flags"),
+    API("encdec.serve.deepl", "DeepL's API (under /deepl: translate, glossaries, documents, usage)"),
 ]
 
 

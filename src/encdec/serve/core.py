@@ -5,10 +5,11 @@ dialect; the core raises only ``service.RequestError`` (a field and what is wron
 - ``answers``: a request of the native kind (texts and decoding options), one answer per text: each text a job
   (``service.TranslationService.jobs``), or when it asks, sentence by sentence (``translate_parts``), a
   sentence over ``--max-source-tokens`` then cut to it, with a warning in the log, where a text over it is refused.
-- ``translate_parts``: each text cut into its parts (``text``: its lines; ``html``: the text between tags, entities
-  decoded, ``html_parts``), each part into its sentences (``inference.sentences``, in the model's source language),
-  every sentence a job on the model's batcher, and the text put back together around the translations; with
-  ``alternatives``, up to that many other versions from the sentences' n-best lists.
+- ``translate_parts``: each text cut into its lines, each line into its sentences (``inference.sentences``, in the
+  model's source language), every sentence a job on the model's batcher, and the text put back together around the
+  translations; with ``alternatives``, up to that many other versions from the sentences' n-best lists. Text with
+  markup (``html``) goes through ``encdec.serve.tagged_text`` instead, which keeps the tags on their words;
+  ``plain_texts`` gives its text between the tags (``html_parts``), what a language is detected on.
 
 - ``translate_route`` and ``route_answers``: the same along a route of models (``encdec.serve.pairs``): none when
   the source and target languages are the same (the texts come back as they are), one, or several through pivot
@@ -136,9 +137,9 @@ def decode_options(model: ServedModel, alternatives: int) -> tuple[DecodeOptions
 
 @dataclass(frozen=True)
 class Plan:
-    """How a request's texts are translated part by part: ``text_format`` (``text`` or ``html``), up to
-    ``alternatives`` other versions, ``decoding`` (options a caller asked for, else the model's default decoding)
-    and at most ``max_pieces`` sentences (None: no bound)."""
+    """How a request's texts are translated part by part: ``text_format`` (``text``; ``html`` is read by the APIs,
+    which call ``tagged_text.translate_markup`` for it), up to ``alternatives`` other versions, ``decoding`` (options
+    a caller asked for, else the model's default decoding) and at most ``max_pieces`` sentences (None: no bound)."""
 
     text_format: str = "text"
     alternatives: int = 0
@@ -149,15 +150,16 @@ class Plan:
 async def translate_parts(model: ServedModel, batcher: Any, texts: list[str], plan: Plan | None = None
                           ) -> list[list[str]]:
     """Each text's translation, then up to ``plan.alternatives`` distinct others (``decode_options``): every
-    sentence of a piece to translate (a line, or the text between two tags; ``inference.sentences`` in the model's
-    source language) decoded by the model's batcher, the rest of the text kept around the translations; a sentence
-    over the source limit is cut to it, with a warning in the log. The k-th alternative of a text takes the k-th
-    hypothesis of each sentence (its translation where it has fewer); one equal to the translation or to an earlier
-    one is left out."""
+    sentence of a line (``inference.sentences`` in the model's source language) decoded by the model's batcher, the
+    rest of the text kept around the translations; a sentence over the source limit is cut to it, with a warning in
+    the log. The k-th alternative of a text takes the k-th hypothesis of each sentence (its translation where it has
+    fewer); one equal to the translation or to an earlier one is left out."""
     plan = plan or Plan()
+    if plan.text_format != "text":
+        raise ValueError("text with markup is translated by tagged_text.translate_markup, not by translate_parts")
     cut, jobs, listed = await off_loop(sentence_jobs, model, texts, plan)
     answers = await decoded(batcher, jobs)
-    return await off_loop(put_together, cut, answers, plan.text_format, plan.alternatives, listed)
+    return await off_loop(put_together, cut, answers, plan.alternatives, listed)
 
 
 async def decoded(batcher: Any, jobs: list[Any]) -> list[dict[str, Any]]:
@@ -166,14 +168,14 @@ async def decoded(batcher: Any, jobs: list[Any]) -> list[dict[str, Any]]:
 
 
 def sentence_jobs(model: ServedModel, texts: list[str], plan: Plan) -> tuple[list[Parts], list[Any], bool]:
-    """Each text cut into its parts (HTML, lines, sentences), the jobs of its sentences (decoded with the plan's
+    """Each text cut into its parts (lines, sentences), the jobs of its sentences (decoded with the plan's
     options, and for its alternatives with their n-best lists too), and whether those lists were asked; refused over
     ``plan.max_pieces`` sentences."""
     service = model.service
     main, others = decode_options(model, plan.alternatives)
     main = main if plan.decoding is None else service.options(**plan.decoding, **model.direction)
     cut = [[(translate and not nothing_to_translate(piece), piece) for translate, piece in
-            split_parts(html_parts(text) if plan.text_format == "html" else line_parts(text), model.source)]
+            split_parts(line_parts(text), model.source)]
            for text in texts]
     todo = [(i, piece) for i, parts in enumerate(cut) for piece in pieces_to_translate([parts])]
     if plan.max_pieces is not None and len(todo) > plan.max_pieces:
@@ -189,8 +191,7 @@ def sentence_jobs(model: ServedModel, texts: list[str], plan: Plan) -> tuple[lis
     return cut, jobs, others is not None
 
 
-def put_together(cut: list[Parts], answers: list[Any], text_format: str, alternatives: int,
-                 listed: bool) -> list[list[str]]:
+def put_together(cut: list[Parts], answers: list[Any], alternatives: int, listed: bool) -> list[list[str]]:
     """Each text's translation and alternatives (``translate_parts``) from its parts and its sentences' answers, in
     the order of ``sentence_jobs``."""
     found_answers, results = iter(answers), []
@@ -200,18 +201,11 @@ def put_together(cut: list[Parts], answers: list[Any], text_format: str, alterna
             if translate:
                 best = next(found_answers)["text"]
                 found.append((best, [item["text"] for item in next(found_answers)] if listed else []))
-        text = assemble(parts, [best for best, _ in found], text_format)
-        versions = [assemble(parts, [listed[k] if k < len(listed) else best for best, listed in found], text_format)
+        text = join(parts, [best for best, _ in found])
+        versions = [join(parts, [listed[k] if k < len(listed) else best for best, listed in found])
                     for k in range(alternatives + 1)]
         results.append([text, *list(dict.fromkeys(v for v in versions if v != text))[:alternatives]])
     return results
-
-
-def assemble(parts: list[tuple[bool, str]], translations: list[str], text_format: str) -> str:
-    """The text again, each piece to translate replaced by its translation (``sentences.join``), HTML-escaped in
-    HTML."""
-    return join(parts, [html.escape(text, quote=False) for text in translations] if text_format == "html"
-                else translations)
 
 
 async def answers(served: ServedModel, batcher: Any, request: dict[str, Any], checked: bool = False

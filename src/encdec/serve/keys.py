@@ -4,21 +4,20 @@ use it at once.
 
 The tables are those of LibreTranslate's own databases (``libretranslate/api_keys.py``: ``api_keys(api_key,
 req_limit, char_limit)``; ``libretranslate/suggestions.py``: ``suggestions(q, s, source, target)``), kept in one file
-here, so a LibreTranslate key database opens as it is. The schema version is SQLite's ``user_version``; a file of a
-newer version is refused rather than misread. Opening checks that the file can be written too (the server writes
-suggestions), and any failure is one line naming the file.
-
-The file keeps SQLite's rollback journal (``journal_mode=DELETE``, LibreTranslate's too) and nothing of it is
-memory-mapped (``mmap_size=0``): WAL mode maps its ``-shm`` file into the server's memory, and another process that
-truncates or recreates that file (deleting the database and making a new one beside a server) kills the server with
-SIGBUS. A write holds the file for a few milliseconds, and every connection waits up to ``timeout`` seconds for
+here, so a LibreTranslate key database opens as it is. Two tables are encdec's own: ``char_quotas`` (a key's
+characters a month, and those used in the current month: DeepL's ``/v2/usage``) and ``glossaries`` (DeepL's stored
+glossaries, each owned by the key that made it, its dictionaries as JSON); a file of schema version 1 gains them when
+opened. The schema version is SQLite's ``user_version``; a file of a newer version is refused rather than misread.
+Opening checks that the file can be written too (the server writes suggestions), and any failure is one line naming
+the file. The file keeps SQLite's rollback journal (``journal_mode=DELETE``, LibreTranslate's too) and nothing of it
+is memory-mapped (``mmap_size=0``): WAL mode maps its ``-shm`` file into the server's memory, and another process
+that truncates or recreates that file (deleting the database and making a new one beside a server) kills the server
+with SIGBUS. A write holds the file for a few milliseconds, and every connection waits up to ``timeout`` seconds for
 another's lock: the server waits briefly (``SERVER_TIMEOUT``; a file held longer is a ``KeyDatabaseError`` with
-``busy``, which the server answers with 503 and ``Retry-After``), ``encdec keys`` 5 s.
-
-Lookups are not cached: a key added or removed counts from the next request. A file replaced under the server (a new
-file moved onto the path: another inode) is reopened, checked at most once every ``recheck_every`` seconds on use; a
-file that is gone, or that can no longer be read or written, is a ``KeyDatabaseError`` naming it, on each use until
-it is back.
+``busy``, which the server answers with 503 and ``Retry-After``), ``encdec keys`` 5 s. Lookups are not cached: a key
+added or removed counts from the next request. A file replaced under the server (a new file moved onto the path:
+another inode) is reopened, checked at most once every ``recheck_every`` seconds on use; a file that is gone, or that
+can no longer be read or written, is a ``KeyDatabaseError`` naming it, on each use until it is back.
 """
 
 from __future__ import annotations
@@ -35,12 +34,16 @@ from pathlib import Path
 
 from ..errors import EncdecError
 
-SCHEMA_VERSION = 1  # SQLite's user_version of a database this module wrote (0: a new file, or LibreTranslate's)
+SCHEMA_VERSION = 2  # SQLite's user_version of a database this module wrote (0: a new file, or LibreTranslate's)
 SCHEMA = (
     'CREATE TABLE IF NOT EXISTS api_keys ("api_key" TEXT NOT NULL, "req_limit" INTEGER NOT NULL, '
     '"char_limit" INTEGER DEFAULT NULL, PRIMARY KEY("api_key"))',
     'CREATE TABLE IF NOT EXISTS suggestions ("q" TEXT NOT NULL, "s" TEXT NOT NULL, "source" TEXT NOT NULL, '
     '"target" TEXT NOT NULL)',
+    'CREATE TABLE IF NOT EXISTS char_quotas ("api_key" TEXT NOT NULL, "char_quota" INTEGER DEFAULT NULL, '
+    '"used" INTEGER NOT NULL DEFAULT 0, "period" TEXT NOT NULL DEFAULT \'\', PRIMARY KEY("api_key"))',
+    'CREATE TABLE IF NOT EXISTS glossaries ("glossary_id" TEXT NOT NULL, "api_key" TEXT NOT NULL, "name" TEXT '
+    'NOT NULL, "creation_time" TEXT NOT NULL, "dictionaries" TEXT NOT NULL, PRIMARY KEY("glossary_id"))',
 )
 SERVER_TIMEOUT = 0.5  # seconds a server's use of the file waits for another connection's lock
 RECHECK_EVERY = 1.0  # seconds between two checks that the file at the path is still the one open
@@ -203,6 +206,57 @@ class KeyDatabase:
         with self.using(write=True) as connection:
             connection.execute("INSERT INTO suggestions (q, s, source, target) VALUES (?, ?, ?, ?)",
                                (q, s, source, target))
+
+    def set_quota(self, key: str, char_quota: int | None) -> None:
+        """``key`` may translate ``char_quota`` characters a month through DeepL's API (None: no quota)."""
+        with self.using(write=True) as connection:
+            connection.execute("INSERT INTO char_quotas (api_key, char_quota) VALUES (?, ?) ON CONFLICT(api_key) DO "
+                               "UPDATE SET char_quota = excluded.char_quota", (key, char_quota))
+
+    def usage(self, key: str, period: str) -> tuple[int, int | None]:
+        """(characters used in ``period``, the quota: None without one) of ``key``."""
+        with self.using() as connection:
+            row = connection.execute("SELECT used, period, char_quota FROM char_quotas WHERE api_key = ?",
+                                     (key,)).fetchone()
+        return (0, None) if row is None else (row[0] if row[1] == period else 0, row[2])
+
+    def charge(self, key: str, characters: int, period: str) -> tuple[bool, int, int | None]:
+        """Count ``characters`` (negative: give them back) against ``key``'s quota in ``period`` (a new period starts
+        from 0), unless they would go over it: (counted, used, quota), in one transaction."""
+        with self.using(write=True) as connection:
+            row = connection.execute("SELECT used, period, char_quota FROM char_quotas WHERE api_key = ?",
+                                     (key,)).fetchone()
+            used, quota = (row[0] if row[1] == period else 0, row[2]) if row else (0, None)
+            if characters > 0 and quota is not None and used + characters > quota:
+                return False, used, quota
+            used = max(0, used + characters)
+            connection.execute("INSERT INTO char_quotas (api_key, used, period) VALUES (?, ?, ?) ON CONFLICT(api_key) "
+                               "DO UPDATE SET used = excluded.used, period = excluded.period", (key, used, period))
+        return True, used, quota
+
+    def save_glossary(self, record: dict) -> None:
+        """Store a glossary (``glossary_id``, ``api_key``, ``name``, ``creation_time``, ``dictionaries``: JSON text),
+        replacing the one of the same id."""
+        with self.using(write=True) as connection:
+            connection.execute("INSERT OR REPLACE INTO glossaries (glossary_id, api_key, name, creation_time, "
+                               "dictionaries) VALUES (:glossary_id, :api_key, :name, :creation_time, :dictionaries)",
+                               record)
+
+    def glossaries(self, key: str, glossary_id: str | None = None) -> list[dict]:
+        """The glossaries ``key`` owns (the one of ``glossary_id`` only, if given), oldest first."""
+        query, args = "SELECT * FROM glossaries WHERE api_key = ?", [key]
+        if glossary_id is not None:
+            query, args = query + " AND glossary_id = ?", [key, glossary_id]
+        with self.using() as connection:
+            cursor = connection.execute(query + " ORDER BY rowid", args)
+            names = [column[0] for column in cursor.description]
+            return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+
+    def delete_glossary(self, key: str, glossary_id: str) -> bool:
+        """Delete a glossary ``key`` owns; whether there was one."""
+        with self.using(write=True) as connection:
+            return connection.execute("DELETE FROM glossaries WHERE api_key = ? AND glossary_id = ?",
+                                      (key, glossary_id)).rowcount > 0
 
     def close(self) -> None:
         with self.lock:

@@ -2,14 +2,15 @@
 .html, .docx or .odt file, and the file again with each text's translation in its place.
 
 - .txt and .html: the file is one text, translated as LibreTranslate's ``format`` ``text`` or ``html`` translates a
-  ``q`` (lines and sentences cut, tags and spacing kept: ``core.translate_parts``). UTF-8.
+  ``q`` (``text``: lines and sentences cut, spacing kept, ``core.translate_parts``; ``html``: the tags kept on the
+  words they enclosed, ``tagged_text.translate_markup``). UTF-8.
 - .docx (python-docx) and .odt (odfdo): each paragraph (and heading, table cell paragraph; in .docx also the headers
-  and footers) is one text. A model translates sentences, and a sentence may run across a change of formatting, so
-  the paragraph is translated whole (sentence by sentence) and its translation goes into the paragraph's first
-  piece of text (a .docx run, an .odt text node), which keeps its formatting; the paragraph's other pieces of text
-  are emptied. Everything else stays as it was: paragraph styles, runs without text (pictures), tables, sections,
-  notes and frames (whose own paragraphs are translated on their own). Tabs and line breaks inside a paragraph
-  are text (``\\t``, ``\\n``): the translation's are written back as the format's tab and line break elements.
+  and footers) is one text: its runs written as markup (``documents.runs``: each run of other formatting, each
+  hyperlink or link, an element carrying its index; ``text_format`` ``runs``), translated as HTML is, its sentences
+  across the changes of formatting, and the translated markup made into runs again, so that bold, italic and links
+  stay on the words they were on. Everything else stays as it was: paragraph styles, runs without text (pictures),
+  tables, sections, notes and frames (whose own paragraphs are translated on their own). Tabs and line breaks
+  inside a paragraph cut it as HTML's ``<br>`` does, and come back where they were.
 
 Every document is read within ``Bounds`` (``encdec serve``'s file options): a .docx or .odt archive's entries, their
 unpacked size and its compression ratio are checked from its directory before any of it is unpacked
@@ -29,9 +30,9 @@ import io
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from ...errors import EncdecError
+from .runs import docx_paragraph, docx_rebuild, odt_paragraph, odt_rebuild, plain_text
 
 RATIO_GRACE = 1_000_000  # bytes: an entry unpacked to less is not held to the compression ratio (small ones vary)
 
@@ -86,7 +87,8 @@ def check_archive(data: bytes, extension: str, bounds: Bounds) -> None:
 
 @dataclass
 class Document:
-    """A file's texts to translate, how to cut them (``text`` or ``html``), and the file with their translations."""
+    """A file's texts to translate, how to read them (``text``, ``html``, or ``runs``: a paragraph's runs as markup,
+    ``documents.runs``), and the file with their translations."""
 
     texts: list[str]
     text_format: str
@@ -136,43 +138,21 @@ def read_docx(data: bytes, bounds: Bounds) -> Document:
     roots = {id(story.part.element): (story.part.element, story) for story in stories}  # the sections may share one
     counted = sum(int(root.xpath("count(.//w:p)")) for root, _ in roots.values())  # in lxml: no element made
     bounds.refuse("paragraphs", counted, "max_document_paragraphs")
-    paragraphs = [Paragraph(p, story) for root, story in roots.values() for p in root.iter(qn("w:p"))]
-    runs = [docx_runs(paragraph) for paragraph in paragraphs]
+    paragraphs = [docx_paragraph(Paragraph(p, story)) for root, story in roots.values() for p in root.iter(qn("w:p"))]
 
     def rebuild(translations: list[str]) -> bytes:
-        for found, translation in zip(runs, translations, strict=True):
-            place_in_runs(found, translation)
+        for paragraph, translation in zip(paragraphs, translations, strict=True):
+            docx_rebuild(paragraph, translation)
         out = io.BytesIO()
         document.save(out)
         return out.getvalue()
 
-    return Document(["".join(run.text for run in found) for found in runs], "text", rebuild)
-
-
-def docx_runs(paragraph: Any) -> list[Any]:
-    """A paragraph's runs with text, those of its hyperlinks included, in order."""
-    from docx.text.hyperlink import Hyperlink
-
-    runs = [run for item in paragraph.iter_inner_content()
-            for run in (item.runs if isinstance(item, Hyperlink) else [item])]
-    return [run for run in runs if run.text]
-
-
-def place_in_runs(runs: list[Any], translation: str) -> None:
-    """The translation in the first run (python-docx writes ``\\t`` and ``\\n`` as tab and break elements), the
-    other runs' text emptied; a paragraph without text stays as it is."""
-    if runs and "".join(run.text for run in runs) != translation:
-        runs[0].text = translation
-        for run in runs[1:]:
-            run.text = ""
-
-
-ODF_CHARACTERS = {"text:s", "text:tab", "text:line-break"}  # elements that stand for characters of the text
-ODF_OWN_TEXT = {"text:p", "text:h", "text:note", "office:annotation", "draw:frame"}  # with paragraphs of their own
+    return Document([paragraph.markup for paragraph in paragraphs], "runs", rebuild)
 
 
 def read_odt(data: bytes, bounds: Bounds) -> Document:
-    """Every paragraph and heading of the body (tables, lists, frames and notes included), with its text nodes."""
+    """Every paragraph and heading of the body (tables, lists, frames and notes included), with its spans and
+    links."""
     from odfdo import Document as OdfDocument
 
     try:
@@ -183,61 +163,16 @@ def read_odt(data: bytes, bounds: Bounds) -> Document:
     except Exception as error:  # odfdo raises what zipfile and lxml raise
         raise unreadable(error, ".odt") from None
     bounds.refuse("paragraphs", len(paragraphs), "max_document_paragraphs")
+    found = [odt_paragraph(paragraph) for paragraph in paragraphs]  # all read before any is written
 
     def rebuild(translations: list[str]) -> bytes:
-        for paragraph, translation in zip(paragraphs, translations, strict=True):
-            if odf_text(paragraph) != translation:
-                place_in_nodes(paragraph, translation)
+        for paragraph, translation in zip(found, translations, strict=True):
+            odt_rebuild(paragraph, translation)
         out = io.BytesIO()
         document.save(out)
         return out.getvalue()
 
-    return Document([odf_text(paragraph) for paragraph in paragraphs], "text", rebuild)
-
-
-def odf_text(element: Any) -> str:
-    """A paragraph's own text: its text nodes and character elements, without the paragraphs inside it."""
-    text = element.text or ""
-    for child in element.children:
-        if child.tag == "text:s":
-            text += " " * (child.get_attribute_integer("text:c") or 1)
-        elif child.tag in ODF_CHARACTERS:
-            text += "\t" if child.tag == "text:tab" else "\n"
-        elif child.tag not in ODF_OWN_TEXT:
-            text += odf_text(child)
-        text += child.tail or ""
-    return text
-
-
-def odf_slots(element: Any) -> list[tuple[Any, str]]:
-    """The places a paragraph's own text lies, in order: (element, ``text`` or ``tail``)."""
-    slots = [(element, "text")]
-    for child in element.children:
-        if child.tag not in ODF_OWN_TEXT:
-            slots += odf_slots(child)
-        slots.append((child, "tail"))
-    return slots
-
-
-def place_in_nodes(paragraph: Any, translation: str) -> None:
-    """The translation in the paragraph's first text node, with its spaces, tabs and line breaks as odfdo writes
-    them; the character elements that were text and the other text nodes emptied."""
-    from odfdo import Paragraph
-
-    for element, where in odf_slots(paragraph):
-        if element.tag in ODF_CHARACTERS and where == "tail":
-            element.parent.delete(element)  # its tail joins the text before it
-    slots = [(element, where) for element, where in odf_slots(paragraph) if getattr(element, where)]
-    if not slots:
-        return
-    for element, where in slots:
-        setattr(element, where, None)
-    written = Paragraph(translation)  # text, then text:s / text:tab / text:line-break elements with their tails
-    owner, where = slots[0]
-    setattr(owner, where, written.text)
-    parent, start = (owner, 0) if where == "text" else (owner.parent, owner.parent.index(owner) + 1)
-    for k, child in enumerate(written.children):
-        parent.insert(child, position=start + k)
+    return Document([paragraph.markup for paragraph in found], "runs", rebuild)
 
 
 READERS: dict[str, tuple[Callable[[bytes, Bounds], Document], str | None]] = {  # extension: (reader, library to import)
@@ -253,15 +188,20 @@ def available_formats() -> list[str]:
 ARCHIVES = {".docx", ".odt"}  # the formats that are zip archives (read in worker processes)
 
 
+def characters(texts: list[str], text_format: str) -> list[str]:
+    """The texts' characters to translate: a paragraph's without the markup of its runs."""
+    return [plain_text(text) for text in texts] if text_format == "runs" else texts
+
+
 def read_document(extension: str, data: bytes, bounds: Bounds | None = None) -> Document:
     """The document in ``data``, read as ``extension`` says (one of ``available_formats``) within ``bounds``."""
     bounds = bounds or Bounds()
     if extension in ARCHIVES:
         check_archive(data, extension, bounds)
     document = READERS[extension][0](data, bounds)
-    bounds.refuse("characters", sum(len(text) for text in document.texts), "max_document_chars")
+    bounds.refuse("characters", sum(map(len, characters(document.texts, document.text_format))), "max_document_chars")
     return document
 
 
-__all__ = ["ARCHIVES", "Bounds", "Document", "DocumentError", "TooLarge", "available_formats", "check_archive",
-           "read_document"]
+__all__ = ["ARCHIVES", "Bounds", "Document", "DocumentError", "TooLarge", "available_formats", "characters",
+           "check_archive", "read_document"]

@@ -6,9 +6,11 @@ names, types, status codes and error shapes of LibreTranslate's own server (``li
 models and dynamic batchers as the native ``/translate``: a request becomes jobs like any other, under the same
 limits.
 
-- ``POST /translate``: ``q`` (a string or a list), ``source``, ``target``, ``format`` (``text``, or ``html``: the
-  tags are kept and the text between them translated), ``alternatives`` (up to that many other translations, from
-  beam search; the translation itself is the same with or without them), ``api_key``; JSON or form-encoded.
+- ``POST /translate``: ``q`` (a string or a list), ``source``, ``target``, ``format`` (``text``, or ``html``: each
+  sentence translated whole across its inline tags, which go back on the words they enclosed, the block-level tags
+  kept as written: ``encdec.serve.tagged_text``; malformed HTML is a 400 naming ``q``), ``alternatives`` (up to that
+  many other translations, from beam search; the translation itself is the same with or without them), ``api_key``;
+  JSON or form-encoded.
   ``source: "auto"`` detects the language of ``q`` among the served languages with a route into ``target``
   (``encdec.serve.detection``) and says which in ``detectedLanguage``. The pairs as LibreTranslate takes them
   (``encdec.serve.pairs``): codes in any case and LibreTranslate's aliases; ``source`` equal to ``target`` gives
@@ -54,6 +56,7 @@ from ..pairs import Route, find_route, reachable, served_code
 from ..schema import printable
 from ..served_models import LANGUAGE_NAMES, ServedModels
 from ..service import RequestError
+from ..tagged_text import translate_markup
 from .routes import add_preflights, merge_slashes
 
 PREFIX = "/libretranslate"
@@ -111,10 +114,16 @@ def refusal(error: RequestError) -> Refusal:
     return Refusal(f"Invalid request: {where}: {error.reason}")
 
 
-async def translate_texts(route: Route, batchers: dict[str, Any], texts: list[str], plan: Plan) -> list[list[str]]:
-    """``core.translate_route``, its refusals in LibreTranslate's words."""
+async def translate_texts(route: Route, batchers: dict[str, Any], texts: list[str], plan: Plan,
+                          tags: dict[str, Any] | None = None) -> list[list[str]]:
+    """``core.translate_route``; HTML (``plan.text_format``) through ``tagged_text.translate_markup``, its elements
+    read as ``tags`` say (its keyword arguments; default: HTML's); its refusals in LibreTranslate's words."""
     try:
-        return await translate_route(route, batchers, texts, plan)
+        if plan.text_format != "html":
+            return await translate_route(route, batchers, texts, plan)
+        found = await translate_markup(route, batchers, texts, decoding=plan.decoding, max_pieces=plan.max_pieces,
+                                       **(tags or {}))
+        return [[text] for text in found]
     except RequestError as error:
         raise refusal(error) from None
 

@@ -3,10 +3,11 @@
 
 ``translate_file`` takes a multipart form, as LibreTranslate's: ``file`` (.txt, .html, .docx or .odt:
 ``encdec.serve.documents.formats.available_formats``), ``source``, ``target`` and ``api_key``. It reads the file's texts
-(``encdec.serve.documents``, within the bounds of ``FileSettings``: a .docx or .odt in a worker
-process), translates them sentence by sentence on the model's batcher as the text API does
-(``core.translate_parts``), a few batches at a time so that other clients' requests run between them
-(``fair_share``), writes the file again with the translations in place, and answers
+(``encdec.serve.documents``, within the bounds of ``FileSettings``: a .docx or .odt in a worker process),
+translates them sentence by sentence on the model's batcher as the text API does (a .txt as ``format: "text"``,
+``core.translate_parts``; an .html as ``format: "html"``, and a .docx or .odt paragraph's runs as markup,
+``tagged_text.translate_markup``, so that formatting stays on its words), a few batches at a time so that other
+clients' requests run between them (``fair_share``), writes the file again with the translations in place, and answers
 ``{"translatedFileUrl": "http://HOST/libretranslate/download_file/<id>/<name>"}``. The id is 128 random bits: as
 in LibreTranslate, downloading needs no key.
 
@@ -58,7 +59,16 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ...errors import EncdecError
 from ..core import Plan
-from ..documents.formats import ARCHIVES, Bounds, DocumentError, available_formats, check_archive, read_document
+from ..documents.formats import (
+    ARCHIVES,
+    Bounds,
+    DocumentError,
+    available_formats,
+    characters,
+    check_archive,
+    read_document,
+)
+from ..documents.runs import TAGS
 from ..documents.worker import DocumentPool, extract, rebuild
 from ..fair_share import FairShare
 from ..limits import client_address
@@ -322,12 +332,13 @@ class FileAPI:
         if not data.strip():
             raise Refusal("Invalid request: empty file")
         texts, text_format, write = await self.read_document(extension, data)
-        if (more := file_cost(self.api.access, texts, key) - 1) > 0:  # its characters, as LibreTranslate
+        if (more := file_cost(self.api.access, characters(texts, text_format), key) - 1) > 0:  # as LibreTranslate
             self.api.access.admit(key, client_address(request.scope), more)
         # a few batches at a time on each model of the route: others' requests go between
         shares = {hop.model.name: FairShare(self.api.batchers[hop.model.name]) for hop in route.hops}
         try:
-            results = await translate_texts(route, shares, texts, Plan(text_format, max_pieces=None))
+            plan = Plan("text" if text_format == "text" else "html", max_pieces=None)  # runs: markup, read as TAGS
+            results = await translate_texts(route, shares, texts, plan, TAGS if text_format == "runs" else None)
         finally:
             for share in shares.values():
                 share.close()
@@ -339,13 +350,13 @@ class FileAPI:
 
     async def read_document(self, extension: str, data: bytes) -> tuple[
             list[str], str, Callable[[list[str]], Awaitable[bytes]]]:
-        """The texts of a file, how to cut them (``text`` or ``html``), and what writes their translations: a
-        .docx or .odt read (and written) in a worker process, a .txt or .html in a thread."""
+        """The texts of a file, how to read them (``documents.Document.text_format``), and what writes their
+        translations: a .docx or .odt read (and written) in a worker process, a .txt or .html in a thread."""
         bounds = self.settings.bounds
         if extension in ARCHIVES:
             await self.refused_as_lt(asyncio.to_thread(check_archive, data, extension, bounds))  # no worker for a bomb
             texts = await self.refused_as_lt(self.documents.run(extract, extension, data, bounds))
-            return texts, "text", lambda translations: self.documents.run(rebuild, extension, data, bounds,
+            return texts, "runs", lambda translations: self.documents.run(rebuild, extension, data, bounds,
                                                                           translations)
         document = await self.refused_as_lt(asyncio.to_thread(read_document, extension, data, bounds))
         return document.texts, document.text_format, lambda translations: asyncio.to_thread(document.rebuild,

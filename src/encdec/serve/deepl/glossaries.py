@@ -1,0 +1,234 @@
+"""DeepL's glossaries, stored in the server's key database (``encdec.serve.keys``: table ``glossaries``), each owned
+by the key that made it and seen by no other; they survive a restart.
+
+- v2 (one language pair): ``POST /v2/glossaries`` (``name``, ``source_lang``, ``target_lang``, ``entries``,
+  ``entries_format`` ``tsv`` or ``csv``), ``GET /v2/glossaries``, ``GET /v2/glossaries/{id}``,
+  ``GET /v2/glossaries/{id}/entries`` (TSV), ``DELETE /v2/glossaries/{id}``, ``GET /v2/glossary-language-pairs``.
+- v3 (multilingual: a dictionary per pair, what ``deepl.DeepLClient`` uses): ``POST /v3/glossaries`` (``name``,
+  ``dictionaries``), ``GET`` one or all, ``GET /v3/glossaries/{id}/entries?source_lang=&target_lang=``,
+  ``PATCH /v3/glossaries/{id}`` (a new name, dictionaries replaced pair by pair), ``DELETE`` a glossary or one
+  dictionary (``/dictionaries?source_lang=&target_lang=``).
+
+Entries are read as DeepL's (``encdec.glossary.parse_glossary``: a duplicate or empty term, a wrong delimiter, a
+control character refused in one line naming the line); a pair must be one a served model translates directly
+(``/v2/glossary-language-pairs``). A translation with ``glossary_id`` takes the dictionary of its pair
+(``entries_for``). Glossaries need the key database: without ``--api-keys-db`` they are refused.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import uuid
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+
+from ...errors import EncdecError
+from ...glossary import parse_glossary
+from ..limits import Access
+from ..served_models import ServedModels
+from .fields import DeepLError, bad, read_body, string
+from .languages import base_code
+
+MAX_GLOSSARIES = 1_000  # glossaries a key may keep
+MAX_DICTIONARIES = 100  # dictionaries of one multilingual glossary
+MAX_NAME = 1_024  # characters of a glossary's name
+
+
+def not_found(glossary_id: str) -> DeepLError:
+    return DeepLError(404, "Glossary not found", f"no glossary {glossary_id} of this key; GET /v2/glossaries lists "
+                                                 "them.")
+
+
+def info_v3(record: dict[str, Any]) -> dict[str, Any]:
+    """A stored glossary as v3 describes it."""
+    return {"glossary_id": record["glossary_id"], "name": record["name"], "creation_time": record["creation_time"],
+            "dictionaries": [{"source_lang": d["source_lang"], "target_lang": d["target_lang"],
+                              "entry_count": d["entry_count"]} for d in json.loads(record["dictionaries"])]}
+
+
+def info_v2(record: dict[str, Any]) -> dict[str, Any]:
+    """A stored glossary of one dictionary as v2 describes it."""
+    first = json.loads(record["dictionaries"])[0]
+    return {"glossary_id": record["glossary_id"], "name": record["name"], "ready": True,
+            "source_lang": first["source_lang"], "target_lang": first["target_lang"],
+            "creation_time": record["creation_time"], "entry_count": first["entry_count"]}
+
+
+async def entries_for(access: Access, caller: Any, glossary_id: str, source: str, target: str) -> dict[str, str]:
+    """The entries of glossary ``glossary_id``'s dictionary for ``source`` -> ``target`` (a translation's)."""
+    record = await Glossaries.find(access, caller, glossary_id)
+    for dictionary in json.loads(record["dictionaries"]):
+        if (dictionary["source_lang"], dictionary["target_lang"]) == (base_code(source), base_code(target)):
+            return dict(parse_glossary(dictionary["entries"]).entries)
+    raise bad(f"glossary {glossary_id} has no dictionary from {base_code(source)} into {base_code(target)}; give "
+              "source_lang and target_lang of one of its dictionaries.")
+
+
+class Glossaries:
+    """The glossary routes over the key database of ``access``, for the pairs ``models`` translate directly."""
+
+    def __init__(self, models: ServedModels, access: Access, admit: Any) -> None:
+        self.models, self.access, self.admit = models, access, admit
+
+    def mount(self, router: APIRouter) -> None:
+        for version, info in (("v2", info_v2), ("v3", info_v3)):
+            router.add_api_route(f"/{version}/glossaries", self.creator(version), methods=["POST"],
+                                 status_code=201, summary=f"DeepL: create a glossary ({version})")
+            router.add_api_route(f"/{version}/glossaries", self.lister(version), methods=["GET"],
+                                 summary=f"DeepL: the key's glossaries ({version})")
+            router.add_api_route(f"/{version}/glossaries/{{glossary_id}}", self.getter(info), methods=["GET"],
+                                 summary=f"DeepL: a glossary ({version})")
+            router.add_api_route(f"/{version}/glossaries/{{glossary_id}}", self.delete, methods=["DELETE"],
+                                 status_code=204, summary=f"DeepL: delete a glossary ({version})")
+        router.add_api_route("/v2/glossaries/{glossary_id}/entries", self.entries_v2, methods=["GET"],
+                             summary="DeepL: a glossary's entries (TSV)")
+        router.add_api_route("/v3/glossaries/{glossary_id}/entries", self.entries_v3, methods=["GET"],
+                             summary="DeepL: a glossary dictionary's entries")
+        router.add_api_route("/v3/glossaries/{glossary_id}", self.patch, methods=["PATCH"],
+                             summary="DeepL: rename a glossary, or replace dictionaries")
+        router.add_api_route("/v3/glossaries/{glossary_id}/dictionaries", self.delete_dictionary,
+                             methods=["DELETE"], status_code=204, summary="DeepL: delete a glossary's dictionary")
+        router.add_api_route("/v2/glossary-language-pairs", self.pairs, methods=["GET"],
+                             summary="DeepL: the language pairs a glossary may have")
+
+    @staticmethod
+    def database(access: Access) -> Any:
+        if access.database is None:
+            raise bad("glossaries are stored per key in the server's key database, and this server has none: start "
+                      "encdec serve with --api-keys-db PATH.")
+        return access.database
+
+    @staticmethod
+    async def find(access: Access, caller: Any, glossary_id: str) -> dict[str, Any]:
+        found = await access.database_call(Glossaries.database(access).glossaries, caller.key.key, glossary_id)
+        if not found:
+            raise not_found(glossary_id)
+        return found[0]
+
+    async def caller(self, request: Request) -> tuple[Any, dict[str, Any]]:
+        fields = await read_body(request)
+        caller = await self.admit(request, fields)
+        self.database(self.access)
+        return caller, fields
+
+    def direct_pairs(self) -> set[tuple[str, str]]:
+        return {(base_code(hop.source), base_code(hop.target)) for hop in self.models.directions()}
+
+    def dictionary(self, given: Any, where: str) -> dict[str, Any]:
+        """A dictionary of a creation (``source_lang``, ``target_lang``, ``entries``, ``entries_format``), checked."""
+        if not isinstance(given, dict):
+            raise bad(f"{where} must be an object with source_lang, target_lang, entries and entries_format.")
+        source, target = (base_code(string(given, name, required=True)) for name in ("source_lang", "target_lang"))
+        if (source, target) not in self.direct_pairs():
+            raise bad(f"{where}: glossaries from {source} into {target} are not supported: no served model translates "
+                      "the pair directly; GET /v2/glossary-language-pairs lists them.")
+        entries_format = string(given, "entries_format") or "tsv"
+        try:
+            glossary = parse_glossary(string(given, "entries", required=True), entries_format, f"{where}: entries")
+        except EncdecError as error:
+            raise bad(str(error)) from None
+        tsv = "\n".join(f"{source_term}\t{target_term}" for source_term, target_term in glossary.entries)
+        return {"source_lang": source, "target_lang": target, "entries": tsv, "entry_count": len(glossary)}
+
+    def dictionaries(self, fields: dict[str, Any], version: str) -> list[dict[str, Any]]:
+        if version == "v2":
+            return [self.dictionary(fields, "the glossary")]
+        given = fields.get("dictionaries")
+        if not isinstance(given, list) or not given or len(given) > MAX_DICTIONARIES:
+            raise bad(f"Parameter 'dictionaries' must be a list of 1 to {MAX_DICTIONARIES} dictionaries.")
+        found = [self.dictionary(item, f"dictionaries[{i}]") for i, item in enumerate(given)]
+        if len({(d["source_lang"], d["target_lang"]) for d in found}) < len(found):
+            raise bad("Parameter 'dictionaries' has two dictionaries of one language pair; merge them.")
+        return found
+
+    def creator(self, version: str) -> Any:
+        async def create(request: Request) -> JSONResponse:
+            caller, fields = await self.caller(request)
+            name = string(fields, "name", required=True)
+            if len(name) > MAX_NAME:
+                raise bad(f"Parameter 'name' has {len(name)} characters; at most {MAX_NAME}.")
+            dictionaries = self.dictionaries(fields, version)
+            owned = await self.access.database_call(self.access.database.glossaries, caller.key.key)
+            if len(owned) >= MAX_GLOSSARIES:
+                raise DeepLError(456, "Quota exceeded", f"this key keeps {len(owned)} glossaries, the most it may; "
+                                                        "delete some first.")
+            now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+            record = {"glossary_id": str(uuid.uuid4()), "api_key": caller.key.key, "name": name,
+                      "creation_time": now, "dictionaries": json.dumps(dictionaries)}
+            await self.access.database_call(self.access.database.save_glossary, record)
+            return JSONResponse((info_v2 if version == "v2" else info_v3)(record), 201)
+        return create
+
+    def lister(self, version: str) -> Any:
+        async def listed(request: Request) -> JSONResponse:
+            caller, _ = await self.caller(request)
+            records = await self.access.database_call(self.access.database.glossaries, caller.key.key)
+            if version == "v2":  # v2 describes a glossary of one dictionary
+                records = [r for r in records if len(json.loads(r["dictionaries"])) == 1]
+            return JSONResponse({"glossaries": [(info_v2 if version == "v2" else info_v3)(r) for r in records]})
+        return listed
+
+    def getter(self, info: Any) -> Any:
+        async def get(request: Request, glossary_id: str) -> JSONResponse:
+            caller, _ = await self.caller(request)
+            return JSONResponse(info(await self.find(self.access, caller, glossary_id)))
+        return get
+
+    async def entries_v2(self, request: Request, glossary_id: str) -> Response:
+        caller, _ = await self.caller(request)
+        first = json.loads((await self.find(self.access, caller, glossary_id))["dictionaries"])[0]
+        return Response(first["entries"], media_type="text/tab-separated-values; charset=utf-8")
+
+    async def entries_v3(self, request: Request, glossary_id: str) -> JSONResponse:
+        caller, fields = await self.caller(request)
+        record = await self.find(self.access, caller, glossary_id)
+        source, target = (base_code(string(fields, name, required=True)) for name in ("source_lang", "target_lang"))
+        found = [d for d in json.loads(record["dictionaries"]) if (d["source_lang"], d["target_lang"]) == (source,
+                                                                                                          target)]
+        if not found:
+            raise DeepLError(404, "Glossary dictionary not found", f"glossary {glossary_id} has none from {source} "
+                                                                   f"into {target}.")
+        return JSONResponse({"dictionaries": [{**{k: found[0][k] for k in ("source_lang", "target_lang", "entries")},
+                                               "entries_format": "tsv"}]})
+
+    async def delete(self, request: Request, glossary_id: str) -> Response:
+        caller, _ = await self.caller(request)
+        if not await self.access.database_call(self.access.database.delete_glossary, caller.key.key, glossary_id):
+            raise not_found(glossary_id)
+        return Response(status_code=204)
+
+    async def patch(self, request: Request, glossary_id: str) -> JSONResponse:
+        caller, fields = await self.caller(request)
+        record = await self.find(self.access, caller, glossary_id)
+        if string(fields, "name") is not None:
+            record["name"] = string(fields, "name")[:MAX_NAME]
+        if fields.get("dictionaries") is not None:
+            kept = {(d["source_lang"], d["target_lang"]): d for d in json.loads(record["dictionaries"])}
+            kept.update({(d["source_lang"], d["target_lang"]): d for d in self.dictionaries(fields, "v3")})
+            record["dictionaries"] = json.dumps(list(kept.values()))
+        await self.access.database_call(self.access.database.save_glossary, record)
+        return JSONResponse(info_v3(record))
+
+    async def delete_dictionary(self, request: Request, glossary_id: str) -> Response:
+        caller, fields = await self.caller(request)
+        record = await self.find(self.access, caller, glossary_id)
+        pair = tuple(base_code(string(fields, name, required=True)) for name in ("source_lang", "target_lang"))
+        dictionaries = json.loads(record["dictionaries"])
+        kept = [d for d in dictionaries if (d["source_lang"], d["target_lang"]) != pair]
+        if len(kept) == len(dictionaries):
+            raise DeepLError(404, "Glossary dictionary not found", f"glossary {glossary_id} has none from {pair[0]} "
+                                                                   f"into {pair[1]}.")
+        record["dictionaries"] = json.dumps(kept)
+        await self.access.database_call(self.access.database.save_glossary, record)
+        return Response(status_code=204)
+
+    async def pairs(self, request: Request) -> JSONResponse:
+        await self.admit(request, await read_body(request))
+        return JSONResponse({"supported_languages": [{"source_lang": source, "target_lang": target}
+                                                     for source, target in sorted(self.direct_pairs())]})
+
+
+__all__ = ["Glossaries", "entries_for"]
