@@ -205,7 +205,7 @@ def test_deepl_node(instance) -> None:
 def test_tag_handling_puts_the_tags_on_the_aligned_words(instance) -> None:
     """``tag_handling`` html and xml: the date model writes "25 March 1965" as "1965 03 25"; each tag goes around
     the word aligned to its own (tests/test_markup_serving.py has the same model through LibreTranslate's API), an
-    ignored tag's content stays as written, and a non-splitting block tag is inline markup."""
+    ignored tag's content stays as written; with a glossary, around the words its term put in."""
     client = instance.client()
     html = client.translate_text('<p class="x"><b>25</b> March <i>1965</i></p>', source_lang="DE",
                                  target_lang="EN-US", tag_handling="html")
@@ -213,6 +213,11 @@ def test_tag_handling_puts_the_tags_on_the_aligned_words(instance) -> None:
     xml = client.translate_text("<doc><b>25</b> March 1965 <k>25 &amp; March</k></doc>", source_lang="DE",
                                 target_lang="EN-US", tag_handling="xml", ignore_tags=["k"])
     assert xml.text == "<doc>1965 03 <b>25</b><k>25 &amp; March</k></doc>"
+    glossary = client.create_glossary("year", "DE", "EN", {"1965": "the year MCMLXV"})
+    termed = client.translate_text("<b>25</b> March <i>1965</i>", source_lang="DE", target_lang="EN-US",
+                                   tag_handling="html", glossary=glossary)
+    assert termed.text == "<i>the year MCMLXV</i> 03 <b>25</b>"  # the tag on the words the term took the place of
+    client.delete_glossary(glossary)
 
 
 def test_a_docx_and_an_odt_keep_their_formatting_on_the_aligned_words(instance) -> None:

@@ -180,7 +180,6 @@ def test_encdec_translate_takes_a_glossary_file(aligned_models, aligned_dates, t
 
 @pytest.mark.parametrize(("n_best", "options", "message"), [
     (2, {"num_beams": 2}, "`n_best` is not given with `glossary`"),
-    (1, {"alignments": True}, "`alignments` is not given with `glossary`"),
     (1, {"scores": True}, "`scores` is not given with `glossary`"),
 ])
 def test_a_glossary_gives_one_translation(aligned_models, aligned_dates, n_best: int, options: dict,
@@ -188,6 +187,21 @@ def test_a_glossary_gives_one_translation(aligned_models, aligned_dates, n_best:
     with pytest.raises(OptionError, match=message):
         translate_detailed(aligned_models["transformer"], aligned_dates[0], ["March 3, 2021"], n_best,
                            glossary={"a": "b"}, **options)
+
+
+def test_an_alignment_asked_with_a_glossary_is_carried_over_to_its_terms(aligned_models, aligned_dates) -> None:
+    """With a glossary, ``alignments`` gives the links of the final words: the term's words are aligned to the
+    source word they translate, the others keep theirs; without a term in the source, the model's own alignment."""
+    model, tokenizer = aligned_models["transformer"], aligned_dates[0]
+    plain = translate_detailed(model, tokenizer, ["March 3, 2021"], alignments=True)[0][0]
+    termed = translate_detailed(model, tokenizer, ["March 3, 2021"], alignments=True,
+                                glossary={"2021": "the year MMXXI"})[0][0]
+    assert plain.text.split()[0] == "2021" and termed.text.split()[:3] == ["the", "year", "MMXXI"]
+    links = {tuple(map(int, link.split("-"))) for link in termed.alignment.split()}
+    assert {(2, 0), (2, 1), (2, 2)} <= links and not {(i, j) for i, j in links if j < 3 and i != 2}
+    assert termed.attention is None  # the attention was the translation's before its term went in
+    untouched = translate_detailed(model, tokenizer, ["March 3, 2021"], alignments=True, glossary={"Zebra": "z"})
+    assert (untouched[0][0].text, untouched[0][0].alignment) == (plain.text, plain.alignment)
 
 
 def test_a_bad_glossary_given_in_python_is_an_option_error(aligned_models, aligned_dates) -> None:
@@ -221,8 +235,8 @@ def test_the_native_api_takes_a_glossary(aligned_models, aligned_dates, tmp_path
 
 def test_libretranslate_takes_a_glossary_as_encdec_s_own_field(aligned_models, aligned_dates, tmp_path: Path) -> None:
     """``glossary`` in LibreTranslate's ``/translate`` (encdec's extension) gives ``translate``'s text with it;
-    refused with ``alternatives``, through a pivot, with HTML (its tags are put back by an alignment, which the
-    server does not return with terms put in) and when malformed, in LibreTranslate's words."""
+    in HTML too (the tags on the words the terms took the place of); refused with ``alternatives``, through a pivot
+    and when malformed, in LibreTranslate's words."""
     tokenizer, _, held_out = aligned_dates
     folder = save_for_pipeline(aligned_models["transformer"], tokenizer, tmp_path / "model")
     sources = year_sources(held_out)[:3]
@@ -238,9 +252,7 @@ def test_libretranslate_takes_a_glossary_as_encdec_s_own_field(aligned_models, a
             {"target": "en", "glossary": glossary, "alternatives": 2}, {"target": "fr", "glossary": glossary},
             {"target": "en", "glossary": {"2021": ""}}, {"target": "en", "glossary": "2021\tY"})]
     assert (status, body) == (200, {"translatedText": expected})
-    assert html[:2] == (400, {"error": "Invalid request: glossary: is not given with markup yet: the tags are put "
-                                       "back by the alignment, which the server does not return with a glossary's "
-                                       "terms; leave out one of them."})
+    assert html[:2] == (200, {"translatedText": f"<p><b>{expected[0]}</b></p>"})
     assert [code for code, _, _ in refused] == [400] * 4
     errors = [error["error"] for _, error, _ in refused]
     assert errors[0] == "Invalid request: alternatives are not given with glossary; leave one of them out"

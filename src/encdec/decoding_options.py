@@ -437,7 +437,7 @@ def check_one_translation(request: DecodeRequest) -> None:
         if getattr(request, name):
             raise OptionError(name, "is not given with {split_sentences}, which gives one translation per text, put "
                                     "together from its sentences'; leave out {" + name + "} or {split_sentences}.")
-    for name in ONE_TRANSLATION if request.glossary is not None else ():
+    for name in ("n_best", "scores") if request.glossary is not None else ():  # its alignment is carried over
         if (request.n_best or 1) > 1 if name == "n_best" else getattr(request, name):  # a list of one is one
             raise OptionError(name, "is not given with {glossary}, which puts its terms into the one translation of "
                                     "each source; leave out {" + name + "} or {glossary}.")

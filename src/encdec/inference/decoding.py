@@ -185,9 +185,11 @@ def hypotheses(engine: Engine, tokenizer: Any, source_ids: Sequence[int], output
     ``keep_duplicates``, ordered by log P(text | source), best first (a stable sort: ties keep the beams' order), the
     first the list asks; every candidate is scored for the order, scores asked or not. A list is shorter than asked
     when the beams held fewer distinct texts."""
-    if options.glossary:  # one translation, no scores, no alignment (``resolve``)
-        return [with_terms(forced(engine, tokenizer, source_ids, outputs[0], False, False), engine, tokenizer,
-                           source_ids, options.glossary, layer)]
+    if options.glossary:  # one translation, no scores (``resolve``); its alignment carried over to the terms
+        found = forced(engine, tokenizer, source_ids, outputs[0], False, options.alignments)
+        termed = with_terms(found, engine, tokenizer, source_ids, options.glossary, layer)
+        return [termed if termed is not found or not options.alignments else links(found, tokenizer, source_ids,
+                                                                                   options, layer)]
     if not options.ranked:
         return [links(forced(engine, tokenizer, source_ids, ids, options.scores, options.alignments), tokenizer,
                       source_ids, options, layer) for ids in options.kept(outputs)]
@@ -207,17 +209,18 @@ def hypotheses(engine: Engine, tokenizer: Any, source_ids: Sequence[int], output
 def with_terms(hypothesis: Hypothesis, engine: Engine, tokenizer: Any, source_ids: Sequence[int], glossary: Any,
                layer: int | str | None) -> Hypothesis:
     """``hypothesis`` with the terms of ``glossary`` (an ``encdec.glossary.Glossary``) that its source holds put in
-    through its alignment on the model's alignment ``layer`` (``Glossary.apply_aligned``), and that alignment carried
-    over to its words (``alignment``, which no caller of a glossary asks for, is what ``encdec.inference.tagged``
-    puts markup back by). The source is read as the model read it (its ids decoded), whose words the alignment
-    counts."""
+    through its alignment on the model's alignment ``layer`` (``Glossary.apply_aligned``), and that alignment
+    carried over to its words (``alignment``: what ``encdec.inference.tagged`` and the server put markup back by,
+    and what an alignment asked with a glossary gives, its links alone). The source is read as the model read it
+    (its ids decoded), whose words the alignment counts."""
     source = tokenizer.decode(source_ids, skip_special_tokens=True).strip()
     if not hypothesis.ids or not glossary.matches(source):
         return hypothesis
     _, by_head = teacher_forced_attention(engine.model, source_ids, hypothesis.ids)
     found = word_links(alignment_weights(by_head, layer, None), tokenizer, source_ids, hypothesis.ids)
     text, carried = glossary.apply_aligned(source, hypothesis.text, found)
-    return dataclasses.replace(hypothesis, text=text, alignment=to_pharaoh(carried))
+    # the attention (and ids) are the translation's before its terms went in: an alignment asked is its links alone
+    return dataclasses.replace(hypothesis, text=text, alignment=to_pharaoh(carried), attention=None)
 
 
 def forced(engine: Engine, tokenizer: Any, source_ids: Sequence[int], ids: list[int], score: bool, attention: bool,

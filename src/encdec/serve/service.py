@@ -254,7 +254,9 @@ class TranslationService:
         answer: dict[str, Any] = {"text": best.text}
         if scores:
             answer["score"] = best.score
-        if job.options.alignments:  # the alignment (inference.alignment), as `encdec translate --alignments` has it
+        if job.options.alignments and best.attention is None:  # a glossary's terms went in: the links carried over
+            answer["alignment"] = {"links": best.alignment}
+        elif job.options.alignments:  # the alignment (inference.alignment), as `encdec translate --alignments` has it
             answer["alignment"] = {"source_tokens": self.tokenizer.convert_ids_to_tokens(job.source_ids),
                                    "target_tokens": self.tokenizer.convert_ids_to_tokens(best.ids),
                                    "weights": [[round(w, 6) for w in row] for row in best.attention.tolist()],

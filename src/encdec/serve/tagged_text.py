@@ -21,8 +21,9 @@ around the target words aligned to its words (``encdec.markup``).
 - **Refused** in one line (``service.RequestError``, before anything is decoded): markup that cannot be put back
   well-formed (``markup.MarkupError``: an element left open, an end tag that closes nothing, a stray ``<``, nesting
   over ``markup.MAX_DEPTH``) as the text's field; an engine that returns no attention (ctranslate2, onnxruntime),
-  or a model without it, as ``field`` (the request's field that asked for markup); a glossary, whose terms the
-  service puts in without an alignment; over ``max_pieces`` sentences (``core.TooManySentences``).
+  or a model without it, as ``field`` (the request's field that asked for markup); over ``max_pieces`` sentences
+  (``core.TooManySentences``). With a glossary, the links are those carried over to the terms put in
+  (``Glossary.apply_aligned``), so the tags go around the words the translation ends with.
 
 Every pass over the texts runs on the CPU threads (``offload.off_loop``); the event loop only waits for the batcher.
 """
@@ -216,12 +217,8 @@ def compose(first: Links, then: Links) -> Links:
     return {(i, k) for i, j in first for k in onward.get(j, ())}
 
 
-def check_route(route: Route, field_name: str, decoding: dict[str, Any] | None) -> None:
-    """A ``RequestError`` for a route whose models cannot put markup back: an engine or a model without attention,
-    or a glossary (the service puts its terms in without an alignment)."""
-    if decoding and decoding.get("glossary") is not None:
-        raise RequestError("glossary", "is not given with markup yet: the tags are put back by the alignment, which "
-                                       "the server does not return with a glossary's terms; leave out one of them.")
+def check_route(route: Route, field_name: str) -> None:
+    """A ``RequestError`` for a route whose models cannot put markup back: an engine or a model without attention."""
     for hop in route.hops:
         service = hop.model.service
         if service.has_alignments:
@@ -303,7 +300,7 @@ async def translate_markup(route: Route, batchers: dict[str, Any], texts: list[s
     """
     if not route.hops:
         return list(texts)
-    check_route(route, field_name, decoding)
+    check_route(route, field_name)
     cut, todo, owners = await off_loop(read_texts, texts, Tags.of(ignored, splitting_tags, non_splitting_tags),
                                        route.source, max_pieces)
     translations, links = await along(route, batchers, todo, owners, len(texts), decoding)

@@ -49,6 +49,9 @@ PREFIX = "/deepl"
 CORS_HEADERS = {"Access-Control-Allow-Origin": "*", "Access-Control-Allow-Headers": "Authorization, Content-Type",
                 "Access-Control-Allow-Methods": "GET, POST, DELETE, PATCH, PUT"}
 UNLIMITED = 1_000_000_000_000  # the limit /v2/usage reports without a quota (DeepL's own for unlimited accounts)
+ERROR_SCHEMA = {"content": {"application/json": {"schema": {  # DeepL's error answer, for /docs
+    "type": "object", "properties": {"message": {"type": "string"}, "detail": {"type": "string"}},
+    "required": ["message"]}}}}
 FORMALITY = ("default", "more", "less", "prefer_more", "prefer_less")
 SPLITTING = ("0", "1", "nonewlines")
 
@@ -81,7 +84,11 @@ class DeepLAPI:
         self.models, self.batchers, self.access = models, batchers, access
 
     def mount(self, app: FastAPI, router: APIRouter) -> None:
-        router.add_api_route("/v2/translate", self.translate, methods=["POST"],
+        errors = {status: ERROR_SCHEMA | {"description": why} for status, why in (
+            (400, "A bad request: `detail` names the field and the fix"), (403, "A wrong or missing key"),
+            (404, "An unknown glossary"), (413, "Too many sentences"), (429, "Over the request limit (`Retry-After`)"),
+            (456, "Over the key's character quota"), (503, "The queue is full (`Retry-After`)"))}
+        router.add_api_route("/v2/translate", self.translate, methods=["POST"], responses=errors,
                              summary="DeepL: translate text into target_lang")
         router.add_api_route("/v2/languages", self.languages, methods=["GET", "POST"],
                              summary="DeepL: the served source (type=source) or target (type=target) languages")

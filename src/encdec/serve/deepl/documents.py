@@ -47,6 +47,7 @@ DOCUMENT_MEMORY_MB = 1_024  # a worker's memory beyond what it starts with (a .d
 UPLOAD_WAIT = 2.0  # seconds an upload waits for its translation before it answers
 MAX_KEPT = 100  # documents kept at once (translating or translated)
 KEEP_SECONDS = 30 * 60.0
+BY_ID = {"parameters": [{"name": "document_id", "in": "path", "required": True, "schema": {"type": "string"}}]}
 MEDIA_TYPES = {".txt": "text/plain; charset=utf-8", ".html": "text/html; charset=utf-8",
                ".docx": "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
                ".odt": "application/vnd.oasis.opendocument.text"}
@@ -80,9 +81,10 @@ class Documents:
     def mount(self, router: APIRouter) -> None:
         router.add_api_route("/v2/document", self.upload, methods=["POST"],
                              summary="DeepL: upload a document to translate (multipart)")
-        router.add_api_route("/v2/document/{document_id}", self.status, methods=["POST", "GET"],
+        router.add_api_route("/v2/document/{document_id}", self.status, methods=["POST", "GET"], openapi_extra=BY_ID,
                              summary="DeepL: a document's status")
         router.add_api_route("/v2/document/{document_id}/result", self.result, methods=["POST", "GET"],
+                             openapi_extra=BY_ID,
                              summary="DeepL: download a translated document (once)")
 
     def body_limits(self) -> dict[str, tuple[int, str]]:
@@ -169,7 +171,8 @@ class Documents:
                                                         "never uploaded, was downloaded, or expired.")
         return kept
 
-    async def status(self, request: Request, document_id: str) -> JSONResponse:
+    async def status(self, request: Request) -> JSONResponse:
+        document_id = request.path_params["document_id"]
         fields = await read_body(request)
         await self.api.admit(request, fields)
         kept = self.find(document_id, fields)
@@ -182,7 +185,8 @@ class Documents:
             answer["seconds_remaining"] = 1
         return JSONResponse(answer)
 
-    async def result(self, request: Request, document_id: str) -> Response:
+    async def result(self, request: Request) -> Response:
+        document_id = request.path_params["document_id"]
         fields = await read_body(request)
         await self.api.admit(request, fields)
         kept = self.find(document_id, fields)

@@ -35,6 +35,8 @@ from .languages import base_code
 MAX_GLOSSARIES = 1_000  # glossaries a key may keep
 MAX_DICTIONARIES = 100  # dictionaries of one multilingual glossary
 MAX_NAME = 1_024  # characters of a glossary's name
+# the path's id, read by the routes themselves (no FastAPI validation error to document)
+BY_ID = {"parameters": [{"name": "glossary_id", "in": "path", "required": True, "schema": {"type": "string"}}]}
 
 
 def not_found(glossary_id: str) -> DeepLError:
@@ -74,25 +76,21 @@ class Glossaries:
         self.models, self.access, self.admit = models, access, admit
 
     def mount(self, router: APIRouter) -> None:
+        routes = [("/v2/glossary-language-pairs", self.pairs, "GET", "the language pairs a glossary may have")]
         for version, info in (("v2", info_v2), ("v3", info_v3)):
-            router.add_api_route(f"/{version}/glossaries", self.creator(version), methods=["POST"],
-                                 status_code=201, summary=f"DeepL: create a glossary ({version})")
-            router.add_api_route(f"/{version}/glossaries", self.lister(version), methods=["GET"],
-                                 summary=f"DeepL: the key's glossaries ({version})")
-            router.add_api_route(f"/{version}/glossaries/{{glossary_id}}", self.getter(info), methods=["GET"],
-                                 summary=f"DeepL: a glossary ({version})")
-            router.add_api_route(f"/{version}/glossaries/{{glossary_id}}", self.delete, methods=["DELETE"],
-                                 status_code=204, summary=f"DeepL: delete a glossary ({version})")
-        router.add_api_route("/v2/glossaries/{glossary_id}/entries", self.entries_v2, methods=["GET"],
-                             summary="DeepL: a glossary's entries (TSV)")
-        router.add_api_route("/v3/glossaries/{glossary_id}/entries", self.entries_v3, methods=["GET"],
-                             summary="DeepL: a glossary dictionary's entries")
-        router.add_api_route("/v3/glossaries/{glossary_id}", self.patch, methods=["PATCH"],
-                             summary="DeepL: rename a glossary, or replace dictionaries")
-        router.add_api_route("/v3/glossaries/{glossary_id}/dictionaries", self.delete_dictionary,
-                             methods=["DELETE"], status_code=204, summary="DeepL: delete a glossary's dictionary")
-        router.add_api_route("/v2/glossary-language-pairs", self.pairs, methods=["GET"],
-                             summary="DeepL: the language pairs a glossary may have")
+            routes += [(f"/{version}/glossaries", self.creator(version), "POST", f"create a glossary ({version})"),
+                       (f"/{version}/glossaries", self.lister(version), "GET", f"the key's glossaries ({version})"),
+                       (f"/{version}/glossaries/{{glossary_id}}", self.getter(info), "GET", f"a glossary ({version})"),
+                       (f"/{version}/glossaries/{{glossary_id}}", self.delete, "DELETE", "delete a glossary")]
+        routes += [("/v2/glossaries/{glossary_id}/entries", self.entries_v2, "GET", "a glossary's entries (TSV)"),
+                   ("/v3/glossaries/{glossary_id}/entries", self.entries_v3, "GET", "a dictionary's entries"),
+                   ("/v3/glossaries/{glossary_id}", self.patch, "PATCH", "rename a glossary, or replace dictionaries"),
+                   ("/v3/glossaries/{glossary_id}/dictionaries", self.delete_dictionary, "DELETE",
+                    "delete a glossary's dictionary")]
+        for path, route, method, summary in routes:
+            status = {"POST": 201, "DELETE": 204}.get(method, 200)
+            router.add_api_route(path, route, methods=[method], status_code=status, summary=f"DeepL: {summary}",
+                                 openapi_extra=BY_ID if "{glossary_id}" in path else None)
 
     @staticmethod
     def database(access: Access) -> Any:
@@ -172,17 +170,20 @@ class Glossaries:
         return listed
 
     def getter(self, info: Any) -> Any:
-        async def get(request: Request, glossary_id: str) -> JSONResponse:
+        async def get(request: Request) -> JSONResponse:
+            glossary_id = request.path_params["glossary_id"]
             caller, _ = await self.caller(request)
             return JSONResponse(info(await self.find(self.access, caller, glossary_id)))
         return get
 
-    async def entries_v2(self, request: Request, glossary_id: str) -> Response:
+    async def entries_v2(self, request: Request) -> Response:
+        glossary_id = request.path_params["glossary_id"]
         caller, _ = await self.caller(request)
         first = json.loads((await self.find(self.access, caller, glossary_id))["dictionaries"])[0]
         return Response(first["entries"], media_type="text/tab-separated-values; charset=utf-8")
 
-    async def entries_v3(self, request: Request, glossary_id: str) -> JSONResponse:
+    async def entries_v3(self, request: Request) -> JSONResponse:
+        glossary_id = request.path_params["glossary_id"]
         caller, fields = await self.caller(request)
         record = await self.find(self.access, caller, glossary_id)
         source, target = (base_code(string(fields, name, required=True)) for name in ("source_lang", "target_lang"))
@@ -194,13 +195,15 @@ class Glossaries:
         return JSONResponse({"dictionaries": [{**{k: found[0][k] for k in ("source_lang", "target_lang", "entries")},
                                                "entries_format": "tsv"}]})
 
-    async def delete(self, request: Request, glossary_id: str) -> Response:
+    async def delete(self, request: Request) -> Response:
+        glossary_id = request.path_params["glossary_id"]
         caller, _ = await self.caller(request)
         if not await self.access.database_call(self.access.database.delete_glossary, caller.key.key, glossary_id):
             raise not_found(glossary_id)
         return Response(status_code=204)
 
-    async def patch(self, request: Request, glossary_id: str) -> JSONResponse:
+    async def patch(self, request: Request) -> JSONResponse:
+        glossary_id = request.path_params["glossary_id"]
         caller, fields = await self.caller(request)
         record = await self.find(self.access, caller, glossary_id)
         if string(fields, "name") is not None:
@@ -212,7 +215,8 @@ class Glossaries:
         await self.access.database_call(self.access.database.save_glossary, record)
         return JSONResponse(info_v3(record))
 
-    async def delete_dictionary(self, request: Request, glossary_id: str) -> Response:
+    async def delete_dictionary(self, request: Request) -> Response:
+        glossary_id = request.path_params["glossary_id"]
         caller, fields = await self.caller(request)
         record = await self.find(self.access, caller, glossary_id)
         pair = tuple(base_code(string(fields, name, required=True)) for name in ("source_lang", "target_lang"))
