@@ -66,6 +66,25 @@ def a_docx_bomb() -> bytes:
     return data.getvalue()
 
 
+def a_docx_with_an_external_entity() -> bytes:
+    """A real .docx whose document part declares an entity that reads /etc/passwd (XXE)."""
+    import docx
+
+    made = io.BytesIO()
+    document = docx.Document()
+    document.add_paragraph("Hallo")
+    document.save(made)
+    source, out = zipfile.ZipFile(made), io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
+        for entry in source.infolist():
+            data = source.read(entry)
+            if entry.filename == "word/document.xml":
+                declaration = b'<!DOCTYPE w:document [<!ENTITY secret SYSTEM "file:///etc/passwd">]>'
+                data = data.replace(b"?>", b"?>" + declaration, 1).replace(b"Hallo", b"&secret;")
+            archive.writestr(entry, data)
+    return out.getvalue()
+
+
 def multipart(fields: dict[str, str], name: str, data: bytes) -> tuple[bytes, str]:
     boundary = "encdecboundary"
     parts = [f'--{boundary}\r\nContent-Disposition: form-data; name="{k}"\r\n\r\n{v}\r\n'.encode()
@@ -106,10 +125,12 @@ def test_bad_input_is_refused_in_deepls_shape_and_nothing_is_stored(pairs, datab
             got, answer, _ = call(server, path, "carol", body)
             assert got == status and piece in answer["detail"], (what, got, answer)
             assert set(answer) == {"message", "detail"}, what
-        raw, kind = multipart({"target_lang": "EN-US", "source_lang": "DE"}, "bomb.docx", a_docx_bomb())
-        got, answer, _ = request(f"{server.url}{URL}/document", raw=raw,
-                                 headers={"Authorization": "DeepL-Auth-Key carol", "Content-Type": kind})
-        assert got == 413 and "unpack" in answer["detail"], answer
+        for name, data, status, piece in (("bomb.docx", a_docx_bomb(), 413, "unpack"),
+                                          ("entities.docx", a_docx_with_an_external_entity(), 400, "DTD")):
+            raw, kind = multipart({"target_lang": "EN-US", "source_lang": "DE"}, name, data)
+            got, answer, _ = request(f"{server.url}{URL}/document", raw=raw,
+                                     headers={"Authorization": "DeepL-Auth-Key carol", "Content-Type": kind})
+            assert got == status and piece in answer["detail"], answer
         deep = request(f"{server.url}{URL}/translate", raw=b'{"text": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
                        headers={"Authorization": "DeepL-Auth-Key carol", "Content-Type": "application/json"})
         assert deep[0] == 400 and "deep" in deep[1]["detail"], deep[1]

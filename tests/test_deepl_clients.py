@@ -156,7 +156,7 @@ def test_a_wrong_key_is_the_clients_authorization_error(instance) -> None:
         instance.client("not-a-key").translate_text(GERMAN[0], target_lang="EN-US")
 
 
-def test_translate_document_txt_and_docx(instance, tmp_path) -> None:
+def test_translate_document_txt_docx_and_html(instance, tmp_path) -> None:
     import docx
 
     client = instance.client()
@@ -171,6 +171,10 @@ def test_translate_document_txt_and_docx(instance, tmp_path) -> None:
     document.save(source)
     client.translate_document_from_filepath(source, target, source_lang="DE", target_lang="EN-US")
     assert [p.text for p in docx.Document(target).paragraphs] == expected
+    page = io.BytesIO()
+    client.translate_document(f"<html><body><p>{GERMAN[0]}</p></body></html>".encode(), page, source_lang="DE",
+                              target_lang="EN-US", filename="a.html")
+    assert page.getvalue().decode() == f"<html><body><p>{expected[0]}</p></body></html>"
     with zipfile.ZipFile(target) as archive:
         assert archive.testzip() is None
 

@@ -15,8 +15,9 @@
 Every document is read within ``Bounds`` (``encdec serve``'s file options): a .docx or .odt archive's entries, their
 unpacked size and its compression ratio are checked from its directory before any of it is unpacked
 (``check_archive``; zipfile reads no more of an entry than its declared size), then the paragraphs are counted
-before any is read, then the characters: over a bound is ``TooLarge`` (413), naming the option that raises it.
-``documents.worker`` reads and writes .docx and .odt files in worker processes.
+before any is read, then the characters: over a bound is ``TooLarge`` (413), naming the option that raises it. An
+archive whose XML declares a DTD (external entities, entity expansion) is refused before it is parsed
+(``check_declarations``). ``documents.worker`` reads and writes .docx and .odt files in worker processes.
 
 LibreTranslate (through argos-translate-files) also reads .odp, .pptx, .epub, .srt and .pdf; these are not offered.
 The libraries are imported when a file of their format comes, and ``available_formats`` lists only the formats whose
@@ -34,6 +35,7 @@ from dataclasses import dataclass
 from ...errors import EncdecError
 from .runs import docx_paragraph, docx_rebuild, odt_paragraph, odt_rebuild, plain_text
 
+PROLOG_BYTES = 65_536  # bytes of an XML part read for a DTD (it precedes the root element)
 RATIO_GRACE = 1_000_000  # bytes: an entry unpacked to less is not held to the compression ratio (small ones vary)
 
 
@@ -83,6 +85,21 @@ def check_archive(data: bytes, extension: str, bounds: Bounds) -> None:
         if entry.file_size > RATIO_GRACE:
             bounds.refuse(f"times compression in {entry.filename}", entry.file_size // max(1, entry.compress_size),
                           "max_compression_ratio")
+
+
+def check_declarations(data: bytes, extension: str) -> None:
+    """Refuse a .docx or .odt whose XML declares a DTD: their formats never do, and a DTD's entities are how XML
+    reads local files (external entities) or grows without bound (nested entities, "billion laughs"). A DTD stands in
+    a part's prolog, before its root element, so the start of each part is read (the archive already checked)."""
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        for entry in archive.infolist():
+            if entry.filename.endswith((".xml", ".rels")):
+                with archive.open(entry) as part:
+                    start = part.read(PROLOG_BYTES)
+                if b"<!DOCTYPE" in start or b"<!ENTITY" in start:
+                    raise DocumentError(f"{entry.filename} in this {extension} declares a DTD (<!DOCTYPE>), which "
+                                        "Office and OpenDocument files never have, and whose entities could read "
+                                        "files or grow without bound; save the document again from its editor")
 
 
 @dataclass
@@ -198,6 +215,7 @@ def read_document(extension: str, data: bytes, bounds: Bounds | None = None) -> 
     bounds = bounds or Bounds()
     if extension in ARCHIVES:
         check_archive(data, extension, bounds)
+        check_declarations(data, extension)
     document = READERS[extension][0](data, bounds)
     bounds.refuse("characters", sum(map(len, characters(document.texts, document.text_format))), "max_document_chars")
     return document
