@@ -32,8 +32,9 @@ class Instance:
     """A running server's DeepL URL, a key of its database, one with a small quota, the served folders and the
     held-out dates whose year is a word (the glossary's terms)."""
 
-    def __init__(self, url: str, key: str, quota_key: str, folders: dict, years: list[str]) -> None:
-        self.url, self.key, self.quota_key, self.folders, self.years = url, key, quota_key, folders, years
+    def __init__(self, url: str, keys: dict[str, str], folders: dict, years: list[str]) -> None:
+        self.url, self.folders, self.years = url, folders, years
+        self.key, self.quota_key, self.limited_key = keys["key"], keys["quota"], keys["limited"]
 
     def client(self, key: str | None = None) -> deepl.DeepLClient:
         return deepl.DeepLClient(key or self.key, server_url=self.url)
@@ -51,11 +52,11 @@ def instance(pairs, aligned_models, aligned_dates, tmp_path_factory):
     folders = {"de-en": save_for_pipeline(aligned_models["transformer"], aligned_dates[0], root / "de-en"),
                "en-de": pairs["en-de"]}
     keys = KeyDatabase(root / "keys.db")
-    key, quota_key = keys.add(10_000).key, keys.add(10_000).key
-    keys.set_quota(quota_key, 80)
+    made = {"key": keys.add(10_000).key, "quota": keys.add(10_000).key, "limited": keys.add(1).key}
+    keys.set_quota(made["quota"], 80)
     models = load_models([f"{pair}={folder}" for pair, folder in folders.items()], limits=ServeLimits())
     with Server(create_app(models, keys=keys)) as server:
-        yield Instance(f"{server.url}/deepl", key, quota_key, folders, year_sources(aligned_dates[2])[:3])
+        yield Instance(f"{server.url}/deepl", made, folders, year_sources(aligned_dates[2])[:3])
 
 
 def test_translate_text_one_a_list_auto_source_and_a_variant(instance) -> None:
@@ -185,11 +186,12 @@ NODE_CLIENTS = Path(__file__).parent / "node_clients"
 def test_deepl_node(instance) -> None:
     """deepl-node (npm, pinned by tests/node_clients/package-lock.json; `make test` installs it): translate (one text,
     a list with the source detected, a glossary), glossary create / list / entries / delete, usage, and a wrong key,
-    an exhausted quota and an unknown glossary as its own errors."""
+    an exhausted quota, an unknown glossary and a rate limit as its own errors (no retry: it fails at once)."""
     if not (NODE_CLIENTS / "node_modules" / "deepl-node").is_dir() and not os.environ.get("CI"):
         pytest.skip("deepl-node is not installed: `make test` installs it (cd tests/node_clients && npm ci)")
     german, entries = GERMAN[:2], year_glossary(instance)
     given = {"url": instance.url, "key": instance.key, "wrongKey": "not-a-key", "quotaKey": instance.quota_key,
+             "limitedKey": instance.limited_key,
              "texts": german, "glossary": entries, "glossaryTexts": instance.years}
     done = subprocess.run(["node", "deepl_client.mjs"], cwd=NODE_CLIENTS, input=json.dumps(given), text=True,
                           capture_output=True, timeout=120)
@@ -203,7 +205,7 @@ def test_deepl_node(instance) -> None:
     assert found["withGlossary"] == instance.translate("de-en", instance.years, glossary=entries)
     assert found["usage"]["limit"] == 80
     assert found["errors"] == {"overQuota": "QuotaExceededError", "wrongKey": "AuthorizationError",
-                               "gone": "GlossaryNotFoundError"}
+                               "gone": "GlossaryNotFoundError", "overLimit": "TooManyRequestsError"}
 
 
 def test_tag_handling_puts_the_tags_on_the_aligned_words(instance) -> None:

@@ -1,5 +1,6 @@
 // The official DeepL client for Node.js (deepl-node, pinned in package-lock.json), unchanged, against encdec serve:
 // what tests/test_deepl_clients.py asks, from its own calls. Input on stdin (JSON): url, key, wrongKey, quotaKey,
+// limitedKey (one request a minute),
 // texts (German), glossary (German term -> English term), glossaryTexts. Output on stdout (JSON): what the client
 // returned, and the class of each error it raised.
 import * as deepl from "deepl-node";
@@ -32,11 +33,14 @@ const usage = await new deepl.DeepLClient(input.quotaKey, options).getUsage();
 const overQuota = await failure(() => new deepl.DeepLClient(input.quotaKey, options).translateText("x".repeat(1000), "de", "en-US"));
 const wrongKey = await failure(() => new deepl.DeepLClient(input.wrongKey, options).translateText("Hallo", "de", "en-US"));
 const gone = await failure(() => client.getGlossary(glossary.glossaryId));
+const limited = new deepl.DeepLClient(input.limitedKey, options); // one request a minute
+await limited.translateText("Hallo", "de", "en-US");
+const overLimit = await failure(() => limited.translateText("Hallo", "de", "en-US"));
 process.stdout.write(JSON.stringify({
   one: { text: one.text, detected: one.detectedSourceLang },
   many: many.map((result) => ({ text: result.text, detected: result.detectedSourceLang })),
   glossary: { id: glossary.glossaryId, entryCount: glossary.entryCount, listed, entries },
   withGlossary: withGlossary.map((result) => result.text),
   usage: { count: usage.character.count, limit: usage.character.limit },
-  errors: { overQuota, wrongKey, gone },
+  errors: { overQuota, wrongKey, gone, overLimit },
 }));
