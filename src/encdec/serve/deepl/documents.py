@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import logging
 import secrets
 import time
 from dataclasses import dataclass, field
@@ -38,10 +39,12 @@ from ..documents.formats import (
 )
 from ..documents.worker import DocumentPool, extract, rebuild
 from ..fair_share import FairShare
+from ..limits import Overloaded
 from ..offload import off_loop
 from .fields import DeepLError, bad, read_body, string
 from .translation import translate_group, translate_runs
 
+logger = logging.getLogger("encdec.serve")
 MAX_DOCUMENT_BYTES = 30 * 2 ** 20  # an upload (DeepL's own bound for .docx)
 DOCUMENT_MEMORY_MB = 1_024  # a worker's memory beyond what it starts with (a .docx or .odt)
 UPLOAD_WAIT = 2.0  # seconds an upload waits for its translation before it answers
@@ -156,8 +159,12 @@ class Documents:
                 asked.tag_handling = "html" if text_format == "html" else None
                 found = await translate_group(route, shares, texts, asked) if texts else []
             kept.result, kept.status = await write(found), "done"
-        except (DeepLError, DocumentError) as error:
-            kept.status, kept.error = "error", getattr(error, "detail", None) or str(error)
+        except Exception as error:  # a refusal, a full queue, a worker that died: the document's error, not lost
+            if not isinstance(error, DeepLError | DocumentError | Overloaded):
+                logger.exception("translating document %s failed", kept.extension)
+            kept.status = "error"
+            kept.error = getattr(error, "detail", None) or getattr(error, "message", None) or str(error) or \
+                type(error).__name__
             await self.api.refund(caller, kept.characters)
         finally:
             for share in shares.values():
