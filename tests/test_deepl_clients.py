@@ -108,6 +108,8 @@ def test_glossary_create_list_entries_translate_delete(instance) -> None:
 
 
 def test_multilingual_glossary_v3(instance) -> None:
+    """v3: made with a dictionary per pair, listed, read, used; a dictionary updated (merged), replaced and deleted,
+    the glossary renamed and deleted."""
     client = instance.client()
     entries = year_glossary(instance)
     made = client.create_multilingual_glossary("both ways", [
@@ -119,6 +121,17 @@ def test_multilingual_glossary_v3(instance) -> None:
     assert client.get_multilingual_glossary_entries(made, "EN", "DE").dictionaries[0].entries == "train\tBahn"
     found = client.translate_text(instance.years, source_lang="DE", target_lang="EN-GB", glossary=made)
     assert [result.text for result in found] == instance.translate("de-en", instance.years, glossary=entries)
+    updated = client.update_multilingual_glossary_dictionary(  # merged into the pair's entries, the new term wins
+        made, MultilingualGlossaryDictionaryEntries("EN", "DE", {"plane": "Flugzeug", "train": "Zug"}))
+    assert sorted((d.source_lang, d.entry_count) for d in updated.dictionaries) == [("DE", len(entries)), ("EN", 2)]
+    assert client.get_multilingual_glossary_entries(made, "EN", "DE").dictionaries[0].entries == \
+        "train\tZug\nplane\tFlugzeug"
+    replaced = client.replace_multilingual_glossary_dictionary(
+        made, MultilingualGlossaryDictionaryEntries("EN", "DE", {"car": "Auto"}))
+    assert (replaced.source_lang, replaced.target_lang, replaced.entry_count) == ("EN", "DE", 1)
+    assert client.update_multilingual_glossary_name(made, "renamed").name == "renamed"
+    client.delete_multilingual_glossary_dictionary(made, source_lang="EN", target_lang="DE")
+    assert client.get_glossary(made.glossary_id).entry_count == len(entries)  # one pair left: v2 reads it
     client.delete_multilingual_glossary(made)
     with pytest.raises(deepl.GlossaryNotFoundException):
         client.get_multilingual_glossary(made.glossary_id)
@@ -202,6 +215,7 @@ def test_deepl_node(instance) -> None:
     assert found["many"] == [{"text": text, "detected": "de"} for text in expected]
     assert found["glossary"]["entryCount"] == len(entries) and found["glossary"]["entries"] == entries
     assert found["glossary"]["id"] in found["glossary"]["listed"]
+    assert found["glossary"]["pairs"] == [f"de-en:{len(entries)}", "en-de:1"]  # v3, from deepl-node's form body
     assert found["withGlossary"] == instance.translate("de-en", instance.years, glossary=entries)
     assert found["usage"]["limit"] == 80
     assert found["errors"] == {"overQuota": "QuotaExceededError", "wrongKey": "AuthorizationError",

@@ -29,6 +29,11 @@ const listed = (await client.listGlossaries()).map((item) => item.glossaryId);
 const entries = (await client.getGlossaryEntries(glossary)).entries();
 const withGlossary = await client.translateText(input.glossaryTexts, "de", "en-US", { glossary });
 await client.deleteGlossary(glossary);
+const multilingual = await client.createMultilingualGlossary("both ways", [ // sent as a form: dictionaries[0].x
+  { sourceLangCode: "de", targetLangCode: "en", entries: new deepl.GlossaryEntries({ entries: input.glossary }) },
+  { sourceLangCode: "en", targetLangCode: "de", entries: new deepl.GlossaryEntries({ entries: { train: "Bahn" } }) }]);
+const pairs = multilingual.dictionaries.map((d) => `${d.sourceLangCode}-${d.targetLangCode}:${d.entryCount}`).sort();
+await client.deleteMultilingualGlossary(multilingual);
 const usage = await new deepl.DeepLClient(input.quotaKey, options).getUsage();
 const overQuota = await failure(() => new deepl.DeepLClient(input.quotaKey, options).translateText("x".repeat(1000), "de", "en-US"));
 const wrongKey = await failure(() => new deepl.DeepLClient(input.wrongKey, options).translateText("Hallo", "de", "en-US"));
@@ -39,7 +44,7 @@ const overLimit = await failure(() => limited.translateText("Hallo", "de", "en-U
 process.stdout.write(JSON.stringify({
   one: { text: one.text, detected: one.detectedSourceLang },
   many: many.map((result) => ({ text: result.text, detected: result.detectedSourceLang })),
-  glossary: { id: glossary.glossaryId, entryCount: glossary.entryCount, listed, entries },
+  glossary: { id: glossary.glossaryId, entryCount: glossary.entryCount, listed, entries, pairs },
   withGlossary: withGlossary.map((result) => result.text),
   usage: { count: usage.character.count, limit: usage.character.limit },
   errors: { overQuota, wrongKey, gone, overLimit },

@@ -252,6 +252,16 @@ class KeyDatabase:
             names = [column[0] for column in cursor.description]
             return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
 
+    def update_glossary(self, record: dict) -> bool:
+        """Change a stored glossary's name and dictionaries, if ``record["api_key"]`` still owns it; whether it did."""
+        with self.using(write=True) as connection:
+            return connection.execute("UPDATE glossaries SET name = :name, dictionaries = :dictionaries WHERE "
+                                      "api_key = :api_key AND glossary_id = :glossary_id", record).rowcount > 0
+
+    def count_glossaries(self, key: str) -> int:
+        with self.using() as connection:
+            return connection.execute("SELECT COUNT(*) FROM glossaries WHERE api_key = ?", (key,)).fetchone()[0]
+
     def delete_glossary(self, key: str, glossary_id: str) -> bool:
         """Delete a glossary ``key`` owns; whether there was one."""
         with self.using(write=True) as connection:

@@ -108,19 +108,23 @@ class DeepLAPI:
         self.access.admit(key, client_address(request.scope), cost)
         return Caller(key, presented)
 
-    async def charge(self, caller: Caller, characters: int) -> None:
-        """Count ``characters`` against the key's quota (456 over it); nothing without a key database."""
+    async def charge(self, caller: Caller, characters: int) -> str:
+        """Count ``characters`` against the key's quota (456 over it); nothing without a key database. Returns the
+        period charged (what ``refund`` gives them back to)."""
+        period = month()
         if caller.key is None or self.access.database is None:
-            return
+            return period
         counted, used, quota = await self.access.database_call(self.access.database.charge, caller.key.key,
-                                                               characters, month())
+                                                               characters, period)
         if not counted:
             raise DeepLError(456, "Quota exceeded", f"the key has used {used} of its {quota} characters this month; "
                                                     f"these texts have {characters}.")
+        return period
 
-    async def refund(self, caller: Caller, characters: int) -> None:
-        if caller.key is not None and self.access.database is not None:
-            await self.access.database_call(self.access.database.charge, caller.key.key, -characters, month())
+    async def refund(self, caller: Caller, characters: int, period: str) -> None:
+        """Give back characters charged in ``period`` (not once it has passed: the new month starts from 0)."""
+        if caller.key is not None and self.access.database is not None and period == month():
+            await self.access.database_call(self.access.database.charge, caller.key.key, -characters, period)
 
     async def translate(self, request: Request) -> JSONResponse:
         fields = await read_body(request)
@@ -129,11 +133,11 @@ class DeepLAPI:
         asked = self.asked(fields)
         asked.glossary = await self.glossary_of(caller, fields, asked)
         characters = sum(len(text) for text in items)
-        await self.charge(caller, characters)
+        period = await self.charge(caller, characters)
         try:
             found = await self.translated(items, asked)
         except BaseException:
-            await self.refund(caller, characters)
+            await self.refund(caller, characters, period)
             raise
         return JSONResponse({"translations": [
             {"detected_source_language": deepl_code(source), "text": text, "billed_characters": len(items[i])}
@@ -170,6 +174,8 @@ class DeepLAPI:
 
     async def glossary_of(self, caller: Caller, fields: dict[str, Any], asked: Asked) -> dict[str, str] | None:
         """The entries of the glossary ``glossary_id`` names, for the request's pair (``glossaries``)."""
+        if fields.get("glossary_ids"):
+            raise bad("Parameter 'glossary_ids' is not supported by this server: give one glossary_id.")
         glossary_id = string(fields, "glossary_id")
         if glossary_id is None:
             return None

@@ -1,5 +1,5 @@
-"""DeepL's document translation: ``POST /v2/document`` (a multipart upload: ``file``, ``target_lang``,
-``source_lang``, ``glossary_id``, ``formality``, ``output_format``), ``POST /v2/document/{id}`` (its status, with the
+"""DeepL's document translation: ``POST /v2/document`` (a multipart upload: ``file``, ``target_lang``, ``source_lang``,
+``glossary_id``, ``formality``, ``output_format``), ``POST /v2/document/{id}`` (its status, with the
 ``document_key`` the upload gave) and ``POST /v2/document/{id}/result`` (the translated file, once; then it is
 deleted, as DeepL deletes it).
 
@@ -9,8 +9,9 @@ a zip bomb, a file over ``MAX_DOCUMENT_BYTES`` or a corrupt one is refused then 
 charged to the key's quota then (456 over it). It is translated in the background, a few batches at a time
 (``encdec.serve.fair_share``) so that others' requests go between; .html as ``tag_handling=html``. The upload
 answers once the translation is done or after ``UPLOAD_WAIT`` seconds, whichever comes first, so a short document is
-``done`` at the first status call (the official clients poll every 5 s). Translated documents are kept in memory,
-at most ``MAX_KEPT`` of them for ``KEEP_SECONDS`` each, and do not survive a restart (DeepL keeps them a day).
+``done`` at the first status call (the official clients poll every 5 s). Translated documents are kept in memory, at
+most ``MAX_KEPT`` of them (``MAX_KEPT_PER_KEY`` of a key) for ``KEEP_SECONDS`` each, and do not survive a restart
+(DeepL keeps them a day).
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ MAX_DOCUMENT_BYTES = 30 * 2 ** 20  # an upload (DeepL's own bound for .docx)
 DOCUMENT_MEMORY_MB = 1_024  # a worker's memory beyond what it starts with (a .docx or .odt)
 UPLOAD_WAIT = 2.0  # seconds an upload waits for its translation before it answers
 MAX_KEPT = 100  # documents kept at once (translating or translated)
+MAX_KEPT_PER_KEY = 20  # of them, of one key
 KEEP_SECONDS = 30 * 60.0
 BY_ID = {"parameters": [{"name": "document_id", "in": "path", "required": True, "schema": {"type": "string"}}]}
 MEDIA_TYPES = {".txt": "text/plain; charset=utf-8", ".html": "text/html; charset=utf-8",
@@ -64,11 +66,19 @@ class Translation:
     key: str
     extension: str
     characters: int
+    period: str  # the month its characters were charged to
     status: str = "translating"  # translating, done, error
     result: bytes | None = None
     error: str | None = None
     made: float = field(default_factory=time.monotonic)
     task: Any = None
+
+
+def beginning(texts: list[str], text_format: str) -> tuple[int, str]:
+    """A document's characters to translate (its text without its runs' markup) and its first 2,000 (to detect its
+    language)."""
+    plain = characters(texts, text_format)
+    return sum(map(len, plain)), " ".join(plain)[:2_000]
 
 
 class Documents:
@@ -102,6 +112,7 @@ class Documents:
     async def upload(self, request: Request) -> JSONResponse:
         fields = await read_body(request)
         caller = await self.api.admit(request, fields)
+        self.sweep(caller.presented)  # before any work: a full store refuses at once
         upload = fields.get("file")
         if not isinstance(upload, UploadFile) or not upload.filename:
             raise bad("Parameter 'file' not specified: upload the document as the multipart field 'file'.")
@@ -117,16 +128,14 @@ class Documents:
         if len(data) > MAX_DOCUMENT_BYTES:
             raise DeepLError(413, "Request Entity Too Large", f"the document is over {MAX_DOCUMENT_BYTES} bytes.")
         texts, text_format, write = await self.read(extension, data)
-        plain = characters(texts, text_format)
+        count, start = await off_loop(beginning, texts, text_format)
         source = asked.source or asked.target
         if asked.source is None and texts:  # the document's language, from its beginning
-            source = (await off_loop(self.api.detected, [" ".join(plain)[:2_000]], asked.target))[0]
+            source = (await off_loop(self.api.detected, [start], asked.target))[0]
         route = self.api.route(source, asked.target, asked.glossary is not None)
-        count = sum(map(len, plain))
-        await self.api.charge(caller, count)
-        self.sweep()
+        period = await self.api.charge(caller, count)
         document_id, kept = secrets.token_hex(16).upper(), Translation(caller.presented, secrets.token_hex(32),
-                                                                      extension, count)
+                                                                      extension, count, period)
         self.kept[document_id] = kept
         kept.task = asyncio.ensure_future(self.translate(kept, route, (texts, text_format), asked, write, caller))
         await asyncio.wait([kept.task], timeout=UPLOAD_WAIT)
@@ -165,7 +174,7 @@ class Documents:
             kept.status = "error"
             kept.error = getattr(error, "detail", None) or getattr(error, "message", None) or str(error) or \
                 type(error).__name__
-            await self.api.refund(caller, kept.characters)
+            await self.api.refund(caller, kept.characters, kept.period)
         finally:
             for share in shares.values():
                 share.close()
@@ -203,11 +212,16 @@ class Documents:
         del self.kept[document_id]
         return Response(kept.result, media_type=MEDIA_TYPES.get(kept.extension, "application/octet-stream"))
 
-    def sweep(self) -> None:
-        """Forget documents kept longer than ``KEEP_SECONDS``; refuse an upload when ``MAX_KEPT`` remain."""
+    def sweep(self, owner: str | None) -> None:
+        """Forget documents kept longer than ``KEEP_SECONDS`` (one still translating is stopped); refuse an upload
+        when ``MAX_KEPT`` remain, or ``MAX_KEPT_PER_KEY`` of its key."""
         now = time.monotonic()
         for document_id in [i for i, kept in self.kept.items() if now - kept.made > KEEP_SECONDS]:
-            self.kept.pop(document_id)
+            if (kept := self.kept.pop(document_id)).task is not None:
+                kept.task.cancel()
+        if sum(kept.owner == owner for kept in self.kept.values()) >= MAX_KEPT_PER_KEY:
+            raise DeepLError(429, "Too many requests", f"this key has {MAX_KEPT_PER_KEY} documents waiting to be "
+                             "downloaded; download them first.", {"Retry-After": "60"})
         if len(self.kept) >= MAX_KEPT:
             raise DeepLError(429, "Too many requests", f"{MAX_KEPT} documents are waiting to be downloaded; download "
                              "them first.", {"Retry-After": "60"})

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import re
 import uuid
 from typing import Any
 
@@ -28,6 +29,7 @@ from fastapi.responses import JSONResponse, Response
 from ...errors import EncdecError
 from ...glossary import parse_glossary
 from ..limits import Access
+from ..offload import off_loop
 from ..served_models import ServedModels
 from .fields import DeepLError, bad, read_body, string
 from .languages import base_code
@@ -35,6 +37,7 @@ from .languages import base_code
 MAX_GLOSSARIES = 1_000  # glossaries a key may keep
 MAX_DICTIONARIES = 100  # dictionaries of one multilingual glossary
 MAX_NAME = 1_024  # characters of a glossary's name
+FORM_FIELD = re.compile(r"dictionaries\[(\d{1,3})\]\.(\w+)")  # deepl-node's form fields of a dictionary
 # the path's id, read by the routes themselves (no FastAPI validation error to document)
 BY_ID = {"parameters": [{"name": "glossary_id", "in": "path", "required": True, "schema": {"type": "string"}}]}
 
@@ -62,11 +65,37 @@ def info_v2(record: dict[str, Any]) -> dict[str, Any]:
 async def entries_for(access: Access, caller: Any, glossary_id: str, source: str, target: str) -> dict[str, str]:
     """The entries of glossary ``glossary_id``'s dictionary for ``source`` -> ``target`` (a translation's)."""
     record = await Glossaries.find(access, caller, glossary_id)
-    for dictionary in json.loads(record["dictionaries"]):
-        if (dictionary["source_lang"], dictionary["target_lang"]) == (base_code(source), base_code(target)):
-            return dict(parse_glossary(dictionary["entries"]).entries)
+    found = await off_loop(pair_entries, record, base_code(source), base_code(target))
+    if found is not None:
+        return found
     raise bad(f"glossary {glossary_id} has no dictionary from {base_code(source)} into {base_code(target)}; give "
               "source_lang and target_lang of one of its dictionaries.")
+
+
+def pair_entries(record: dict[str, Any], source: str, target: str) -> dict[str, str] | None:
+    """The entries of a stored glossary's dictionary for ``source`` -> ``target`` (base codes), or None."""
+    for dictionary in json.loads(record["dictionaries"]):
+        if (dictionary["source_lang"], dictionary["target_lang"]) == (source, target):
+            return dict(parse_glossary(dictionary["entries"]).entries)
+    return None
+
+
+def folded(fields: dict[str, Any]) -> Any:
+    """``dictionaries`` as JSON gives it, or from a form's ``dictionaries[N].field`` keys (deepl-node's)."""
+    if "dictionaries" in fields:
+        return fields["dictionaries"]
+    found: dict[int, dict[str, Any]] = {}
+    for name, value in fields.items():
+        match = FORM_FIELD.fullmatch(name)
+        if match:
+            found.setdefault(int(match[1]), {})[match[2]] = value
+    return [found[i] for i in sorted(found)] if found else None
+
+
+def merged(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """A dictionary's entries updated by another's of the same pair (DeepL's PATCH: the new term wins)."""
+    entries = dict(parse_glossary(old["entries"]).entries) | dict(parse_glossary(new["entries"]).entries)
+    return {**new, "entries": "\n".join(f"{a}\t{b}" for a, b in entries.items()), "entry_count": len(entries)}
 
 
 class Glossaries:
@@ -86,7 +115,9 @@ class Glossaries:
                    ("/v3/glossaries/{glossary_id}/entries", self.entries_v3, "GET", "a dictionary's entries"),
                    ("/v3/glossaries/{glossary_id}", self.patch, "PATCH", "rename a glossary, or replace dictionaries"),
                    ("/v3/glossaries/{glossary_id}/dictionaries", self.delete_dictionary, "DELETE",
-                    "delete a glossary's dictionary")]
+                    "delete a glossary's dictionary"),
+                   ("/v3/glossaries/{glossary_id}/dictionaries", self.replace_dictionary, "PUT",
+                    "replace (or add) a glossary's dictionary of one pair")]
         for path, route, method, summary in routes:
             status = {"POST": 201, "DELETE": 204}.get(method, 200)
             router.add_api_route(path, route, methods=[method], status_code=status, summary=f"DeepL: {summary}",
@@ -134,7 +165,7 @@ class Glossaries:
     def dictionaries(self, fields: dict[str, Any], version: str) -> list[dict[str, Any]]:
         if version == "v2":
             return [self.dictionary(fields, "the glossary")]
-        given = fields.get("dictionaries")
+        given = folded(fields)
         if not isinstance(given, list) or not given or len(given) > MAX_DICTIONARIES:
             raise bad(f"Parameter 'dictionaries' must be a list of 1 to {MAX_DICTIONARIES} dictionaries.")
         found = [self.dictionary(item, f"dictionaries[{i}]") for i, item in enumerate(given)]
@@ -148,11 +179,11 @@ class Glossaries:
             name = string(fields, "name", required=True)
             if len(name) > MAX_NAME:
                 raise bad(f"Parameter 'name' has {len(name)} characters; at most {MAX_NAME}.")
-            dictionaries = self.dictionaries(fields, version)
-            owned = await self.access.database_call(self.access.database.glossaries, caller.key.key)
-            if len(owned) >= MAX_GLOSSARIES:
-                raise DeepLError(456, "Quota exceeded", f"this key keeps {len(owned)} glossaries, the most it may; "
-                                                        "delete some first.")
+            dictionaries = await off_loop(self.dictionaries, fields, version)
+            owned = await self.access.database_call(self.access.database.count_glossaries, caller.key.key)
+            if owned >= MAX_GLOSSARIES:
+                raise DeepLError(456, "Quota exceeded", f"this key keeps {owned} glossaries, the most it may; delete "
+                                                        "some first.")
             now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
             record = {"glossary_id": str(uuid.uuid4()), "api_key": caller.key.key, "name": name,
                       "creation_time": now, "dictionaries": json.dumps(dictionaries)}
@@ -173,13 +204,22 @@ class Glossaries:
         async def get(request: Request) -> JSONResponse:
             glossary_id = request.path_params["glossary_id"]
             caller, _ = await self.caller(request)
-            return JSONResponse(info(await self.find(self.access, caller, glossary_id)))
+            record = await self.find(self.access, caller, glossary_id)
+            return JSONResponse(info(self.one_pair(record) if info is info_v2 else record))
         return get
+
+    @staticmethod
+    def one_pair(record: dict[str, Any]) -> dict[str, Any]:
+        """A glossary v2 can describe: one of a single dictionary (404 for a multilingual one, as v2 lists none)."""
+        if len(json.loads(record["dictionaries"])) != 1:
+            raise DeepLError(404, "Glossary not found", f"glossary {record['glossary_id']} has several dictionaries; "
+                                                        "read it with /v3/glossaries.")
+        return record
 
     async def entries_v2(self, request: Request) -> Response:
         glossary_id = request.path_params["glossary_id"]
         caller, _ = await self.caller(request)
-        first = json.loads((await self.find(self.access, caller, glossary_id))["dictionaries"])[0]
+        first = json.loads(self.one_pair(await self.find(self.access, caller, glossary_id))["dictionaries"])[0]
         return Response(first["entries"], media_type="text/tab-separated-values; charset=utf-8")
 
     async def entries_v3(self, request: Request) -> JSONResponse:
@@ -208,12 +248,31 @@ class Glossaries:
         record = await self.find(self.access, caller, glossary_id)
         if string(fields, "name") is not None:
             record["name"] = string(fields, "name")[:MAX_NAME]
-        if fields.get("dictionaries") is not None:
+        if folded(fields) is not None:  # each pair's entries merged into the stored ones, the new term winning
             kept = {(d["source_lang"], d["target_lang"]): d for d in json.loads(record["dictionaries"])}
-            kept.update({(d["source_lang"], d["target_lang"]): d for d in self.dictionaries(fields, "v3")})
+            for new in await off_loop(self.dictionaries, fields, "v3"):
+                pair = (new["source_lang"], new["target_lang"])
+                kept[pair] = await off_loop(merged, kept[pair], new) if pair in kept else new
             record["dictionaries"] = json.dumps(list(kept.values()))
-        await self.access.database_call(self.access.database.save_glossary, record)
+        await self.save(record)
         return JSONResponse(info_v3(record))
+
+    async def save(self, record: dict[str, Any]) -> None:
+        """A changed glossary written back, if it is still there (a DELETE meanwhile wins: 404)."""
+        if not await self.access.database_call(self.access.database.update_glossary, record):
+            raise not_found(record["glossary_id"])
+
+    async def replace_dictionary(self, request: Request) -> JSONResponse:
+        """``PUT /v3/glossaries/{id}/dictionaries``: one pair's dictionary replaced (or added)."""
+        glossary_id = request.path_params["glossary_id"]
+        caller, fields = await self.caller(request)
+        record = await self.find(self.access, caller, glossary_id)
+        new = await off_loop(self.dictionary, fields, "the dictionary")
+        kept = [d for d in json.loads(record["dictionaries"])
+                if (d["source_lang"], d["target_lang"]) != (new["source_lang"], new["target_lang"])]
+        record["dictionaries"] = json.dumps([*kept, new])
+        await self.save(record)
+        return JSONResponse({k: new[k] for k in ("source_lang", "target_lang", "entry_count")})
 
     async def delete_dictionary(self, request: Request) -> Response:
         glossary_id = request.path_params["glossary_id"]
@@ -225,8 +284,11 @@ class Glossaries:
         if len(kept) == len(dictionaries):
             raise DeepLError(404, "Glossary dictionary not found", f"glossary {glossary_id} has none from {pair[0]} "
                                                                    f"into {pair[1]}.")
+        if not kept:  # its last dictionary: the glossary goes with it
+            await self.access.database_call(self.access.database.delete_glossary, caller.key.key, glossary_id)
+            return Response(status_code=204)
         record["dictionaries"] = json.dumps(kept)
-        await self.access.database_call(self.access.database.save_glossary, record)
+        await self.save(record)
         return Response(status_code=204)
 
     async def pairs(self, request: Request) -> JSONResponse:
