@@ -78,21 +78,39 @@ def built_once(tmp_path_factory, name: str, build: Callable[[Path], None]) -> Pa
     return root
 
 
+def date_folders(tmp_path_factory, name: str, steps: int, transformer: str, rnn: str) -> tuple[Path, Path]:
+    """``DATE_TRANSFORMER`` (at lr 3e-3) and ``DATE_RNN`` (at 5e-3) trained for ``steps`` batches on the date task
+    (tiny_model_folders.py's ``date_data``), each saved as ``encdec train`` saves a model, in ``built_once``'s folder
+    ``name`` as its subfolders ``transformer`` and ``rnn``: those two folders."""
+
+    def build(root: Path) -> None:
+        from encdec.folders import save_for_pipeline
+        from tiny_model_folders import date_data
+
+        dates = date_data()
+        save_for_pipeline(train_on_dates(DATE_TRANSFORMER, dates, steps, 3e-3), dates[0], root / transformer)
+        save_for_pipeline(train_on_dates(DATE_RNN, dates, steps, 5e-3), dates[0], root / rnn)
+
+    root = built_once(tmp_path_factory, name, build)
+    return root / transformer, root / rnn
+
+
 @pytest.fixture(scope="session")
 def pairs(tmp_path_factory) -> dict[str, Path]:
     """Two language pairs to serve: de-en, a Transformer, and en-de, an RNN, each trained on dates for a moment (they
     answer differently). Read only; shared by the LibreTranslate tests (routes, clients, sentences, files)."""
+    transformer, rnn = date_folders(tmp_path_factory, "libretranslate", 150, "a", "b")
+    return {"de-en": transformer, "en-de": rnn}
 
-    def build(root: Path) -> None:
-        from encdec.folders import save_for_pipeline
-        from tiny_model_folders import DATE_RNN, DATE_TRANSFORMER, date_data, train_on_dates
 
-        dates = date_data()
-        save_for_pipeline(train_on_dates(DATE_TRANSFORMER, dates, 150, 3e-3), dates[0], root / "a")
-        save_for_pipeline(train_on_dates(DATE_RNN, dates, 150, 5e-3), dates[0], root / "b")
-
-    root = built_once(tmp_path_factory, "libretranslate", build)
-    return {"de-en": root / "a", "en-de": root / "b"}
+@pytest.fixture(scope="session")
+def date_models(tmp_path_factory) -> dict[str, Path]:
+    """The date task learned for 600 steps by ``DATE_TRANSFORMER`` (the paper's configuration: post-LN, sinusoids,
+    tied embeddings) and by ``DATE_RNN`` (a Bahdanau LSTM), each saved as ``encdec train`` saves a model: trained
+    enough that int8 and bfloat16 must keep their accuracy, and that their beams really compete. The float models of
+    the engine tests and the models the server tests serve, trained once for both. Read only."""
+    transformer, rnn = date_folders(tmp_path_factory, "date-models", 600, "transformer", "rnn")
+    return {"transformer": transformer, "rnn": rnn}
 
 
 @pytest.fixture(scope="session")

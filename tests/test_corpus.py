@@ -54,9 +54,14 @@ def corpus(tmp_path_factory) -> Path:
     return path
 
 
-def encdec(*argv: str, **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "encdec", *argv], env=ENV, capture_output=True, text=True,
-                          timeout=600, **kwargs)
+def encdec_here(capsys: pytest.CaptureFixture, *argv: str) -> subprocess.CompletedProcess:
+    """``encdec argv...`` run by ``main`` in this process, its status and output as ``encdec``'s: for the commands
+    whose own process is not what a test is about (a start of torch and transformers costs seconds). Standard error
+    is no terminal here either, so progress comes as lines, as in a child process."""
+    capsys.readouterr()
+    status = main(list(argv))
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(["encdec", *argv], status, out, err)
 
 
 def first_lines(text: bytes, lines: int) -> bytes:
@@ -82,21 +87,22 @@ def assert_stopped_after(out: Path, lines: int, expected: bytes) -> None:
 def reference(model, corpus, tmp_path_factory) -> bytes:
     """The uninterrupted one-process output of the corpus, chunks of 40 lines, greedy."""
     out = tmp_path_factory.mktemp("reference") / "out.txt"
-    done = encdec("translate", "--model", str(model), "--input", str(corpus), "--output", str(out),
-                  "--chunk-size", "40", "--num-beams", "1")
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert main(["translate", "--model", str(model), "--input", str(corpus), "--output", str(out), "--chunk-size",
+                 "40", "--num-beams", "1", "--quiet"]) == 0
     return out.read_bytes()
 
 
-def test_the_output_has_a_line_per_input_line_and_progress_says_so(reference, corpus, model, tmp_path) -> None:
+def test_the_output_has_a_line_per_input_line_and_progress_says_so(reference, corpus, model, tmp_path,
+                                                                   capsys) -> None:
     lines = reference.decode().split("\n")[:-1]
     assert len(lines) == count_lines(corpus) == 600 and lines[0] == "" and lines[1]
     assert len(set(lines)) > 100  # real, varied translations
-    done = encdec("translate", "--model", str(model), "--input", str(corpus), "--output", str(tmp_path / "b.txt"),
-                  "--chunk-size", "1000", "--num-beams", "1")
+    done = encdec_here(capsys, "translate", "--model", str(model), "--input", str(corpus), "--output",
+                       str(tmp_path / "b.txt"), "--chunk-size", "1000", "--num-beams", "1")
     assert (tmp_path / "b.txt").read_bytes() == reference  # chunk boundaries do not change the translations
     assert "encdec translate: done, 600/600 lines" in done.stderr  # stderr is no terminal: lines, not a bar
-    quiet = encdec("translate", "--model", str(model), "--input", str(corpus), "--quiet", "--num-beams", "1")
+    quiet = encdec_here(capsys, "translate", "--model", str(model), "--input", str(corpus), "--quiet", "--num-beams",
+                        "1")
     assert quiet.stdout.encode() == reference and "lines/s" not in quiet.stderr
 
 
@@ -150,7 +156,8 @@ def test_a_pipe_gets_translations_before_its_input_ends(model, corpus, reference
 
 
 @pytest.mark.parametrize("processes", ["1 then 1", "1 then 2", "2 then 1"])
-def test_kill_9_then_resume_gives_the_same_bytes(model, corpus, reference, tmp_path, processes: str) -> None:
+def test_kill_9_then_resume_gives_the_same_bytes(model, corpus, reference, tmp_path, capsys,
+                                                 processes: str) -> None:
     """Killed right after its third chunk of 40 lines is on disk (on one process, or on two: the main process
     writes every chunk), the run has exactly 120 lines done; resumed with one process or two, it ends with the
     uninterrupted one-process run's bytes (docs/command-line.md: `--resume` works whatever the number of processes
@@ -165,9 +172,9 @@ def test_kill_9_then_resume_gives_the_same_bytes(model, corpus, reference, tmp_p
         launch_until_stopped(["encdec", *args], "chunk:3", tmp_path / "killed.log")
     assert_stopped_after(out, 120, reference)
     if processes == "1 then 1":
-        assert encdec(*args).returncode == 2  # without --resume the interrupted run is not thrown away
+        assert encdec_here(capsys, *args).returncode == 2  # without --resume the interrupted run is not thrown away
     if resumed_on == "1":
-        done = encdec(*args, "--resume")
+        done = encdec_here(capsys, *args, "--resume")
         assert done.returncode == 0, done.stderr[-3000:]
     else:
         launch(["encdec", *args, "--resume"], accelerate=True, timeout=600)
@@ -219,12 +226,12 @@ def test_a_resume_that_differs_is_refused_naming_what(model, corpus, reference, 
     assert out.read_bytes() == reference
 
 
-def test_n_best_scores_and_alignments_stay_aligned_across_chunks(model, corpus, tmp_path) -> None:
+def test_n_best_scores_and_alignments_stay_aligned_across_chunks(model, corpus, tmp_path, capsys) -> None:
     outputs = {}
     for chunk in ("3", "1000"):
         out = tmp_path / f"nbest-{chunk}.txt"
-        done = encdec("translate", "--model", str(model), "--input", str(corpus), "--output", str(out),
-                      "--chunk-size", chunk, "--num-beams", "3", "--n-best", "2", "--scores", "--alignments")
+        done = encdec_here(capsys, "translate", "--model", str(model), "--input", str(corpus), "--output", str(out),
+                           "--chunk-size", chunk, "--num-beams", "3", "--n-best", "2", "--scores", "--alignments")
         assert done.returncode == 0, done.stderr[-3000:]
         outputs[chunk] = out.read_text().splitlines()
     small, whole = ([line.split(" ||| ") for line in outputs[key]] for key in ("3", "1000"))
@@ -322,17 +329,18 @@ def test_n_best_drops_texts_met_before_unless_asked_to_keep_them(model, tmp_path
                                                          pytest.approx(expected[tuple(best)], abs=1e-4))]
 
 
-def test_align_streams_and_resumes(model, corpus, tmp_path) -> None:
+def test_align_streams_and_resumes(model, corpus, tmp_path, capsys) -> None:
     targets = tmp_path / "targets.txt"
     targets.write_text("".join(("2001-03-03" if line.strip() else "") + "\n"
                                for line in corpus.read_text().split("\n")[:-1]))
-    whole = encdec("align", "--model", str(model), "--source-file", str(corpus), "--target-file", str(targets))
+    whole = encdec_here(capsys, "align", "--model", str(model), "--source-file", str(corpus), "--target-file",
+                        str(targets))
     out = tmp_path / "links.txt"
     args = ["align", "--model", str(model), "--source-file", str(corpus), "--target-file", str(targets), "--output",
             str(out), "--chunk-size", "25"]
     run_until_stopped([sys.executable, "-m", "encdec", *args], ENV, "chunk:2", tmp_path / "killed.log")
     assert_stopped_after(out, 50, whole.stdout.encode())
-    assert encdec(*args, "--resume").returncode == 0
+    assert encdec_here(capsys, *args, "--resume").returncode == 0
     assert out.read_text() == whole.stdout and len(whole.stdout.splitlines()) == 600
 
 
@@ -488,7 +496,7 @@ def test_memory_stays_flat_however_long_the_input(tmp_path) -> None:
     assert large <= small + 2 * 2**20, (small, large)
 
 
-def test_workers_end_with_their_launcher_and_resume_at_once(model, corpus, reference, tmp_path) -> None:
+def test_workers_end_with_their_launcher_and_resume_at_once(model, corpus, reference, tmp_path, capsys) -> None:
     """torchrun starts each worker in a session of its own, so a kill -9 of the launcher reached no worker, and
     they went on writing. Now the workers end with it (encdec_cli.die_with_launcher): killed right after the third
     chunk is on disk, with only the launcher killed, no worker is left, and the same command with --resume at once
@@ -498,7 +506,7 @@ def test_workers_end_with_their_launcher_and_resume_at_once(model, corpus, refer
             "--num-beams", "1"]
     launch_until_stopped(["encdec", *args], "chunk:3", tmp_path / "killed.log", accelerate=False, kill_workers=False)
     assert_stopped_after(out, 120, reference)
-    done = encdec(*args, "--resume")
+    done = encdec_here(capsys, *args, "--resume")
     assert done.returncode == 0, done.stderr[-3000:]
     assert out.read_bytes() == reference
 
@@ -515,7 +523,7 @@ def wait_until_stopped(process: subprocess.Popen, log: Path) -> None:
         time.sleep(0.05)
 
 
-def test_a_second_writer_is_refused_naming_the_first(model, corpus, reference, tmp_path) -> None:
+def test_a_second_writer_is_refused_naming_the_first(model, corpus, reference, tmp_path, capsys) -> None:
     """Two commands on one output: the first, stopped (SIGSTOP) right after its first chunk, holds the output; a
     second with --resume, and one with --overwrite, are each refused in one line that names the first one's PID,
     and leave its files alone; the first, continued, ends with the uninterrupted run's bytes."""
@@ -530,7 +538,7 @@ def test_a_second_writer_is_refused_naming_the_first(model, corpus, reference, t
         wait_until_stopped(first, log)
         partial = (tmp_path / "out.txt.partial").read_bytes()
         for extra in ("--resume", "--overwrite"):
-            second = encdec(*args, extra)
+            second = encdec_here(capsys, *args, extra)
             assert second.returncode == 2
             assert second.stderr.strip().splitlines() == [
                 f"encdec translate: error: {out} is being written by another process (PID {first.pid}, which holds "

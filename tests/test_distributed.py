@@ -129,6 +129,16 @@ def process_table() -> dict[int, tuple[str, int]]:
     return table
 
 
+def threads_left(pid: int) -> bool:
+    """Whether ``pid``, a zombie in /proc/PID/stat, still has threads ending: a process's main thread shows as a
+    zombie as soon as it has ended, but the process keeps its files open (and their locks held) until its last thread
+    has ended too, and only then does /proc/PID/task list the main thread alone."""
+    try:
+        return len(os.listdir(f"/proc/{pid}/task")) > 1
+    except OSError:  # reaped meanwhile
+        return False
+
+
 def descendants(pid: int, table: dict[int, tuple[str, int]]) -> set[int]:
     """The processes below ``pid``: the launcher's workers (and anything they started)."""
     found, frontier = set(), {pid}
@@ -203,7 +213,8 @@ def launch_until_stopped(args: list[str], stop_at: str, log: Path, accelerate: b
         deadline = time.monotonic() + 60
 
         def alive() -> set[int]:
-            return {pid for pid, (state, _) in process_table().items() if pid in workers and state != "Z"}
+            return {pid for pid, (state, _) in process_table().items()
+                    if pid in workers and (state != "Z" or threads_left(pid))}
 
         while (left := alive()) and time.monotonic() < deadline:
             time.sleep(0.05)

@@ -34,7 +34,6 @@ from encdec.inference.engines.ctranslate2_engine import CTranslate2Engine, CTran
 from encdec.inference.evaluation import evaluate_model
 from encdec.ship.ctranslate2_export import EncdecTransformerConverter, export_ctranslate2, vocabulary_tokens
 from encdec_cli import main
-from tiny_model_folders import DATE_RNN as RNN
 from tiny_model_folders import DATE_TRANSFORMER as TRANSFORMER
 from tiny_model_folders import build_model_folders, date_data, train_on_dates
 
@@ -56,14 +55,15 @@ def dates():
 
 
 @pytest.fixture(scope="module")
-def folders(dates, tmp_path_factory):
-    """name -> model folder: a Transformer per SWITCHES entry (600 steps) and a Bahdanau LSTM (600 steps)."""
+def folders(dates, date_models, tmp_path_factory):
+    """name -> model folder: a Transformer per SWITCHES entry (600 steps) and a Bahdanau LSTM (600 steps); the paper's
+    Transformer and the LSTM are the session's (conftest's ``date_models``, which test_serve.py serves)."""
     root = tmp_path_factory.mktemp("engines")
-    made = {}
+    made = {"paper": date_models["transformer"], "rnn": date_models["rnn"]}
     for name, switches in SWITCHES.items():
-        model = train_on_dates({**TRANSFORMER, **switches}, dates, steps=600, lr=3e-3)
-        made[name] = save_for_pipeline(model, dates[0], root / name)
-    made["rnn"] = save_for_pipeline(train_on_dates(RNN, dates, steps=600, lr=5e-3), dates[0], root / "rnn")
+        if name not in made:
+            model = train_on_dates({**TRANSFORMER, **switches}, dates, steps=600, lr=3e-3)
+            made[name] = save_for_pipeline(model, dates[0], root / name)
     return made
 
 

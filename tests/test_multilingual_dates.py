@@ -38,9 +38,11 @@ from tiny_model_folders import DATE_RNN, write_tiny_run_config
 LANGUAGES = list(DATE_LANGUAGES)  # de, en, fr, iso
 DIRECTIONS = every_direction(LANGUAGES)  # all twelve
 REPO = Path(__file__).resolve().parents[1]
-# The recipe with fewer steps and pairs: 1,000 steps learn every direction (the recipe's 1,600 give its 480/480).
+# The recipe with fewer steps and pairs (the recipe's 1,600 steps give its 480/480): 600 steps learn every direction,
+# as 500 do (each direction's 48 test dates all right, on the newest and the floor transformers), where 400 leave
+# some directions at 81%.
 DATA = {"builtin_train": 16000, "builtin_validation": 48, "builtin_test": 48, "seed": 0}
-TRAINING = {"max_steps": 1000, "eval_steps": 1000, "save_total_limit": 1, "logging_steps": 500}
+TRAINING = {"max_steps": 600, "eval_steps": 600, "save_total_limit": 1, "logging_steps": 300}
 EXACT = 0.9  # the share of each direction's test dates written exactly right
 
 

@@ -1,9 +1,10 @@
 """The README's tour runs as written on the demo models: this test reads its commands from README.md and runs each
 one, in order, in a folder where ``encdec demo`` has just written ``runs/demo-*`` (shortened to a few steps) and the
 repository's ``configs/`` is linked in, as in a checkout after ``make demo``. Bash runs the first command (the
-``encdec`` on the PATH), every command that needs the shell (a glob, ``>``) and every one that is not ``encdec``
-(torchrun); the others run in this process, ``encdec``'s ``main`` given the same words and ``<``'s file as standard
-input, which spares a start of torch and transformers each.
+``encdec`` on the PATH), every one that needs more of the shell than a glob and redirections (a pipe, a variable)
+and every one that is not ``encdec`` (torchrun); the others run in this process, ``encdec``'s ``main`` given the words
+bash would give it (a glob expanded as bash expands it, into the sorted paths it matches), ``<``'s file as standard
+input and standard output written to ``>``'s file, which spares a start of torch and transformers each.
 
 Three commands cannot run verbatim here, and each is changed as little as it can be: training runs a few steps
 (``--training.max_steps``) in place of the recipe's hundreds; ``encdec serve`` listens on a free port (``--port 0``)
@@ -13,6 +14,7 @@ and is stopped once it answers; ``encdec push`` runs in this process against a f
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import re
@@ -60,23 +62,39 @@ def run_bash(command: str, cwd: Path, env: dict[str, str]) -> subprocess.Complet
 
 
 def needs_bash(command: str, index: int) -> bool:
-    return index == 0 or not command.startswith("encdec ") or any(sign in command for sign in "*>|;&$")
+    return index == 0 or not command.startswith("encdec ") or any(sign in command for sign in "|;&$?[")
+
+
+def redirected(words: list[str], sign: str, cwd: Path) -> tuple[Path | None, list[str]]:
+    """The file of ``sign FILE`` (``<`` or ``>``) in ``words``, if any, and the words without it."""
+    if sign not in words:
+        return None, words
+    at = words.index(sign)
+    return cwd / words[at + 1], words[:at] + words[at + 2:]
+
+
+def expanded(words: list[str], cwd: Path) -> list[str]:
+    """``words`` as bash passes them on: a word with ``*`` replaced by the paths it matches from ``cwd``, sorted (a
+    word that matches nothing stays as it is)."""
+    return [path for word in words
+            for path in ((sorted(glob.glob(word, root_dir=cwd)) or [word]) if "*" in word else [word])]
 
 
 def run_here(command: str, cwd: Path, monkeypatch, capsys) -> subprocess.CompletedProcess:
-    """``command`` (``encdec ...``, perhaps ``< FILE``) run by ``main`` in this process, from ``cwd``: the outcome as
-    bash's would be."""
-    words = shlex.split(command)
-    stdin = None
-    if "<" in words:
-        at = words.index("<")
-        stdin, words = cwd / words[at + 1], words[:at] + words[at + 2:]
+    """``command`` (``encdec ...``, perhaps with a glob, ``< FILE`` or ``> FILE``) run by ``main`` in this process,
+    from ``cwd``: the outcome as bash's would be."""
+    stdin, words = redirected(shlex.split(command), "<", cwd)
+    stdout, words = redirected(words, ">", cwd)
+    words = expanded(words, cwd)
     monkeypatch.chdir(cwd)
     capsys.readouterr()
     with open(stdin if stdin else os.devnull, encoding="utf-8") as source:
         monkeypatch.setattr(sys, "stdin", source)
         status = main(words[1:])
     out, err = capsys.readouterr()
+    if stdout:
+        stdout.write_text(out, encoding="utf-8")
+        out = ""
     return subprocess.CompletedProcess(words, status, out, err)
 
 

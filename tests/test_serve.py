@@ -42,7 +42,6 @@ import uvicorn
 from encdec.cards import write_model_card
 from encdec.decoding_options import DecodeRequest
 from encdec.errors import EncdecError
-from encdec.folders import save_for_pipeline
 from encdec.inference import load_engine, load_model_and_tokenizer, translate, translate_detailed
 from encdec.inference.plotting import attention_matrix
 from encdec.serve import DecodeOptions, DynamicBatcher, Job, RequestError, ServeLimits, TranslationService
@@ -50,9 +49,7 @@ from encdec.serve.held_batches import HOLD_ENV, BatchRecord, HeldBatcher
 from encdec.serve.server import EncdecServer, ErrorResponse, build_service, check_bind, create_app
 from encdec.ship.ctranslate2_export import export_ctranslate2
 from encdec_cli import main
-from tiny_model_folders import DATE_RNN as RNN
-from tiny_model_folders import DATE_TRANSFORMER as TRANSFORMER
-from tiny_model_folders import date_data, train_on_dates
+from tiny_model_folders import date_data
 
 SAMPLE = "Wednesday, 3 Mar 2021"
 
@@ -63,12 +60,10 @@ def dates():
 
 
 @pytest.fixture(scope="module")
-def folders(dates, tmp_path_factory):
-    """family -> model folder, each trained 400 steps on dates."""
-    root = tmp_path_factory.mktemp("serve")
-    return {"transformer": save_for_pipeline(train_on_dates(TRANSFORMER, dates, 400, 3e-3), dates[0],
-                                             root / "transformer"),
-            "rnn": save_for_pipeline(train_on_dates(RNN, dates, 400, 5e-3), dates[0], root / "rnn")}
+def folders(date_models):
+    """family -> model folder, each trained 600 steps on dates: the session's (conftest's ``date_models``, which
+    test_engines.py decodes too). Read only: a test that changes a folder copies it first."""
+    return date_models
 
 
 @pytest.fixture(scope="module")
