@@ -111,7 +111,7 @@ def test_the_readme_s_libretranslate_call_works_after_the_demo(demo_workspace) -
     """The README's LibreTranslate example right after the demo: its `encdec serve` (the two demo models, whose cards
     name en and iso: the second, of the same pair, served by its name, as the start-up line says), its curl body and
     its Python client answer with the demo Transformer's translation, and list en -> iso."""
-    section = README.read_text()[README.read_text().index("## Serve LibreTranslate's clients"):]
+    section = README.read_text()[README.read_text().index("## Serve LibreTranslate's and DeepL's clients"):]
     shell = re.search(r"```bash\n(.*?)```", section, re.S)[1].replace("\\\n", " ")
     words = shlex.split(next(line for line in shell.splitlines() if line.startswith("encdec serve ")))
     folders = [demo_workspace / words[i + 1] for i, word in enumerate(words) if word == "--model"]
