@@ -30,15 +30,12 @@ from fastapi.responses import JSONResponse, Response
 from starlette.datastructures import UploadFile
 
 from ..documents.formats import (
-    ARCHIVES,
     Bounds,
     DocumentError,
     available_formats,
     characters,
-    check_archive,
-    read_document,
 )
-from ..documents.worker import DocumentPool, extract, rebuild
+from ..documents.worker import DocumentPool
 from ..fair_share import FairShare
 from ..limits import Overloaded
 from ..offload import off_loop
@@ -142,18 +139,12 @@ class Documents:
         return JSONResponse({"document_id": document_id, "document_key": kept.key})
 
     async def read(self, extension: str, data: bytes) -> tuple[list[str], str, Any]:
-        """The texts of a document, how to read them (``text``, ``html``, or ``runs``: a paragraph's runs as markup,
-        ``encdec.serve.documents.runs``) and what writes their translations back (a .docx or .odt in a worker)."""
+        """``DocumentPool.read``, its refusals in DeepL's words."""
         try:
-            if extension in ARCHIVES:
-                await asyncio.to_thread(check_archive, data, extension, self.bounds)
-                texts = await self.pool.run(extract, extension, data, self.bounds)
-                return texts, "runs", lambda found: self.pool.run(rebuild, extension, data, self.bounds, found)
-            document = await asyncio.to_thread(read_document, extension, data, self.bounds)
+            return await self.pool.read(extension, data, self.bounds)
         except DocumentError as error:
             raise DeepLError(error.status, "Request Entity Too Large" if error.status == 413 else "Bad request",
                              str(error)) from None
-        return document.texts, document.text_format, lambda found: asyncio.to_thread(document.rebuild, found)
 
     async def translate(self, kept: Translation, route: Any, read: tuple[list[str], str], asked: Any, write: Any,
                         caller: Any) -> None:

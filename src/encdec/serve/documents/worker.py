@@ -26,7 +26,7 @@ from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
-from .formats import Bounds, DocumentError, TooLarge, read_document
+from .formats import ARCHIVES, Bounds, DocumentError, TooLarge, check_archive, read_document
 
 TASKS_PER_CHILD = 32  # documents a worker reads or writes before a fresh one takes its place
 NATIVE_RECYCLING = sys.version_info >= (3, 11)  # ProcessPoolExecutor's max_tasks_per_child
@@ -123,6 +123,17 @@ class DocumentPool:
             raise WorkerDied("the document could not be read or written: the process doing it ended (killed for "
                              "memory, or a crash in its parser); the server goes on: send it again, or a smaller "
                              "file") from None
+
+    async def read(self, extension: str, data: bytes, bounds: Bounds) -> tuple[list[str], str, Any]:
+        """A document's texts, how to read them (``formats.Document.text_format``) and what writes their
+        translations back: a .docx or .odt read and written in a worker (its archive checked first, in a thread: no
+        worker for a bomb), a .txt or .html in a thread. Its refusals are ``DocumentError``."""
+        if extension in ARCHIVES:
+            await asyncio.to_thread(check_archive, data, extension, bounds)
+            texts = await self.run(extract, extension, data, bounds)
+            return texts, "runs", lambda found: self.run(rebuild, extension, data, bounds, found)
+        document = await asyncio.to_thread(read_document, extension, data, bounds)
+        return document.texts, document.text_format, lambda found: asyncio.to_thread(document.rebuild, found)
 
     def close(self) -> None:
         with self.lock:

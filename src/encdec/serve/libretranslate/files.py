@@ -45,7 +45,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -60,16 +60,13 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from ...errors import EncdecError
 from ..core import Plan
 from ..documents.formats import (
-    ARCHIVES,
     Bounds,
     DocumentError,
     available_formats,
     characters,
-    check_archive,
-    read_document,
 )
 from ..documents.runs import TAGS
-from ..documents.worker import DocumentPool, extract, rebuild
+from ..documents.worker import DocumentPool
 from ..fair_share import FairShare
 from ..limits import client_address
 from .api import (
@@ -331,7 +328,8 @@ class FileAPI:
                           "bytes (--max-file-bytes)", 413)
         if not data.strip():
             raise Refusal("Invalid request: empty file")
-        texts, text_format, write = await self.read_document(extension, data)
+        texts, text_format, write = await self.refused_as_lt(self.documents.read(extension, data,
+                                                                                 self.settings.bounds))
         if (more := file_cost(self.api.access, characters(texts, text_format), key) - 1) > 0:  # as LibreTranslate
             self.api.access.admit(key, client_address(request.scope), more)
         # a few batches at a time on each model of the route: others' requests go between
@@ -347,20 +345,6 @@ class FileAPI:
         file_id = await asyncio.to_thread(self.store.put, name, translated)  # disk work off the event loop
         url = f"{str(request.base_url).rstrip('/')}{PREFIX}/download_file/{file_id}/{quote(name)}"
         return JSONResponse({"translatedFileUrl": url})
-
-    async def read_document(self, extension: str, data: bytes) -> tuple[
-            list[str], str, Callable[[list[str]], Awaitable[bytes]]]:
-        """The texts of a file, how to read them (``documents.Document.text_format``), and what writes their
-        translations: a .docx or .odt read (and written) in a worker process, a .txt or .html in a thread."""
-        bounds = self.settings.bounds
-        if extension in ARCHIVES:
-            await self.refused_as_lt(asyncio.to_thread(check_archive, data, extension, bounds))  # no worker for a bomb
-            texts = await self.refused_as_lt(self.documents.run(extract, extension, data, bounds))
-            return texts, "runs", lambda translations: self.documents.run(rebuild, extension, data, bounds,
-                                                                          translations)
-        document = await self.refused_as_lt(asyncio.to_thread(read_document, extension, data, bounds))
-        return document.texts, document.text_format, lambda translations: asyncio.to_thread(document.rebuild,
-                                                                                             translations)
 
     @staticmethod
     async def refused_as_lt(work: Awaitable[Any]) -> Any:
