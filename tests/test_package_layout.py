@@ -198,10 +198,11 @@ STAGES = {
     "inference": {"shared", "models", "chunked", "data", "metrics", "inference"},
     "serve": {"shared", "models", "data", "inference", "serve"},
     "ship": {"shared", "models", "data", "inference", "ship"},
+    "marian": {"shared", "models", "marian"},  # a trained model arriving: Marian checkpoints as encdec folders
     "recipes": {"shared", "models", "chunked", "data", "metrics", "training", "inference", "serve", "ship",
-                "recipes"},
+                "marian", "recipes"},
     "package": {"shared", "models", "chunked", "data", "metrics", "training", "inference", "serve", "ship",
-                "recipes"},
+                "marian", "recipes"},
 }
 
 

@@ -2,8 +2,8 @@
 
 Importing the package registers every model family with ``AutoConfig``, ``AutoModel`` and
 ``AutoModelForSeq2SeqLM``, and marks the classes so that ``save_pretrained`` writes ``auto_map`` and copies
-the code files for ``trust_remote_code`` loading; likewise the multilingual tokenizer with ``AutoTokenizer``. It also
-registers the ``seq2seq-generation`` pipeline task.
+the code files for ``trust_remote_code`` loading; likewise the multilingual tokenizer and an imported Marian model's
+tokenizer with ``AutoTokenizer``. It also registers the ``seq2seq-generation`` pipeline task.
 
 The package is laid out by stage (docs/architecture.md): ``models/`` and ``data/``, then ``training/``, ``inference/``,
 ``serve/`` and ``ship/``, with ``recipes/`` for the jobs that chain them and shared helpers at the root.
@@ -23,6 +23,7 @@ from .models import (
 )
 from .models.configuration_seq2seq import Seq2SeqConfig
 from .models.pipeline_seq2seq import Seq2SeqGenerationPipeline
+from .models.tokenization_marian_import import MarianImportTokenizer
 from .models.tokenization_multilingual import Seq2SeqMultilingualTokenizer
 from .version import __version__
 
@@ -46,10 +47,13 @@ for _family in _FAMILIES:
     _register(*_family)
 
 # `AutoTokenizer.from_pretrained(folder)` finds the class that `tokenizer_config.json` names (registered under the
-# families' shared base config, which no folder's config is, so a bilingual folder's tokenizer loads as before);
-# `save_pretrained` copies its file and writes `auto_map`, for `trust_remote_code` loading without encdec
-AutoTokenizer.register(Seq2SeqConfig, tokenizer_class=Seq2SeqMultilingualTokenizer, exist_ok=True)
-Seq2SeqMultilingualTokenizer.register_for_auto_class("AutoTokenizer")
+# families' shared base config, which no folder's config is, so a bilingual folder's tokenizer loads as before;
+# transformers looks a registered class up by its name, so the key keeps the last one registered, the multilingual
+# one, and finds both); `save_pretrained` copies its file and writes `auto_map`, for `trust_remote_code` loading
+# without encdec. The Marian one is the tokenizer of a model `encdec import` brought in.
+for _tokenizer_class in (MarianImportTokenizer, Seq2SeqMultilingualTokenizer):
+    AutoTokenizer.register(Seq2SeqConfig, tokenizer_class=_tokenizer_class, exist_ok=True)
+    _tokenizer_class.register_for_auto_class("AutoTokenizer")
 
 # `pipeline("seq2seq-generation", model=..., tokenizer=...)`; saving through the pipeline writes `custom_pipelines`
 PIPELINE_REGISTRY.register_pipeline("seq2seq-generation", pipeline_class=Seq2SeqGenerationPipeline,
@@ -57,6 +61,7 @@ PIPELINE_REGISTRY.register_pipeline("seq2seq-generation", pipeline_class=Seq2Seq
 
 __all__ = [
     "EnsembleForSeq2SeqLM",
+    "MarianImportTokenizer",
     "RNNSeq2SeqConfig",
     "RNNSeq2SeqForConditionalGeneration",
     "RNNSeq2SeqModel",

@@ -66,7 +66,7 @@ def render_model_card(model_dir_or_model: str | os.PathLike | PreTrainedModel, *
                       dataset_name: str | None = None, dataset_id: str | None = None,
                       metrics: Mapping[str, Any] | None = None, training_summary: Mapping[str, Any] | None = None,
                       repo_id: str | None = None, license: str = "apache-2.0",  # noqa: A002 (a Hub key)
-                      languages: list[str] | None = None) -> str:
+                      languages: list[str] | None = None, imported_from: Mapping[str, Any] | None = None) -> str:
     """The README.md model card of a model (object or saved folder) from its family's template.
 
     :param family: ``transformer_seq2seq`` or ``rnn_seq2seq``; default: the config's ``model_type`` (must agree)
@@ -80,6 +80,7 @@ def render_model_card(model_dir_or_model: str | os.PathLike | PreTrainedModel, *
     :param repo_id: the Hub id used in the usage snippet and as the model name
     :param languages: ``[source, target]`` language codes, or a multilingual model's languages (the Hub's
         ``language``; ``encdec serve`` takes a model's language pair from it)
+    :param imported_from: ``{"model": hub id or folder, "license": ...}`` of a model ``encdec import`` brought in
     """
     config, num_parameters, default_name = config_and_size(model_dir_or_model)
     family = family or config.model_type
@@ -97,20 +98,27 @@ def render_model_card(model_dir_or_model: str | os.PathLike | PreTrainedModel, *
         license=license, library_name="transformers", pipeline_tag="translation", language=languages or None,
         tags=["translation", "seq2seq", "encdec", family], datasets=[dataset_id] if dataset_id else None,
         metrics=sorted({key.split("_")[0] for key in scores}) or None,  # Hub metric ids: bleu, chrf
-        model_name=model_name,
+        model_name=model_name, base_model=_hub_id((imported_from or {}).get("model")),
         eval_results=_eval_results(metrics, dataset_name, dataset_id or _slug(dataset_name)) if metrics else None,
     )
-    text = fill_template(
+    text = fill_template(  # an imported model's card names its source (and the metadata its Hub id: base_model)
         card_template(family), card_data=card_data.to_yaml(), model_name=model_name,
         model_id=repo_id or "PATH_OR_REPO_ID", family=family, config=config,
         num_parameters=f"{num_parameters:,} ({_human(num_parameters)})", dataset_name=dataset_name,
         dataset_id=dataset_id, metrics=metrics,
         training_summary={key: f"{value:.4g}" if isinstance(value, float) else value
                           for key, value in (training_summary or {}).items()} or None,
-        encdec_version=__version__, pipeline_task=PIPELINE_TASK,
+        encdec_version=__version__, pipeline_task=PIPELINE_TASK, imported_from=imported_from,
     )
     ModelCard(text)  # parses the metadata block: a broken template fails here, not on the Hub
     return text
+
+
+def _hub_id(name: str | None) -> str | None:
+    """``name`` when it is a Hub model id (``owner/name``) rather than a local folder, else None."""
+    if name and re.fullmatch(r"[\w.-]+/[\w.-]+", name) and not os.path.isdir(name):
+        return name
+    return None
 
 
 def _slug(name: str) -> str:

@@ -42,7 +42,8 @@ FAMILIES = ("transformer_seq2seq", "rnn_seq2seq")
 WEIGHTS_NAME = "model.safetensors"
 ALIGNMENT_FILE = "alignment.json"  # the alignment layer chosen for a model (encdec.inference.alignment)
 REQUIRED_FILES = ("config.json", "generation_config.json", WEIGHTS_NAME, "tokenizer.json", "tokenizer_config.json")
-OPTIONAL_FILES = ("special_tokens_map.json", "README.md")
+# target_tokenizer.json: the target side of an imported Marian model's tokenizer, when it differs from the source's
+OPTIONAL_FILES = ("special_tokens_map.json", "README.md", "target_tokenizer.json")
 WEIGHT_SUFFIXES = (".safetensors", ".bin")  # torch weights (a backend's own weight files: its ``model_files``)
 # the files that decide what a model folder translates (with its weights and the files each backend declares), the
 # export records of the backends among them

@@ -123,13 +123,15 @@ def multilingual_tokenizer(backend: Tokenizer, languages: Sequence[str], **kwarg
 
 def special_token_ids(tokenizer: PreTrainedTokenizerFast) -> dict[str, Any]:
     """The ids a model config takes from its tokenizer: vocabulary size and the special tokens, and for a
-    multilingual tokenizer its ``languages`` (codes, in order)."""
+    multilingual tokenizer its ``languages`` (codes, in order). The decoder starts from ``<s>``; a tokenizer without
+    one (Marian's, whose vocabulary has no ``<s>``) starts it from the pad token, as ``MarianMTModel`` does."""
+    bos = tokenizer.bos_token_id
     ids: dict[str, Any] = {
         "vocab_size": len(tokenizer),
         "pad_token_id": tokenizer.pad_token_id,
-        "bos_token_id": tokenizer.bos_token_id,
+        "bos_token_id": bos,
         "eos_token_id": tokenizer.eos_token_id,
-        "decoder_start_token_id": tokenizer.bos_token_id,
+        "decoder_start_token_id": bos if bos is not None else tokenizer.pad_token_id,
     }
     if tokenizer_languages(tokenizer):
         ids["languages"] = tokenizer_languages(tokenizer)
@@ -244,8 +246,10 @@ def train_tokenizer_from_files(
     return tokenizer
 
 
+# the files a tokenizer folder may hold: ours, transformers' own, and target_tokenizer.json (an imported Marian model's
+# target side, encdec.models.tokenization_marian_import)
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "spiece.model", "sentencepiece.bpe.model",
-                   "vocab.json", "vocab.txt")
+                   "vocab.json", "vocab.txt", "target_tokenizer.json")
 
 
 def load_tokenizer(path: str | os.PathLike) -> PreTrainedTokenizerFast:

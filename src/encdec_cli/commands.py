@@ -269,6 +269,12 @@ def cmd_export(args: argparse.Namespace) -> None:
     print(backend.export_function()(args.model[0], args.output, quantize=quantize, overwrite=args.overwrite))
 
 
+def cmd_import(args: argparse.Namespace) -> None:
+    from encdec.marian.importer import describe, import_marian
+
+    print(describe(import_marian(args.source, args.output, overwrite=args.overwrite)))
+
+
 def cmd_serve(args: argparse.Namespace) -> None:
     from encdec.serve.apis import settings_from
     from encdec.serve.server import serve

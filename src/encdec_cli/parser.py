@@ -23,6 +23,7 @@ from .commands import (
     cmd_distill,
     cmd_evaluate,
     cmd_export,
+    cmd_import,
     cmd_keys,
     cmd_plot_attention,
     cmd_push,
@@ -368,6 +369,14 @@ def add_export_commands(commands: argparse._SubParsersAction) -> None:
                    help=export_help["quantize"])
     p.add_argument("--overwrite", action="store_true")
     p.set_defaults(func=cmd_export)
+    p = commands.add_parser("import", help="a Marian / OPUS-MT model (MarianMTModel folder or Hub id) as an encdec "
+                                           "Transformer folder, exactly (docs/import.md)")
+    p.add_argument("--from", dest="source", required=True, metavar="DIR_OR_HUB_ID",
+                   help="a MarianMTModel folder (config.json, weights, source.spm, target.spm, vocab.json) or a Hub "
+                        "id such as Helsinki-NLP/opus-mt-de-en")
+    p.add_argument("--output", required=True, help="the new encdec model folder")
+    p.add_argument("--overwrite", action="store_true")
+    p.set_defaults(func=cmd_import)
     p = commands.add_parser("plot-attention", help="heatmap of source tokens against generated tokens")
     p.add_argument("--model", required=True)
     p.add_argument("--text", required=True)

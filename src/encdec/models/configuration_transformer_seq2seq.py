@@ -9,7 +9,7 @@ from __future__ import annotations
 from .configuration_seq2seq import Seq2SeqConfig
 from .validation import check_choice, check_dropout, check_positive_int
 
-_ACTIVATIONS = ("relu", "gelu")
+_ACTIVATIONS = ("relu", "gelu", "swish", "silu")
 _POSITION_TYPES = ("sinusoidal", "learned")
 _SINUSOID_LAYOUTS = ("interleaved", "half_split")
 
@@ -23,7 +23,8 @@ class TransformerSeq2SeqConfig(Seq2SeqConfig):
         encoder_layers / decoder_layers: ``N`` (paper: 6 each).
         encoder_attention_heads / decoder_attention_heads: ``h`` (paper: 8). ``d_k = d_v = d_model / h``.
         encoder_ffn_dim / decoder_ffn_dim: inner width ``d_ff`` of the position-wise FFN (paper: 2048).
-        activation_function: ``"relu"`` (paper, Eq. 2) or ``"gelu"``.
+        activation_function: ``"relu"`` (paper, Eq. 2), ``"gelu"`` or ``"swish"`` (= ``"silu"``, x * sigmoid(x);
+            Ramachandran et al. 2017), the activation of Marian's OPUS-MT models (Junczys-Dowmunt et al. 2018).
         dropout: ``P_drop`` on sub-layer outputs and on embeddings + positions (paper: 0.1).
         attention_dropout: dropout on the attention weights (paper: none).
         activation_dropout: dropout inside the FFN, after the activation (paper: none).
@@ -41,6 +42,10 @@ class TransformerSeq2SeqConfig(Seq2SeqConfig):
             pre-softmax projection (paper, Section 3.4; Press & Wolf 2017).
         layer_norm_eps: epsilon of every LayerNorm.
         init_std: std of the normal init of embeddings (projections use Xavier-uniform).
+        final_logits_bias: add a bias of one value per target token to the logits, ``softmax(W_out s_t + b)``,
+            as Marian's output layer has (``MarianMTModel.final_logits_bias``, kept when a checkpoint is imported);
+            the paper's projection has none. ``b`` is the (1, V) buffer ``final_logits_bias``: saved and loaded
+            with the weights, zeros for a new model, and not trained (as in transformers' Marian).
     """
 
     model_type = "transformer_seq2seq"
@@ -72,6 +77,7 @@ class TransformerSeq2SeqConfig(Seq2SeqConfig):
         tie_word_embeddings: bool = True,
         layer_norm_eps: float = 1e-5,
         init_std: float = 0.02,
+        final_logits_bias: bool = False,
         **kwargs,  # the special-token ids, use_cache, languages and transformers' own keys (Seq2SeqConfig)
     ) -> None:
         self.vocab_size = vocab_size
@@ -93,6 +99,7 @@ class TransformerSeq2SeqConfig(Seq2SeqConfig):
         self.scale_embedding = scale_embedding
         self.layer_norm_eps = layer_norm_eps
         self.init_std = init_std
+        self.final_logits_bias = final_logits_bias
         super().__init__(tie_word_embeddings=tie_word_embeddings, **kwargs)
 
     def validate_hyperparameters(self) -> None:
@@ -116,6 +123,8 @@ class TransformerSeq2SeqConfig(Seq2SeqConfig):
             raise ValueError(f"`d_model`={self.d_model} must be even for sinusoidal positions (sin/cos pairs).")
         if not isinstance(self.layer_norm_eps, float) or self.layer_norm_eps <= 0:
             raise ValueError(f"`layer_norm_eps` must be a positive float, got {self.layer_norm_eps!r}.")
+        if not isinstance(self.final_logits_bias, bool):
+            raise ValueError(f"`final_logits_bias` must be true or false, got {self.final_logits_bias!r}.")
         if not isinstance(self.init_std, (int, float)) or self.init_std <= 0:
             raise ValueError(f"`init_std` must be a positive number, got {self.init_std!r}.")
 

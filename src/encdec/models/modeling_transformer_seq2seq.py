@@ -53,13 +53,18 @@ class SinusoidalPositionalEmbedding(nn.Module):
         self.register_buffer("table", self.build_table(config.max_position_embeddings), persistent=False)
 
     def build_table(self, num_positions: int) -> torch.Tensor:
-        position = torch.arange(num_positions, dtype=torch.float32).unsqueeze(1)  # (P, 1)
-        two_i = torch.arange(0, self.d_model, 2, dtype=torch.float32)  # (D/2,)
+        """The (P, D) float32 table, computed in float64 (as Marian's numpy table is): in float32 the angles of far
+        positions lose digits (up to 6e-5 at D=512, P=1024), and an imported Marian model would differ from its
+        source by that much."""
+        position = torch.arange(num_positions, dtype=torch.float64).unsqueeze(1)  # (P, 1)
+        two_i = torch.arange(0, self.d_model, 2, dtype=torch.float64)  # (D/2,)
         inv_freq = torch.exp(two_i * (-math.log(10000.0) / self.d_model))  # 1 / 10000^(2i/D)
         angles = position * inv_freq  # (P, D/2)
         if self.interleaved:
-            return torch.stack([angles.sin(), angles.cos()], dim=-1).flatten(1)  # (P, D): sin, cos, sin, cos ...
-        return torch.cat([angles.sin(), angles.cos()], dim=-1)  # (P, D): sin ... sin, cos ... cos
+            table = torch.stack([angles.sin(), angles.cos()], dim=-1).flatten(1)  # (P, D): sin, cos, sin, cos ...
+        else:
+            table = torch.cat([angles.sin(), angles.cos()], dim=-1)  # (P, D): sin ... sin, cos ... cos
+        return table.float()
 
     def forward(self, past_length: int, length: int) -> torch.Tensor:
         """:return: (length, D) encodings of positions past_length .. past_length + length - 1"""
@@ -318,6 +323,8 @@ class TransformerSeq2SeqPreTrainedModel(LegacyKeysMixin, PreTrainedModel):
         elif isinstance(module, nn.LayerNorm):
             init.ones_(module.weight)
             init.zeros_(module.bias)
+        elif isinstance(module, TransformerSeq2SeqForConditionalGeneration) and module.final_logits_bias is not None:
+            init.zeros_(module.final_logits_bias)
 
 
 class TransformerSeq2SeqEmbedding(nn.Module):
@@ -536,6 +543,12 @@ class TransformerSeq2SeqForConditionalGeneration(Seq2SeqLMMixin, TransformerSeq2
         super().__init__(config)
         self.model = TransformerSeq2SeqModel(config)
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        # Marian's output bias (config.final_logits_bias): a buffer, as in transformers' MarianMTModel, so an imported
+        # checkpoint keeps its name and shape; None (no entry in the weights) for the paper's projection
+        self.final_logits_bias = None
+        if config.final_logits_bias:
+            del self.final_logits_bias
+            self.register_buffer("final_logits_bias", torch.zeros(1, config.vocab_size))  # (1, V)
         self.post_init()
         self.set_default_budget(config.max_position_embeddings - 1)  # + the start token
 

@@ -261,6 +261,11 @@ class Seq2SeqLMMixin(CallerLengthMixin):
             decoder = self.get_decoder()
             decoder.set_input_embeddings(self._get_resized_embeddings(
                 decoder.get_input_embeddings(), embeddings.num_embeddings, mean_resizing=mean_resizing))
+        bias = getattr(self, "final_logits_bias", None)
+        if bias is not None:  # kept per token; a new token's bias is 0 (as MarianMTModel resizes its own)
+            kept = bias[:, :embeddings.num_embeddings]
+            grown = bias.new_zeros(1, embeddings.num_embeddings - kept.size(1))
+            self.register_buffer("final_logits_bias", torch.cat([kept, grown], dim=1))
         return embeddings
 
     def lm_output(self, outputs: Seq2SeqModelOutput, labels: torch.Tensor | None,
@@ -268,6 +273,9 @@ class Seq2SeqLMMixin(CallerLengthMixin):
         """The pre-softmax projection of the decoder output (B, T, V), the loss when labels are given, and the
         base model's other outputs; as a tuple when ``return_dict`` (or the config's, if None) is False."""
         logits = self.lm_head(outputs.last_hidden_state)  # (B, T, V)
+        bias = getattr(self, "final_logits_bias", None)  # Marian's output bias (the Transformer's config switch)
+        if bias is not None:
+            logits = logits + bias.to(logits.dtype)
         loss = seq2seq_cross_entropy(logits, labels, num_items_in_batch) if labels is not None else None
         output = Seq2SeqLMOutput(
             loss=loss,
