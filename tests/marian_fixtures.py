@@ -16,6 +16,9 @@ import random
 from collections.abc import Sequence
 from pathlib import Path
 
+import torch
+from transformers import GenerationConfig, MarianConfig, MarianMTModel
+
 from encdec.data.dates import DATE_RANGE, make_date_pairs, write_date
 
 SOURCE_LINES = [source for source, _ in make_date_pairs(400, seed=1)]
@@ -84,4 +87,32 @@ def write_marian_tokenizer(folder: Path, *, languages: Sequence[str] = (), drop:
     settings = {"source_lang": "en", "target_lang": "mul" if languages else "de", "model_max_length": 512,
                 "separate_vocabs": False}
     (folder / "tokenizer_config.json").write_text(json.dumps(settings), encoding="utf-8")
+    return folder
+
+
+CARD = "---\nlicense: cc-by-4.0\nlanguage:\n- en\n- de\n---\n\n# a tiny Marian model built by the test\n"
+
+
+def write_marian_model(folder: Path, seed: int = 0, **config) -> Path:
+    """A Marian model folder as OPUS-MT ships one: the tokenizer files, config.json, generation_config.json and
+    model.safetensors of a random MarianMTModel (swish, scaled embeddings, a non-zero logits bias) and a card."""
+    write_marian_tokenizer(folder)
+    vocab = json.loads((folder / "vocab.json").read_text(encoding="utf-8"))
+    pad = vocab["<pad>"]
+    settings = dict(vocab_size=len(vocab), d_model=16, encoder_layers=2, decoder_layers=2, encoder_attention_heads=2,
+                    decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32, max_position_embeddings=128,
+                    pad_token_id=pad, eos_token_id=vocab["</s>"], decoder_start_token_id=pad,
+                    activation_function="swish", scale_embedding=True, dropout=0.0)
+    torch.manual_seed(seed)
+    model = MarianMTModel(MarianConfig(**{**settings, **config})).eval()
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if "embed_positions" not in name:
+                parameter.normal_(0.0, 0.3)
+        model.final_logits_bias.normal_(0.0, 0.5)
+    model.generation_config = GenerationConfig(
+        bad_words_ids=[[pad]], max_length=24, num_beams=3, decoder_start_token_id=pad, eos_token_id=vocab["</s>"],
+        forced_eos_token_id=vocab["</s>"], pad_token_id=pad)
+    model.save_pretrained(folder)
+    (folder / "README.md").write_text(CARD, encoding="utf-8")
     return folder
