@@ -93,10 +93,10 @@ def write_marian_tokenizer(folder: Path, *, languages: Sequence[str] = (), drop:
 CARD = "---\nlicense: cc-by-4.0\nlanguage:\n- en\n- de\n---\n\n# a tiny Marian model built by the test\n"
 
 
-def write_marian_model(folder: Path, seed: int = 0, **config) -> Path:
+def write_marian_model(folder: Path, seed: int = 0, languages: Sequence[str] = (), **config) -> Path:
     """A Marian model folder as OPUS-MT ships one: the tokenizer files, config.json, generation_config.json and
     model.safetensors of a random MarianMTModel (swish, scaled embeddings, a non-zero logits bias) and a card."""
-    write_marian_tokenizer(folder)
+    write_marian_tokenizer(folder, languages=languages)
     vocab = json.loads((folder / "vocab.json").read_text(encoding="utf-8"))
     pad = vocab["<pad>"]
     settings = dict(vocab_size=len(vocab), d_model=16, encoder_layers=2, decoder_layers=2, encoder_attention_heads=2,

@@ -162,3 +162,23 @@ def test_a_hub_id_is_downloaded_and_an_unreachable_hub_is_one_line(marian_dir, t
     assert asked["repo_id"] == "Helsinki-NLP/opus-mt-en-de"
     assert {"config.json", "model.safetensors", "source.spm", "target.spm", "vocab.json"} <= set(
         asked["allow_patterns"])
+
+
+def test_a_model_of_several_target_languages_reads_the_token_typed_first(tmp_path) -> None:
+    """OPUS-MT's multi-target models read ``>>fra<<`` at the start of the source; imported, they do the same through
+    encdec's commands (the token is part of the text), and the tokenizer's ``tgt_lang`` puts it there in Python."""
+    from transformers import MarianTokenizer
+
+    source = write_marian_model(tmp_path / "opus-mt-en-mul", seed=3, languages=("fra", "deu"))
+    encdec_import("--from", str(source), "--output", str(tmp_path / "out"))
+    sources = [f">>{code}<< {text}" for code, text in zip(("fra", "deu", "fra"), HELD_OUT_SOURCES)]
+    (tmp_path / "in.txt").write_text("\n".join(sources) + "\n", encoding="utf-8")
+    assert main(["translate", "--model", str(tmp_path / "out"), "--input", str(tmp_path / "in.txt"), "--output",
+                 str(tmp_path / "out.txt"), "--quiet"]) == 0
+    marian, tokenizer = MarianMTModel.from_pretrained(source), MarianTokenizer.from_pretrained(source)
+    batch = tokenizer(sources, return_tensors="pt", padding=True)
+    expected = tokenizer.batch_decode(marian.generate(**batch), skip_special_tokens=True)
+    assert (tmp_path / "out.txt").read_text(encoding="utf-8").splitlines() == [line.strip() for line in expected]
+    _, ours = load_model_and_tokenizer(tmp_path / "out")
+    ours.tgt_lang = "deu"
+    assert ours(HELD_OUT_SOURCES[1]).input_ids == tokenizer(sources[1]).input_ids

@@ -166,7 +166,8 @@ def test_target_language_tokens_start_the_source(tmp_path: Path) -> None:
     models read it; the targets get none."""
     folder = write_marian_tokenizer(tmp_path / "multi", languages=["fra", "deu"])
     marian, ours = reference(folder), build_marian_tokenizer(folder)[0]
-    assert ours.language_tokens == {"fra": ">>fra<<", "deu": ">>deu<<"}
+    assert ours.target_language_tokens == {"fra": ">>fra<<", "deu": ">>deu<<"}
+    assert not hasattr(ours, "language_tokens")  # not encdec's multilingual convention: the token is typed
     typed = [f">>{code}<< {text}" for code in ("fra", "deu") for text in HELD_OUT_SOURCES[:4]] + [">>fra<<"]
     assert ours(typed)["input_ids"] == marian(typed)["input_ids"]
     ours.tgt_lang = "fra"

@@ -20,9 +20,11 @@ models differ; ``text_target=`` switches to the target backend, as ``MarianToken
 follows ``MarianTokenizer.decode``: special tokens between the SentencePiece-decoded stretches, each followed by a
 space, the stretches decoded as the source model decodes pieces (a piece it does not know is copied as it is).
 
-A model with several target languages has ``>>fra<<``-style tokens in its vocabulary (``language_tokens``); a
-source starts with the target language's token. Setting ``tgt_lang`` puts it there (a text that already starts with
-``>>xxx<<`` is left as it is). ``MarianTokenizer`` reads such a token only at the start of a text, this tokenizer
+A model with several target languages has ``>>fra<<``-style tokens in its vocabulary (``target_language_tokens``);
+a source starts with the target language's token (OPUS-MT's convention, not encdec's multilingual one, whose
+``language_tokens`` name a source token and a forced first target token: this class has no ``language_tokens``, so
+encdec's tools treat the model as one that reads the token typed at the start of the text). Setting ``tgt_lang``
+puts it there (a text that already starts with ``>>xxx<<`` is left as it is). ``MarianTokenizer`` reads such a token only at the start of a text, this tokenizer
 anywhere (it is an added token of the backend).
 
 ``import encdec`` registers the class with ``AutoTokenizer``, and ``save_pretrained`` copies this file next to the
@@ -68,7 +70,7 @@ class MarianImportTokenizer(PreTrainedTokenizerFast):
         target_tokenizer_object: the same as a ``tokenizers.Tokenizer`` (what the builder passes).
         marian_vocab_size: the number of entries of ``vocab.json``; backend ids from it on are SentencePiece pieces
             that ``vocab.json`` lacks, encoded as ``<unk>``.
-        tgt_lang: a code of ``language_tokens`` whose token starts every source; None: none is added.
+        tgt_lang: a code of ``target_language_tokens`` whose token starts every source; None: none is added.
         source_lang, target_lang: the language pair, as ``MarianTokenizer`` keeps it (informational).
     """
 
@@ -150,7 +152,7 @@ class MarianImportTokenizer(PreTrainedTokenizerFast):
     # --- languages ------------------------------------------------------------------------------------------------
 
     @property
-    def language_tokens(self) -> dict[str, str]:
+    def target_language_tokens(self) -> dict[str, str]:
         """Target language code -> its token (``{"fra": ">>fra<<"}``), in vocabulary order; {} for one target
         language."""
         return dict(self._language_tokens)
