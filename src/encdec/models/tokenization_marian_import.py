@@ -24,8 +24,8 @@ A model with several target languages has ``>>fra<<``-style tokens in its vocabu
 a source starts with the target language's token (OPUS-MT's convention, not encdec's multilingual one, whose
 ``language_tokens`` name a source token and a forced first target token: this class has no ``language_tokens``, so
 encdec's tools treat the model as one that reads the token typed at the start of the text). Setting ``tgt_lang``
-puts it there (a text that already starts with ``>>xxx<<`` is left as it is). ``MarianTokenizer`` reads such a token only at the start of a text, this tokenizer
-anywhere (it is an added token of the backend).
+puts it there (a text that already starts with ``>>xxx<<`` is left as it is). ``MarianTokenizer`` reads such a
+token only at the start of a text, this tokenizer anywhere (it is an added token of the backend).
 
 ``import encdec`` registers the class with ``AutoTokenizer``, and ``save_pretrained`` copies this file next to the
 tokenizer files for ``trust_remote_code`` loading where encdec is not installed: it imports only transformers,
