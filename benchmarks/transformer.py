@@ -197,6 +197,7 @@ def transformer_vs_marian(settings: BenchmarkSettings) -> Section:
         f"decoder-start ids 0/1/2/1, no forced EOS. Dropout {dims.dropout} in training; generation runs in eval "
         f"mode. The trainable parameter counts must match. Marian stores its two sinusoid tables as frozen "
         f"parameters and adds a zero `final_logits_bias` buffer (vocabulary size); encdec stores the tables as "
-        f"non-persistent buffers and has no logits bias."
+        f"non-persistent buffers and has no logits bias (`final_logits_bias`, which an imported Marian model "
+        f"switches on, is off here)."
     )
     return Section("Transformer vs MarianMTModel", method, format_table(rows, "encdec", "Marian"))
