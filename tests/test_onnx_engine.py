@@ -26,19 +26,22 @@ from encdec.inference.engines.onnxruntime_engine import OnnxRuntimeEngine
 from encdec.serve.server import load_models
 from encdec.ship.onnx_export import export_onnx
 from encdec_cli import main
-from toy import digit_tokenizer, trained_rnn_variant
+from toy import digit_tokenizer, trained_marian_like, trained_rnn_variant
 
-# one model a family, and an RNN whose decoder graph takes one token a call (Bahdanau) beside one that takes many
-MODELS = ("transformer", "bahdanau-lstm", "luong_general-nofeed-gru")
+# one model a family, and an RNN whose decoder graph takes one token a call (Bahdanau) beside one that takes many, and
+# a Transformer with Marian's switches (`encdec import`: swish, a logits bias, no <s>, Marian's generation rules)
+MODELS = ("transformer", "bahdanau-lstm", "luong_general-nofeed-gru", "marian")
 INT8_AGREEMENT = 0.8  # int8: the share of greedy outputs equal to torch's float32 ones, on 60 sources (measured on 200
 # sources: 95.5-98.5% of greedy outputs and 98-99% of tokens equal, 94-96.5% of beam-4 outputs, over these three models)
 
 
 @pytest.fixture(scope="module")
 def folders(trained_tiny_transformer, tmp_path_factory):
-    root, tokenizer = tmp_path_factory.mktemp("models"), digit_tokenizer()
-    models = {"transformer": trained_tiny_transformer, **{name: trained_rnn_variant(name) for name in MODELS[1:]}}
-    return {name: save_for_pipeline(model, tokenizer, root / name) for name, model in models.items()}
+    root = tmp_path_factory.mktemp("models")
+    models = {"transformer": trained_tiny_transformer, "marian": trained_marian_like(),
+              **{name: trained_rnn_variant(name) for name in MODELS[1:3]}}
+    return {name: save_for_pipeline(model, digit_tokenizer(bos=name != "marian"), root / name)
+            for name, model in models.items()}
 
 
 @pytest.fixture(scope="module")

@@ -15,30 +15,52 @@ from onnx import numpy_helper
 
 from encdec.errors import EncdecError, InputFileError, OverwriteError
 from encdec.folders import save_for_pipeline
+from encdec.inference import load_model_and_tokenizer
 from encdec.inference.engines.onnx_layout import DECODER_FILE, ENCODER_FILE, MANIFEST, read_layout
 from encdec.ship import onnx_export
-from encdec.ship.onnx_export import ExportCheckFailed, check_export, export_onnx, write_graphs
+from encdec.ship.onnx_export import ExportCheckFailed, check_export, export_onnx, saturating_weights, write_graphs
 from encdec_cli import main
-from toy import RNN_VARIANTS, TEST_TRANSFORMER, TOY_IDS, VARIANT_RNN, digit_tokenizer, tiny_model
+from toy import (
+    BOS,
+    MARIAN_IDS,
+    MARIAN_SWITCHES,
+    RNN_VARIANTS,
+    TEST_TRANSFORMER,
+    TOY_IDS,
+    VARIANT_RNN,
+    digit_tokenizer,
+    random_logits_bias,
+    tiny_model,
+)
 
 TRANSFORMER_SWITCHES = {
     "post_ln_sinusoid_tied": {},  # the paper's
     "pre_ln_learned_gelu_untied": {"normalize_before": True, "position_embedding_type": "learned",
                                    "activation_function": "gelu", "tie_word_embeddings": False},
     "half_split_unscaled_1_layer": {"sinusoid_layout": "half_split", "scale_embedding": False, "decoder_layers": 1},
+    # Marian's (`encdec import`): swish, a logits bias (random: folders), no <s>, the pad token starts the decoder
+    "marian": {**MARIAN_SWITCHES, **MARIAN_IDS},
 }
 CONFIGS = {**{f"transformer-{name}": {**TEST_TRANSFORMER, **switches}
               for name, switches in TRANSFORMER_SWITCHES.items()},
            **{f"rnn-{name}": {**VARIANT_RNN, **variant} for name, variant in RNN_VARIANTS.items()}}
-INT8_EXPORTS = ("transformer-post_ln_sinusoid_tied", "rnn-bahdanau-lstm", "rnn-luong_general-nofeed-gru")
+INT8_EXPORTS = ("transformer-post_ln_sinusoid_tied", "transformer-marian", "rnn-bahdanau-lstm",
+                "rnn-luong_general-nofeed-gru")
+
+
+def config_model(config: dict) -> tuple:
+    """A random tiny model of ``config`` over the toy vocabulary (its own special ids where it names them), a logits
+    bias drawn at random where it has one, and its tokenizer (without <s> where the model has none)."""
+    tokenizer = digit_tokenizer(bos=config.get("bos_token_id", BOS) is not None)
+    model = tiny_model({**TOY_IDS, **config}, vocab_size=len(tokenizer))
+    return (random_logits_bias(model) if config.get("final_logits_bias") else model), tokenizer
 
 
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory):
     """name -> a random tiny model folder of every configuration."""
-    root, tokenizer = tmp_path_factory.mktemp("models"), digit_tokenizer()
-    return {name: save_for_pipeline(tiny_model(config, **{**TOY_IDS, "vocab_size": len(tokenizer)}), tokenizer,
-                                    root / name) for name, config in CONFIGS.items()}
+    root = tmp_path_factory.mktemp("models")
+    return {name: save_for_pipeline(*config_model(config), root / name) for name, config in CONFIGS.items()}
 
 
 @pytest.fixture(scope="module")
@@ -90,10 +112,10 @@ def test_int8_quantizes_the_matmuls_and_the_lstm(name, folders, tmp_path) -> Non
         assert ("DynamicQuantizeLSTM" in ops) == ("lstm" in name), file  # GRU has no int8 kernel in ONNX Runtime
 
 
-def corrupt(path, scale: float = 1.5) -> None:
-    """The largest weight initializer of the graph ``path``, scaled."""
+def corrupt(path, scale: float = 1.5, name: str | None = None) -> None:
+    """The initializer ``name`` (default: the largest weight) of the graph ``path``, scaled."""
     model = onnx.load(path)
-    largest = max(model.graph.initializer, key=lambda tensor: numpy_helper.to_array(tensor).size)
+    largest = max(model.graph.initializer, key=lambda tensor: (tensor.name == name, numpy_helper.to_array(tensor).size))
     largest.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(largest) * scale, largest.name))
     onnx.save(model, path)
 
@@ -110,6 +132,34 @@ def test_the_self_check_names_a_corrupted_graph(name, graph, tmp_path) -> None:
     corrupt(tmp_path / graph)
     with pytest.raises(ExportCheckFailed, match=rf"^The ONNX export does not compute what the model computes: {graph} "
                                                 r"\(float32\) gives .* away from torch's \(tolerance 0.0001\)"):
+        check_export(model, tmp_path, layout, 1e-4)
+
+
+def bias_initializer(path, bias) -> str:
+    """The name of the one initializer of the graph ``path`` shaped as ``bias``, after checking it holds ``bias`` and
+    is added to something (the projection's output)."""
+    graph = onnx.load(path).graph
+    found = [tensor for tensor in graph.initializer if tuple(tensor.dims) == bias.shape]
+    assert len(found) == 1 and (numpy_helper.to_array(found[0]) == bias).all()
+    assert any(node.op_type == "Add" and found[0].name in node.input for node in graph.node)
+    return found[0].name
+
+
+def test_the_logits_bias_is_in_the_decoder_graph_and_its_loss_is_caught(folders, exports, tmp_path) -> None:
+    """Marian's switches: the logits bias is the decoder graph's, as stored (float32 in the int8 graph too, whose
+    7-bit weights cannot overflow 16-bit sums: swish's negative outputs are quantized to uint8 like any activation),
+    swish is x * sigmoid(x); the self-check refuses a graph that drops the bias."""
+    model = load_model_and_tokenizer(folders["transformer-marian"])[0]
+    bias = model.final_logits_bias.numpy()  # (1, V), random
+    int8 = export_onnx(folders["transformer-marian"], tmp_path / "int8", quantize="int8")
+    for out in (exports["transformer-marian"], int8):
+        bias_initializer(out / DECODER_FILE, bias)
+        assert "Sigmoid" in {node.op_type for node in onnx.load(out / ENCODER_FILE).graph.node}
+    assert not saturating_weights(int8 / ENCODER_FILE) and not saturating_weights(int8 / DECODER_FILE)
+    model.set_attn_implementation("eager")
+    layout = write_graphs(model, tmp_path)
+    corrupt(tmp_path / DECODER_FILE, scale=0.0, name=bias_initializer(tmp_path / DECODER_FILE, bias))  # bias gone
+    with pytest.raises(ExportCheckFailed, match=f"{DECODER_FILE} \\(float32\\) gives logits up to"):
         check_export(model, tmp_path, layout, 1e-4)
 
 

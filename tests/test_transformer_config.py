@@ -56,6 +56,8 @@ def test_attribute_map_aliases(tiny_transformer_config) -> None:
         ({"decoder_ffn_dim": 2.5}, "decoder_ffn_dim"),
         ({"d_model": 15, "encoder_attention_heads": 1, "decoder_attention_heads": 1}, "d_model"),
         ({"layer_norm_eps": 0.0}, "layer_norm_eps"),
+        ({"final_logits_bias": 1}, "final_logits_bias"),
+        ({"final_logits_bias": "yes"}, "final_logits_bias"),
     ],
 )
 def test_invalid_config_raises_naming_the_field(tiny_transformer_config, overrides: dict, field: str) -> None:
@@ -90,6 +92,21 @@ def test_save_load_round_trip(tmp_path, tiny_transformer_config) -> None:
         assert type(restored) is TransformerSeq2SeqConfig
         assert _without_name(restored.to_dict()) == _without_name(config.to_dict())
         assert restored.is_encoder_decoder is True
+
+
+@pytest.mark.parametrize("activation", ["swish", "silu"])
+def test_marian_s_switches_build_and_round_trip(tmp_path, tiny_transformer_config, activation: str) -> None:
+    """What `encdec import` writes for a Marian model: swish (or its other name, silu), the logits bias, the
+    half-split table, no <s> and the pad token as the decoder's start; the bias is off unless asked."""
+    assert tiny_transformer_config().final_logits_bias is False
+    config = tiny_transformer_config(activation_function=activation, final_logits_bias=True,
+                                     sinusoid_layout="half_split", bos_token_id=None, decoder_start_token_id=0)
+    assert TransformerSeq2SeqConfig.from_dict(config.to_dict()).to_dict() == config.to_dict()
+    config.save_pretrained(tmp_path)
+    restored = AutoConfig.from_pretrained(tmp_path)
+    assert _without_name(restored.to_dict()) == _without_name(config.to_dict())
+    assert (restored.activation_function, restored.final_logits_bias) == (activation, True)
+    assert (restored.bos_token_id, restored.decoder_start_token_id, restored.pad_token_id) == (None, 0, 0)
 
 
 def test_loading_an_invalid_config_json_raises(tmp_path, tiny_transformer_config) -> None:

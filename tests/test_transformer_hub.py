@@ -18,6 +18,7 @@ from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM, Generatio
 import encdec
 from encdec import TransformerSeq2SeqConfig, TransformerSeq2SeqForConditionalGeneration, TransformerSeq2SeqModel
 from remote_code import BLOCK_ENCDEC
+from toy import MARIAN_IDS, MARIAN_SWITCHES, random_logits_bias
 
 MODELS_DIR = Path(encdec.__file__).parent / "models"
 # What save_pretrained copies beside the weights, written out: the modeling file and, through single-dot sibling
@@ -65,6 +66,29 @@ def test_save_load_round_trip_is_exact(tmp_path, make_transformer, tie: bool, po
         assert present == list(EMBEDDING_KEYS)
         assert len(pointers) == 3
     assert not any("embed_positions.table" in key for key in stored)  # the sinusoid table is recomputed
+
+
+@pytest.mark.parametrize("bias", [True, False], ids=["logits_bias", "none"])
+def test_the_logits_bias_is_saved_and_loaded_exactly(tmp_path, make_transformer, bias: bool) -> None:
+    """Marian's output bias (``final_logits_bias``, on for an imported model): saved with the weights and loaded bit
+    for bit, swish and the rest of Marian's switches with it; with the switch off, nothing of it is saved."""
+    model = make_transformer(**{**MARIAN_SWITCHES, **MARIAN_IDS, "final_logits_bias": bias})
+    _perturb(model)
+    if bias:
+        random_logits_bias(model)
+    model.save_pretrained(tmp_path)
+    loaded = AutoModelForSeq2SeqLM.from_pretrained(tmp_path).eval()
+    with torch.no_grad():
+        assert torch.equal(loaded(**_inputs()).logits, model(**_inputs()).logits)
+    with safe_open(tmp_path / "model.safetensors", "pt") as f:
+        stored = {key: f.get_tensor(key) for key in f.keys()}  # noqa: SIM118 (a safetensors file, not a dict)
+    assert ("final_logits_bias" in stored) is bias
+    if bias:
+        assert torch.equal(stored["final_logits_bias"], model.final_logits_bias)
+    assert ("final_logits_bias" in loaded.state_dict()) is bias
+    if bias:
+        assert torch.equal(loaded.final_logits_bias, model.final_logits_bias) and loaded.final_logits_bias.any()
+    assert (loaded.config.activation_function, loaded.config.bos_token_id) == ("swish", None)
 
 
 def test_tied_model_stays_tied_when_trained_after_loading(tmp_path, make_transformer) -> None:

@@ -12,6 +12,7 @@ from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
 from encdec import TransformerSeq2SeqForConditionalGeneration
 from encdec.models.compat import cache_of
+from toy import MARIAN_IDS, MARIAN_SWITCHES, random_logits_bias
 
 ATOL = 1e-5
 
@@ -413,3 +414,44 @@ def test_base_model_returns_decoder_states(make_transformer) -> None:
         full = model(input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids)
     assert base.last_hidden_state.shape == (3, 6, 16)
     torch.testing.assert_close(model.lm_head(base.last_hidden_state), full.logits, atol=0, rtol=0)
+
+
+# ------------------------------------------------------------------------ Marian's switches (`encdec import`)
+
+
+def test_the_logits_bias_is_added_to_the_logits(make_transformer) -> None:
+    """logits(with bias b) - logits(with b = 0) = b at every position, and a new model's b is 0."""
+    model = make_transformer(**MARIAN_SWITCHES, **MARIAN_IDS)
+    assert model.final_logits_bias.shape == (1, 24) and not model.final_logits_bias.any()
+    input_ids, attention_mask, decoder_input_ids, _ = _source_and_target()
+    with torch.no_grad():
+        plain = model(input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids).logits
+        bias = random_logits_bias(model).final_logits_bias  # (1, V)
+        biased = model(input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids).logits
+    torch.testing.assert_close(biased - plain, bias.expand_as(plain), atol=1e-6, rtol=0)
+    assert "final_logits_bias" not in dict(model.named_parameters())  # a buffer: not trained, as in MarianMTModel
+    assert make_transformer().final_logits_bias is None
+
+
+def test_resize_token_embeddings_keeps_the_logits_bias_in_step(make_transformer) -> None:
+    """One bias a token: kept for the tokens kept, 0 for new ones, and still saved with the weights."""
+    model = random_logits_bias(make_transformer(**MARIAN_SWITCHES, **MARIAN_IDS))
+    before = model.final_logits_bias.clone()
+    model.resize_token_embeddings(30)
+    assert model.final_logits_bias.shape == (1, 30) and "final_logits_bias" in model.state_dict()
+    assert torch.equal(model.final_logits_bias[:, :24], before) and not model.final_logits_bias[:, 24:].any()
+    with torch.no_grad():
+        logits = model(torch.tensor([[29, 25, 4]]), decoder_input_ids=torch.tensor([[0, 28]])).logits
+    assert logits.shape == (1, 2, 30) and torch.isfinite(logits).all()
+    model.resize_token_embeddings(20)
+    assert torch.equal(model.final_logits_bias, before[:, :20])
+
+
+@pytest.mark.parametrize("name", ["swish", "silu"])
+def test_swish_is_x_times_sigmoid_x(make_transformer, name: str) -> None:
+    """The FFN of a swish model (Marian's activation): W_2 (h * sigmoid(h)) + b_2 with h = x W_1 + b_1."""
+    ffn = make_transformer(activation_function=name).get_encoder().layers[0].ffn
+    x = torch.randn(2, 3, 16)
+    with torch.no_grad():
+        hidden = ffn.fc1(x)
+        torch.testing.assert_close(ffn(x), ffn.fc2(hidden * torch.sigmoid(hidden)), atol=1e-6, rtol=0)

@@ -28,12 +28,14 @@ import pytest
 import torch
 
 from encdec.errors import EncdecError
+from encdec.folders import save_for_pipeline
 from encdec.inference import load_engine, translate_lines
 from encdec.inference.decoding import auto_max_new_tokens
 from encdec.tokenization import language_settings
 from encdec_cli import main
 from test_serve import Server, assert_local_and_found, chromium_driver, page_requests
 from tiny_model_folders import date_data
+from toy import EOS, PAD, digit_tokenizer, trained_marian_like
 
 pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
@@ -253,6 +255,85 @@ def test_the_browser_tokenizer_gives_the_ids_of_rust_tokenizers(dates, tmp_path)
                           timeout=120, env={**os.environ, "NODE_PATH": str(modules)}, cwd=REPO / "web")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == expected
+
+
+@pytest.mark.timeout(300)
+def test_the_browser_tokenizer_gives_an_imported_marian_tokenizers_ids(tmp_path) -> None:
+    """An imported OPUS-MT tokenizer (encdec import): the site's tokenizer module encodes sources as
+    MarianImportTokenizer (and so MarianTokenizer) does, a SentencePiece piece that vocab.json lacks included (it
+    is <unk>), and decodes the ids to the same text."""
+    pytest.importorskip("sentencepiece")
+    from encdec.marian.tokenizer import build_marian_tokenizer
+    from marian_fixtures import HELD_OUT_SOURCES, write_marian_tokenizer
+
+    node, modules = shutil.which("node"), REPO / "web" / "node_modules"
+    if not node or not modules.is_dir():
+        pytest.skip("Node.js and web/node_modules (`make web`) are needed to run the tokenizer module")
+    tokenizer, missing = build_marian_tokenizer(write_marian_tokenizer(tmp_path / "marian"))
+    tokenizer.save_pretrained(tmp_path / "imported")
+    texts = HELD_OUT_SOURCES + ["an unseen 日本 word", "  two  spaces ", ""]
+    ids = tokenizer(texts)["input_ids"]
+    unk = tokenizer.unk_token_id
+    assert missing >= 1 and any(unk in row for row in ids)  # the dropped piece: the case the module must map
+    (tmp_path / "cases.json").write_text(json.dumps([{"folder": str(tmp_path / "imported"), "texts": texts}]))
+    script = tmp_path / "check.mjs"
+    script.write_text(TOKENIZER_CHECK % (REPO / "web" / "src" / "tokenizer.js").as_uri())
+    done = subprocess.run([node, str(script), str(tmp_path / "cases.json")], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "NODE_PATH": str(modules)}, cwd=REPO / "web")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == [[[row, tokenizer.decode(row, skip_special_tokens=True).strip()]
+                                        for row in ids]]
+
+
+MARIAN_CHECK = """
+import * as ort from "%s";
+import fs from "node:fs";
+import { badWordTokens } from "%s";
+import { Translator } from "%s";
+ort.env.wasm.numThreads = 1;
+const [model, cases] = [process.argv[2], JSON.parse(fs.readFileSync(process.argv[3], "utf8"))];
+const base = new URL(`file://${model}/`);
+const rules = JSON.parse(fs.readFileSync(new URL("encdec_decoding.json", base), "utf8"));
+const translator = await Translator.load(ort, base, rules, async (url) => new Uint8Array(fs.readFileSync(url)));
+const found = [];
+for (const options of cases.asked) found.push(await translator.translate(cases.lines, options));
+const banned = [...badWordTokens([0, 5, 6], [[0], [6, 7], [5, 8], [5, 6, 9]])].sort((a, b) => a - b);
+console.log(JSON.stringify({ found, banned }));
+"""
+
+
+@pytest.mark.timeout(300)
+def test_the_browser_search_decodes_marian_s_switches_as_encdec_translate(tmp_path) -> None:
+    """A model with Marian's switches (`encdec import`: swish, a logits bias, no <s>) and generation rules (its pad
+    token, which starts the decoder, is never generated; </s> ends a full budget) in a float32 site: the site's
+    translator (web/src/translator.js: tokenizer, greedy and beam search over ONNX Runtime Web's WebAssembly
+    backend, run by Node.js rather than a browser) translates as `encdec translate` does, a budget of 3 cutting most
+    outputs; the rules it reads are the model's."""
+    node, modules = shutil.which("node"), REPO / "web" / "node_modules"
+    if not node or not modules.is_dir():
+        pytest.skip("Node.js and web/node_modules (`make web`) are needed to run the site's modules")
+    require_runtime()
+    folder = save_for_pipeline(trained_marian_like(), digit_tokenizer(bos=False), tmp_path / "model")
+    model = export_web(folder, tmp_path / "site", quantize="float32") / "model"
+    rules = json.loads((model / DECODING_RULES).read_text())
+    assert (rules["bad_words_ids"], rules["forced_eos_token_ids"]) == ([[PAD]], [EOS])
+    assert json.loads((model / "encdec_onnx.json").read_text())["decoder_start_token_id"] == PAD
+    lines = [" ".join(str((7 * i + 3 * j) % 10) for j in range(2 + i % 5)) for i in range(12)]
+    asked = [{"numBeams": beams, **budget} for beams in (1, 4) for budget in ({"maxNewTokens": 3}, {})]
+    (tmp_path / "cases.json").write_text(json.dumps({"lines": lines, "asked": asked}))
+    script = tmp_path / "check.mjs"
+    script.write_text(MARIAN_CHECK % tuple(path.as_uri() for path in (
+        modules / "onnxruntime-web" / "dist" / "ort.node.min.mjs", REPO / "web" / "src" / "search.js",
+        REPO / "web" / "src" / "translator.js")))
+    done = subprocess.run([node, str(script), str(model), str(tmp_path / "cases.json")], capture_output=True,
+                          text=True, timeout=120, cwd=REPO / "web")
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout)
+    assert found["banned"] == [0, 7, 9]  # a one-token sequence always, a longer one after its prefix
+    for options, got in zip(asked, found["found"], strict=True):
+        assert got == translate_lines(folder, lines, num_beams=options["numBeams"],
+                                      max_new_tokens=options.get("maxNewTokens")), options
+    assert len(set(found["found"][1])) > 6  # the outputs depend on the input
 
 
 @pytest.mark.timeout(300)

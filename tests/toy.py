@@ -13,6 +13,9 @@ The model-invariant tests use random tokens instead of digits: ``source_batch`` 
 The tiny models are model-config dicts (``TINY_MODELS`` and those derived from it) and one builder,
 ``tiny_model``: ``toy_model`` adds the toy vocabulary, ``folder_model`` a tokenizer's, ``rnn_variant`` builds the
 RNN variants of the invariant tests (``RNN_VARIANTS``) and ``trained_rnn_variant`` trains one for a moment.
+``MARIAN_SWITCHES``, ``MARIAN_IDS`` and ``MARIAN_GENERATION`` are what `encdec import` gives a Marian model (swish, a
+logits bias, no <s>); ``random_logits_bias`` fills the bias, ``trained_marian_like`` trains such a model on the toy
+task for the export and engine tests.
 
 Imported by the test files, by conftest.py (which serves some of this as fixtures) and by distributed_worker.py
 (run as a script, with tests/ on the path).
@@ -112,12 +115,14 @@ def exact_match(generated: torch.Tensor, labels: torch.Tensor) -> float:
     return hits / len(labels)
 
 
-def digit_tokenizer() -> PreTrainedTokenizerFast:
-    """A word-level tokenizer over the toy vocabulary, built in memory: "3 1 4" -> [6, 4, 7]."""
+def digit_tokenizer(bos: bool = True) -> PreTrainedTokenizerFast:
+    """A word-level tokenizer over the toy vocabulary, built in memory: "3 1 4" -> [6, 4, 7]. ``bos`` False: no
+    ``<s>`` token (id 1 is then an ordinary one), as Marian's vocabularies have none (``MARIAN_IDS``)."""
     vocab = {"<pad>": PAD, "<s>": BOS, "</s>": EOS, **{str(d): FIRST_DIGIT + d for d in range(10)}}
     backend = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
     backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    return PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", bos_token="<s>", eos_token="</s>")
+    return PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", bos_token="<s>" if bos else None,
+                                   eos_token="</s>")
 
 
 # --- training ---------------------------------------------------------------------------------------------------------
@@ -192,6 +197,13 @@ TEST_TRANSFORMER = {**TWO_LAYER_TRANSFORMER, "vocab_size": 24, **TOY_IDS}
 # (test_hub reads "1 encoder, 2 decoder" on the model card), a unidirectional RNN encoder
 FOLDER_MODELS = {"transformer": {**TINY_MODELS["transformer"], "decoder_layers": 2},
                  "rnn": {**TINY_MODELS["rnn"], "bidirectional_encoder": False, "bridge": "last"}}
+# Marian's (OPUS-MT's) Transformer as `encdec import` converts it: post-LN, swish FFN, sqrt(d) embedding scaling, the
+# sines-then-cosines table and an output bias, over a vocabulary without <s>: the decoder starts from the pad token
+MARIAN_SWITCHES = {"normalize_before": False, "activation_function": "swish", "scale_embedding": True,
+                   "sinusoid_layout": "half_split", "final_logits_bias": True}
+MARIAN_IDS = {**TOY_IDS, "bos_token_id": None, "decoder_start_token_id": PAD}
+# and its generation rules, as the import keeps them: the pad token is never generated, </s> ends a full budget
+MARIAN_GENERATION = {"bad_words_ids": [[PAD]], "forced_eos_token_id": EOS}
 # the RNN of the invariant tests, one per RNN_VARIANTS entry (the "last" bridge where a variant names none), over
 # random ids
 VARIANT_RNN = {**TINY_MODELS["rnn"], "embedding_dim": 8, "hidden_size": 12, "encoder_layers": 2, "decoder_layers": 2,
@@ -278,4 +290,29 @@ def trained_rnn_variant(name: str) -> PreTrainedModel:
 
     model = rnn_variant(name)
     train_loop(model, batches(), lr=1e-2, optimizer=torch.optim.Adam, max_grad_norm=None)
+    return model.eval()
+
+
+def random_logits_bias(model: PreTrainedModel, seed: int = 0) -> PreTrainedModel:
+    """``model`` (a ``final_logits_bias`` one: ``MARIAN_SWITCHES``) with its bias drawn from N(0, 1) rather than a new
+    model's zeros, so that an export which drops it moves the logits by about 1."""
+    with torch.no_grad():
+        model.final_logits_bias.copy_(torch.randn(model.final_logits_bias.shape,
+                                                  generator=torch.Generator().manual_seed(seed)))
+    return model
+
+
+@functools.cache
+def trained_marian_like() -> PreTrainedModel:
+    """A tiny Transformer with ``MARIAN_SWITCHES`` over the toy vocabulary without <s> (``MARIAN_IDS``,
+    ``digit_tokenizer(bos=False)``) and ``MARIAN_GENERATION``, its logits bias random (``random_logits_bias``), trained
+    for 300 steps (about 2 s) to reverse digits: its outputs depend on the input and end with </s> at varied steps,
+    and its beams agree with CTranslate2's (a model trained less has close calls between beams). Shared between
+    tests: do not modify it."""
+    model = random_logits_bias(tiny_model({**TEST_TRANSFORMER, **MARIAN_SWITCHES}, **MARIAN_IDS,
+                                          vocab_size=TOY_VOCAB_SIZE, d_model=32, encoder_layers=1, decoder_layers=1,
+                                          encoder_ffn_dim=64, decoder_ffn_dim=64))
+    train_on_toy_task(model, steps=300, batch_size=32, lr=3e-3)
+    for key, value in MARIAN_GENERATION.items():
+        setattr(model.generation_config, key, value)
     return model.eval()

@@ -4,11 +4,13 @@
 // source at a time: at each step the 2K best continuations of the K beams by summed log-probability, the best K
 // not ending in </s> run on, those of the top K that end in </s> (or reach the budget) join the finished
 // hypotheses, scored log p / (new tokens) ** length_penalty, and the search ends as its early-stopping rule says.
-// One logits processor runs, no_repeat_ngram_size (transformers' NoRepeatNGramLogitsProcessor: a token that would
-// complete an n-gram the sequence already holds, its start token included, is never chosen); `encdec export
-// --format web` refuses a generation config that would need any other. A multilingual model's target language
-// token is forced as the first generated token (transformers' ForcedBOSTokenLogitsProcessor, `forced_bos_token_id`):
-// every other token's score is -inf at that step.
+// Three logits processors run, in transformers' order: no_repeat_ngram_size (NoRepeatNGramLogitsProcessor: a token
+// that would complete an n-gram the sequence already holds, its start token included, is never chosen), the
+// model's bad_words_ids (NoBadWordsLogitsProcessor: a banned sequence is never completed; an imported Marian model
+// bans its pad token) and its forced_eos_token_id (ForcedEOSTokenLogitsProcessor: the last token a budget allows is
+// </s>); `encdec export --format web` refuses a generation config that would need any other. A multilingual model's
+// target language token is forced as the first generated token (transformers' ForcedBOSTokenLogitsProcessor,
+// `forced_bos_token_id`): every other token's score is -inf at that step.
 
 const NEG = -1.0e9;  // transformers' "never chosen" score
 const f32 = Math.fround;  // scores are accumulated in float32, as torch does
@@ -35,6 +37,26 @@ export function bannedTokens(seq, n) {
   return banned;
 }
 
+/**
+ * The tokens `badWords` (the rules' bad_words_ids) forbid after `seq` (start token included): a one-token sequence's
+ * always, a longer one's last token where `seq` ends with the rest of it.
+ */
+export function badWordTokens(seq, badWords) {
+  const banned = new Set();
+  for (const words of badWords) {
+    const prefix = words.slice(0, -1), at = seq.length - prefix.length;
+    if (at >= 0 && prefix.every((id, i) => seq[at + i] === id)) banned.add(words.at(-1));
+  }
+  return banned;
+}
+
+/** `seq`'s banned next tokens: the repeated n-grams' and the bad words'. */
+function bannedAfter(seq, noRepeatNgramSize, badWords) {
+  const banned = bannedTokens(seq, noRepeatNgramSize);
+  for (const token of badWordTokens(seq, badWords)) banned.add(token);
+  return banned;
+}
+
 /** Indices of the `k` largest `scores`, best first; a tie keeps the lower index first. */
 function topK(scores, k) {
   const best = [];  // a sorted list of indices: k is small (2 x beams)
@@ -52,9 +74,12 @@ function topK(scores, k) {
  * Greedy search over a batch: each row runs until </s> or its own budget.
  * @param runner a Seq2SeqRunner  @param sources each source's ids  @param budgets each source's max new tokens
  * @param noRepeatNgramSize no n-gram of this many tokens twice (0: off)  @param forced the first token (null: none)
+ * @param badWords sequences never completed  @param forcedEos the last token of a full budget, the lowest of these
+ *   (null: none)
  * @returns each source's output ids, </s> kept when reached (the forced token first)
  */
-export async function greedy(runner, sources, budgets, { start, eos, noRepeatNgramSize = 0, forced = null }) {
+export async function greedy(runner, sources, budgets,
+                             { start, eos, noRepeatNgramSize = 0, forced = null, badWords = [], forcedEos = null }) {
   let { memory, state } = await runner.encode(sources);
   let live = sources.map((_, i) => i);  // the sources still decoding, in the order of the rows
   const outputs = sources.map(() => []);
@@ -65,12 +90,13 @@ export async function greedy(runner, sources, budgets, { start, eos, noRepeatNgr
     tokens = [];
     live.forEach((source, row) => {
       const logits = step.logits.subarray(row * step.vocab, (row + 1) * step.vocab);
-      const banned = bannedTokens([start, ...outputs[source]], noRepeatNgramSize);
+      const banned = bannedAfter([start, ...outputs[source]], noRepeatNgramSize, badWords);
       let next = -1;
       for (let v = 0; v < step.vocab; v++) {
         if (!banned.has(v) && (next < 0 || logits[v] > logits[next])) next = v;
       }
       if (forced !== null && outputs[source].length === 0) next = forced;
+      if (forcedEos !== null && outputs[source].length === budgets[source] - 1) next = forcedEos[0];
       outputs[source].push(next);
       if (next !== eos && outputs[source].length < budgets[source]) {
         keep.push(row);
@@ -92,11 +118,13 @@ export async function greedy(runner, sources, budgets, { start, eos, noRepeatNgr
  * Beam search for one source, as GenerationMixin._beam_search with batch size 1 and one </s> id.
  * @param budget max new tokens  @param lengthPenalty @param earlyStopping the generation config's (false, true or
  *   "never")  @param noRepeatNgramSize no n-gram of this many tokens twice (0: off)  @param forced the first
- *   token (null: none)
+ *   token (null: none)  @param badWords sequences never completed  @param forcedEos the tokens the last step of a
+ *   full budget allows (null: any)
  * @returns the best hypothesis' ids, </s> kept when reached (the forced token first)
  */
-export async function beam(runner, source, budget, numBeams,
-                           { start, eos, lengthPenalty, earlyStopping, noRepeatNgramSize = 0, forced = null }) {
+export async function beam(runner, source, budget, numBeams, { start, eos, lengthPenalty, earlyStopping,
+                                                               noRepeatNgramSize = 0, forced = null, badWords = [],
+                                                               forcedEos = null }) {
   const K = numBeams, keepK = 2 * K, maxLength = 1 + budget, prompt = 1;
   const encoded = await runner.encode([source]);
   const memory = runner.gather(encoded.memory, new Array(K).fill(0));
@@ -113,8 +141,12 @@ export async function beam(runner, source, budget, numBeams,
     const total = new Float32Array(K * V);  // (K x V) summed log-probabilities
     for (let k = 0; k < K; k++) {
       const logp = logSoftmax(step.logits, k, V);
-      for (const v of bannedTokens(running[k], noRepeatNgramSize)) logp[v] = -Infinity;
+      for (const v of bannedAfter(running[k], noRepeatNgramSize, badWords)) logp[v] = -Infinity;
       if (forced !== null && length === prompt) logp.fill(-Infinity)[forced] = 0;
+      if (forcedEos !== null && length === maxLength - 1) {  // the step that fills the budget
+        logp.fill(-Infinity);
+        for (const v of forcedEos) logp[v] = 0;
+      }
       for (let v = 0; v < V; v++) total[k * V + v] = f32(logp[v] + runningScores[k]);
     }
     const candidates = topK(total, keepK).map((i) => {

@@ -38,16 +38,25 @@ export class SubwordTokenizer {
   constructor(json, config) {
     this.tokenizer = new Tokenizer({ ...json, pre_tokenizer: rustPunctuation(json.pre_tokenizer) }, config);
     fusePerPiece(this.tokenizer.model);
+    // An imported Marian model's tokenizer (MarianImportTokenizer) numbers the SentencePiece pieces that its
+    // vocab.json lacks past the vocabulary; MarianTokenizer, and the Python class, read them as <unk>.
+    this.vocabSize = config.marian_vocab_size ?? null;
+    this.unkId = this.vocabSize === null ? null : this.tokenizer.token_to_id(config.unk_token ?? "<unk>");
+  }
+
+  /** Ids past an imported Marian vocabulary as <unk> (see the constructor); others as they are. */
+  inVocabulary(ids) {
+    return this.vocabSize === null ? ids : ids.map((id) => (id >= this.vocabSize ? this.unkId : id));
   }
 
   /** A source's ids, </s> included (the post-processor appends it). */
   encode(text) {
-    return this.tokenizer.encode(text).ids;
+    return this.inVocabulary(this.tokenizer.encode(text).ids);
   }
 
   /** A text's subword ids alone, with no special token. */
   encodeText(text) {
-    return this.tokenizer.encode(text, { add_special_tokens: false }).ids;
+    return this.inVocabulary(this.tokenizer.encode(text, { add_special_tokens: false }).ids);
   }
 
   /** An output's text: special tokens skipped, ends trimmed (as `encdec translate`). */

@@ -9,6 +9,8 @@
 // - numBeams: as asked, else the model's default, up to the rules' max_beams; 1 is greedy search, more is beam
 //   search with the model's length penalty and early stopping;
 // - noRepeatNgramSize: as asked, else the model's default, within the rules' bounds; 0 is off;
+// - the model's bad_words_ids and forced_eos_token_ids (an imported Marian model's: its pad token is never generated,
+//   </s> ends a full budget) apply to every translation, as generate() applies them;
 // - a glossary is refused: its terms go in through the model's attention (encdec.glossary), which the graphs lack;
 // - a multilingual model (the rules' `languages`) needs a source and a target language, each one of its own: the
 //   source is built by the rules' `source_template` (`__SRC__ text </s>`), the target's token is forced as the first
@@ -67,7 +69,8 @@ export class Translator {
     this.positions = config.max_position_embeddings ?? Infinity;
     this.maxSourceTokens = manifest.max_source_tokens
       ?? Math.min(tokenizer.tokenizer.config.model_max_length ?? Infinity, this.positions);
-    this.tokens = { start: manifest.decoder_start_token_id, eos: manifest.eos_token_id };
+    this.tokens = { start: manifest.decoder_start_token_id, eos: manifest.eos_token_id };  // start: <s>, or pad
+    this.generationRules = { badWords: rules.bad_words_ids ?? [], forcedEos: rules.forced_eos_token_ids ?? null };
     this.languages = rules.languages ?? null;  // a multilingual model's codes, token ids and source template
     const unknown = (this.languages?.source_template ?? []).filter((part) => !SOURCE_PARTS.has(part));
     if (unknown.length) throw new Error(`encdec_decoding.json: unknown source_template part ${unknown[0]}`);
@@ -190,11 +193,11 @@ export class Translator {
       for (let at = 0; at < todo.length; at += size) {
         const batch = todo.slice(at, at + size);
         const found = await greedy(this.runner, batch.map((i) => sources[i]), batch.map((i) => budgets[i]),
-                                   { ...this.tokens, noRepeatNgramSize, forced });
+                                   { ...this.tokens, ...this.generationRules, noRepeatNgramSize, forced });
         batch.forEach((i, k) => { outputs[i] = found[k]; });
       }
     } else {
-      const settings = { ...this.tokens, lengthPenalty: this.defaults.length_penalty,
+      const settings = { ...this.tokens, ...this.generationRules, lengthPenalty: this.defaults.length_penalty,
                          earlyStopping: this.defaults.early_stopping, noRepeatNgramSize, forced };
       for (const i of todo) outputs[i] = await beam(this.runner, sources[i], budgets[i], numBeams, settings);
     }

@@ -191,7 +191,8 @@ def mask_config(config: TransformerSeq2SeqConfig, output_attentions: bool) -> Tr
 
 
 class FeedForward(nn.Module):
-    """Position-wise FFN (Eq. 2): FFN(x) = max(0, x W_1 + b_1) W_2 + b_2."""
+    """Position-wise FFN (Eq. 2): FFN(x) = act(x W_1 + b_1) W_2 + b_2, act = max(0, .) in the paper (relu), or gelu
+    or swish (``config.activation_function``)."""
 
     def __init__(self, config: TransformerSeq2SeqConfig, ffn_dim: int) -> None:
         super().__init__()

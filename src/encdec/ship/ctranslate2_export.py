@@ -9,8 +9,11 @@ Python API: ``EncdecTransformerConverter`` is a ``ctranslate2.converters.Convert
 - positions: the table itself, sinusoidal (either layout) or learned, since CTranslate2's own sinusoid puts the
   sines first and would be wrong for the paper's interleaved layout;
 - ``scale_embedding``: sqrt(d_model) or 1; ``tie_word_embeddings``: the same matrix in three places, which the
-  engine stores once; ``activation_function``: relu or gelu (erf); ``layer_norm_eps``;
-- the special tokens and the decoder start token, by name, from the tokenizer saved in the folder.
+  engine stores once; ``activation_function``: relu, gelu (erf) or swish (= silu); ``layer_norm_eps``;
+- ``final_logits_bias`` (Marian's output bias): the bias of the engine's output projection, ``W_out s_t + b``;
+- the special tokens and the decoder start token, by name, from the tokenizer saved in the folder: ``<s>`` or, for
+  a model without one (Marian's), the pad token the decoder starts from; the engine then keeps its default ``<s>``,
+  which it only uses to prefix sources (``add_source_bos``, off), as CTranslate2's own Marian converter does.
 
 The exported folder holds the engine's files (``model.bin``, ``config.json``, the vocabulary), the tokenizer, the
 ``generation_config.json`` of the source folder and ``encdec_export.json`` (what was exported, and how), so that
@@ -66,7 +69,8 @@ def vocabulary_tokens(tokenizer: PreTrainedTokenizerBase, vocab_size: int) -> li
 
 def activation_of(config: Any) -> Any:
     """CTranslate2's activation for ``config.activation_function``; the switch is named when it has none."""
-    activations = {"relu": common_spec.Activation.RELU, "gelu": common_spec.Activation.GELU}
+    activations = {"relu": common_spec.Activation.RELU, "gelu": common_spec.Activation.GELU,
+                   "swish": common_spec.Activation.SWISH, "silu": common_spec.Activation.SWISH}  # x * sigmoid(x)
     if config.activation_function not in activations:
         raise EncdecError(f"CTranslate2 cannot represent `activation_function`={config.activation_function!r}; it "
                           f"supports {sorted(activations)}.")
@@ -108,6 +112,8 @@ class EncdecTransformerConverter(Converter):
             self.set_cross_attention(layer_spec.attention, layer.cross_attn, layer.cross_attn_layer_norm)
             self.set_ffn(layer_spec.ffn, layer)
         set_linear(decoder.projection, self.model.lm_head)
+        if self.model.final_logits_bias is not None:  # (1, V): the logits' bias, the projection's bias to the engine
+            decoder.projection.bias = self.model.final_logits_bias.detach()[0]
         spec = transformer_spec.TransformerSpec(encoder, decoder)
         self.set_config(spec.config, config)
         tokens = vocabulary_tokens(self.tokenizer, config.vocab_size)
@@ -149,7 +155,8 @@ class EncdecTransformerConverter(Converter):
     def set_config(self, spec_config: Any, config: Any) -> None:
         """The special tokens by name (the engine speaks tokens, not ids) and the LayerNorm epsilon."""
         name = self.tokenizer.convert_ids_to_tokens
-        spec_config.bos_token = name(config.bos_token_id)
+        if config.bos_token_id is not None:  # none (Marian's): the engine's default, never used (module docstring)
+            spec_config.bos_token = name(config.bos_token_id)
         spec_config.eos_token = name(config.eos_token_id)
         spec_config.unk_token = self.tokenizer.unk_token or name(config.pad_token_id)
         spec_config.decoder_start_token = name(config.decoder_start_token_id)

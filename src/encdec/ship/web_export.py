@@ -22,9 +22,10 @@ version and integrity hash, then an esbuild bundle) into the package data folder
 copies it beside the model. Any static file server serves the site (``python -m http.server``), and so does
 ``encdec serve --offline-site SITE`` at ``/offline``.
 
-The browser runs one logits processor, ``no_repeat_ngram_size``: a generation config that sets another
-(``repetition_penalty``, ``min_length``, ...) or samples is refused, since the site would translate differently from
-``encdec translate``.
+The browser runs the logits processors ``no_repeat_ngram_size``, ``bad_words_ids`` and ``forced_eos_token_id`` (the
+last two are an imported Marian model's: its pad token is never generated, ``</s>`` ends a full budget): a generation
+config that sets another (``repetition_penalty``, ``min_length``, ...) or samples is refused, since the site would
+translate differently from ``encdec translate``.
 
 A multilingual model (docs/multilingual.md) translates every direction in the browser as ``generate()`` does: a source
 is ``__SRC__ text </s>`` (its language token first), and the target language's token is forced as the first generated
@@ -66,9 +67,9 @@ SOURCE_TEMPLATE = ("source_language", "text", "eos")
 # value that a saved config spells out (transformers writes `do_sample: false`, `repetition_penalty: 1.0`, ...)
 NEUTRAL_GENERATION = {"do_sample": (False,), "num_beam_groups": (1,), "diversity_penalty": (0.0,),
                       "repetition_penalty": (1.0,), "encoder_repetition_penalty": (1.0,),
-                      "encoder_no_repeat_ngram_size": (0,), "bad_words_ids": (),
+                      "encoder_no_repeat_ngram_size": (0,),
                       "min_length": (0,), "min_new_tokens": (0,), "forced_bos_token_id": (),
-                      "forced_eos_token_id": (), "suppress_tokens": (), "begin_suppress_tokens": (),
+                      "suppress_tokens": (), "begin_suppress_tokens": (),
                       "sequence_bias": (), "exponential_decay_length_penalty": (), "renormalize_logits": (False,)}
 
 
@@ -100,11 +101,25 @@ def check_generation_config(model_dir: Path) -> None:
 def decoding_rules(model_dir: Path) -> dict:
     """What the browser decodes by, as ``encdec translate`` resolves it (``decoding_options``): the model's defaults
     (beam size, budget, the length penalty beam search divides by, the n-gram size, early stopping), the budget of a
-    source when none is asked, the widest beam the site takes, and the declared bounds of the options."""
+    source when none is asked, the widest beam the site takes, the declared bounds of the options, and the model's
+    banned sequences and forced last token (``generation_rules``)."""
     config = GenerationConfig.from_pretrained(model_dir)
     bounds = {item.name: [item.metadata["minimum"], item.metadata["maximum"]] for item in declared(DECODING)}
     return {"defaults": {**resolve(config).describe(), "early_stopping": config.early_stopping or False},
-            "budget": AUTO_BUDGET, "max_beams": MAX_BEAMS, "bounds": bounds}
+            "budget": AUTO_BUDGET, "max_beams": MAX_BEAMS, "bounds": bounds, **generation_rules(config)}
+
+
+def generation_rules(config: GenerationConfig) -> dict:
+    """``bad_words_ids`` as ``generate()`` applies them (transformers' ``NoBadWordsLogitsProcessor``: a sequence of
+    ``</s>`` alone is dropped, ``</s>`` is never banned) and ``forced_eos_token_id`` as a list of ids (or None): the
+    tokens of which one ends every output that fills its budget (``ForcedEOSTokenLogitsProcessor``)."""
+    def ids(value: int | list[int] | None) -> list[int]:
+        return [] if value is None else list(value) if isinstance(value, list) else [value]
+
+    eos_alone = [[token] for token in ids(config.eos_token_id)]
+    forced = ids(config.forced_eos_token_id)
+    return {"bad_words_ids": [list(words) for words in config.bad_words_ids or [] if list(words) not in eos_alone],
+            "forced_eos_token_ids": sorted(forced) or None}
 
 
 def language_rules(model_dir: Path) -> dict | None:
@@ -231,4 +246,4 @@ def site_bytes(site: str | os.PathLike) -> dict[str, int]:
 
 
 __all__ = ["DECODING_RULES", "QUANTIZE", "SOURCE_TEMPLATE", "decoding_rules", "download_record", "export_command",
-           "export_web", "language_rules", "page_about", "runtime_folder", "site_bytes"]
+           "export_web", "generation_rules", "language_rules", "page_about", "runtime_folder", "site_bytes"]

@@ -2,7 +2,12 @@
 (``encdec.ship.ctranslate2_export``), decoded by CTranslate2 (an optional extra, ``encdec[ct2]``), with its weights
 computed in float32, int8 or bfloat16. It maps
 the decoding options CTranslate2 has (beam size, length penalty, max new tokens, number of returned sequences,
-sampling) and refuses the others in one line that names the option. The ``ctranslate2`` module is imported only
+sampling) and refuses the others in one line that names the option. Two rules of an imported Marian model's generation
+config are kept: ``bad_words_ids`` (its pad token is never generated) becomes ``suppress_sequences``, and
+``forced_eos_token_id`` (``</s>`` is the last token a budget allows) a budget one token shorter, with ``</s>``
+appended. Greedy search then gives ``generate()``'s tokens; beam search may rank a hypothesis now and then otherwise
+(CTranslate2 masks a suppressed token before the softmax, ``generate()`` after it, and scores a hypothesis cut at a
+full budget without its forced ``</s>``). The ``ctranslate2`` module is imported only
 when this engine (or an export) is used (``require_ctranslate2``).
 """
 
@@ -116,7 +121,8 @@ class CTranslate2Engine(Engine):
 
     def options(self, settings: dict[str, Any], budget: int) -> dict[str, Any]:
         """``generate()`` settings as ``translate_batch`` options, unset ones taken from the model's generation
-        config, then transformers' defaults, as ``generate()`` takes them; a one-line error for any it lacks."""
+        config, then transformers' defaults, as ``generate()`` takes them, with the config's banned sequences and
+        forced ``</s>`` (module docstring); a one-line error for any it lacks."""
         settings = {key: value for key, value in settings.items() if key != "forced_bos_token_id"}  # a prefix
         unknown = sorted(set(settings) - set(CT2_OPTIONS) - {"do_sample", "early_stopping"})
         if unknown:
@@ -139,8 +145,26 @@ class CTranslate2Engine(Engine):
                 raise EncdecError("The ctranslate2 engine samples with one beam only; pass num_beams=1 with sampling.")
         else:  # generate() ignores them without do_sample
             options.update(sampling_topk=1, sampling_topp=1.0, sampling_temperature=1.0)
-        # the budget counts the </s>, as max_decoding_length does; sources are never cut (max_input_length 0)
-        return {**options, "max_decoding_length": budget, "max_input_length": 0}
+        # generate()'s NoBadWordsLogitsProcessor, which never bans </s> alone
+        banned = [list(ids) for ids in getattr(self.generation_config, "bad_words_ids", None) or []
+                  if list(ids) != [self.config.eos_token_id]]
+        if banned:
+            options["suppress_sequences"] = [self.tokenizer.convert_ids_to_tokens(ids) for ids in banned]
+        # the budget counts the </s>, as max_decoding_length does (less the one generate() forces at its end);
+        # sources are never cut (max_input_length 0)
+        return {**options, "max_decoding_length": max(budget - 1, 1) if self.forces_eos() else budget,
+                "max_input_length": 0}
+
+    def forces_eos(self) -> bool:
+        """Whether ``generate()`` forces ``</s>`` as the last token of a budget (transformers'
+        ``ForcedEOSTokenLogitsProcessor``, which an imported Marian model's ``forced_eos_token_id`` turns on)."""
+        forced = getattr(self.generation_config, "forced_eos_token_id", None)
+        if forced is None:
+            return False
+        if forced not in (self.config.eos_token_id, [self.config.eos_token_id]):
+            raise EncdecError(f"The ctranslate2 engine forces the model's </s> ({self.config.eos_token_id}) at the end "
+                              f"of a budget, not `forced_eos_token_id`={forced!r}; use --engine torch.")
+        return True
 
     def generate(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, budget: int,
                  settings: dict[str, Any]) -> list[list[int]]:
@@ -156,8 +180,11 @@ class CTranslate2Engine(Engine):
             "target_prefix": [[self.tokenizer.convert_ids_to_tokens(forced)]] * len(tokens)}
         results = self.translator.translate_batch(tokens, **self.options(settings, budget), **prefix)
         start, eos = self.config.decoder_start_token_id, self.config.eos_token_id
-        # CTranslate2 leaves out the </s>; a hypothesis shorter than the budget (which counts the </s>) ended with it
-        return [[start, *self.tokenizer.convert_tokens_to_ids(hypothesis), *([eos] if len(hypothesis) < budget else [])]
+        # CTranslate2 leaves out the </s>; a hypothesis shorter than the budget (which counts the </s>) ended with it,
+        # and with forced_eos_token_id every hypothesis ends with it (the budget was one token shorter: options)
+        forced = self.forces_eos()
+        return [[start, *self.tokenizer.convert_tokens_to_ids(hypothesis[:budget - 1] if forced else hypothesis),
+                 *([eos] if forced or len(hypothesis) < budget else [])]
                 for result in results for hypothesis in result.hypotheses]
 
     def teacher_forced(self, source_ids: list[int], target_ids: list[int], alignment: bool = False
