@@ -47,7 +47,8 @@ os.environ.setdefault("ENCDEC_THREADS", "1")
 INTEGRATION_FILES = frozenset({
     "test_corpus.py", "test_demo.py", "test_distill.py", "test_distributed.py", "test_first_hour.py",
     "test_keys.py", "test_libretranslate.py", "test_libretranslate_clients.py", "test_libretranslate_routes.py",
-    "test_deepl_api.py", "test_deepl_clients.py", "test_limits.py", "test_markup_serving.py", "test_multi30k.py",
+    "test_deepl_api.py", "test_deepl_clients.py", "test_limits.py", "test_marian_downstream.py",
+    "test_markup_serving.py", "test_multi30k.py",
     "test_multilingual_dates.py", "test_readme_tour.py", "test_sentences.py",
     "test_serve.py", "test_serve_fuzz.py", "test_serve_metrics.py", "test_serve_models.py",
     "test_serve_multilingual.py", "test_serve_responsive.py", "test_serve_schema_fuzz.py", "test_soak.py",

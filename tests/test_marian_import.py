@@ -182,3 +182,24 @@ def test_a_model_of_several_target_languages_reads_the_token_typed_first(tmp_pat
     _, ours = load_model_and_tokenizer(tmp_path / "out")
     ours.tgt_lang = "deu"
     assert ours(HELD_OUT_SOURCES[1]).input_ids == tokenizer(sources[1]).input_ids
+
+
+def test_an_old_opus_mt_folder_imports_from_its_bin_file_and_config_keys(marian_dir, tmp_path) -> None:
+    """The layout of the early OPUS-MT uploads: ``pytorch_model.bin`` (read with ``weights_only=True``), the BART-era
+    keys in config.json and the decoding defaults there too (no generation_config.json)."""
+    folder = tmp_path / "opus-mt-old"
+    shutil.copytree(marian_dir, folder)
+    marian = MarianMTModel.from_pretrained(folder)
+    (folder / "model.safetensors").unlink()
+    torch.save(marian.state_dict(), folder / "pytorch_model.bin")
+    generation = json.loads((folder / "generation_config.json").read_text(encoding="utf-8"))
+    (folder / "generation_config.json").unlink()
+    set_config(folder, normalize_embedding=False, normalize_before=False, static_position_embeddings=True,
+               add_bias_logits=False, add_final_layer_norm=False, extra_pos_embeddings=generation["pad_token_id"] + 1,
+               max_length=generation["max_length"], num_beams=generation["num_beams"],
+               bad_words_ids=generation["bad_words_ids"], forced_eos_token_id=generation["forced_eos_token_id"])
+    report = importer.import_marian(str(folder), tmp_path / "out")
+    assert report.max_logit_difference == 0.0
+    saved = json.loads((tmp_path / "out" / "generation_config.json").read_text(encoding="utf-8"))
+    assert saved["bad_words_ids"] == generation["bad_words_ids"] and saved["num_beams"] == generation["num_beams"]
+    assert saved["max_new_tokens"] == generation["max_length"] - 1

@@ -63,7 +63,7 @@ def fill_template(template: str, **values: Any) -> str:
 
 
 def render_model_card(model_dir_or_model: str | os.PathLike | PreTrainedModel, *, family: str | None = None,
-                      dataset_name: str | None = None, dataset_id: str | None = None,
+                      dataset_name: str | None = None, dataset_id: str | None = None, model_name: str | None = None,
                       metrics: Mapping[str, Any] | None = None, training_summary: Mapping[str, Any] | None = None,
                       repo_id: str | None = None, license: str = "apache-2.0",  # noqa: A002 (a Hub key)
                       languages: list[str] | None = None, imported_from: Mapping[str, Any] | None = None) -> str:
@@ -77,7 +77,7 @@ def render_model_card(model_dir_or_model: str | os.PathLike | PreTrainedModel, *
         (the card shows its beam size; other keys are ignored); the scores go into the ``model-index`` as a
         translation result
     :param training_summary: free-form ``{label: value}`` rows (steps, epochs, hardware, wall time, ...)
-    :param repo_id: the Hub id used in the usage snippet and as the model name
+    :param repo_id, model_name: the Hub id of the usage snippet; the model's name (default: the id's, else the folder's)
     :param languages: ``[source, target]`` language codes, or a multilingual model's languages (the Hub's
         ``language``; ``encdec serve`` takes a model's language pair from it)
     :param imported_from: ``{"model": hub id or folder, "license": ...}`` of a model ``encdec import`` brought in
@@ -93,7 +93,7 @@ def render_model_card(model_dir_or_model: str | os.PathLike | PreTrainedModel, *
     dataset_name = dataset_name or dataset_id
     if metrics and not dataset_name:
         raise EncdecError("`metrics` need the data they were measured on: pass `dataset_name` (or `dataset_id`).")
-    model_name = repo_id.split("/")[-1] if repo_id else default_name
+    model_name = model_name or (repo_id.split("/")[-1] if repo_id else default_name)
     card_data = ModelCardData(
         license=license, library_name="transformers", pipeline_tag="translation", language=languages or None,
         tags=["translation", "seq2seq", "encdec", family], datasets=[dataset_id] if dataset_id else None,

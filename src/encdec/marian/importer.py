@@ -165,7 +165,7 @@ def import_marian(source: str, output: str | os.PathLike, overwrite: bool = Fals
     def save(staging: Path) -> None:
         save_for_pipeline(model, tokenizer, staging)
         write_model_card(staging, imported_from=imported_from, languages=languages or None,
-                         license=imported_from["license"] or "other")
+                         license=imported_from["license"] or "other", model_name=output.resolve().name)
 
     replace_folder(save, output)
     difference = compare_with_marian(folder, model, tokenizer)
