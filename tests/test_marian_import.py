@@ -17,6 +17,7 @@ from huggingface_hub import ModelCard
 from transformers import MarianMTModel
 
 from encdec.errors import EncdecError
+from encdec.folders import check_model_folder
 from encdec.inference import load_model_and_tokenizer
 from encdec.marian import importer
 from encdec_cli import main
@@ -80,6 +81,8 @@ def test_the_generation_defaults_and_the_card_come_from_the_source(marian_dir, i
     config = json.loads((imported / "config.json").read_text(encoding="utf-8"))
     assert config["activation_function"] == "swish" and config["final_logits_bias"] is True
     assert config["sinusoid_layout"] == "half_split"
+    # `encdec push` uploads the target side's tokenizer and the tokenizer's code with the rest
+    assert {"target_tokenizer.json", "tokenization_marian_import.py"} <= set(check_model_folder(imported))
 
 
 def test_the_imported_folder_translates_where_encdec_is_not_installed(imported, tmp_path) -> None:
