@@ -134,9 +134,10 @@ def torch_contender(name: str, model: PreTrainedModel, settings: BenchmarkSettin
 class CT2Worker:
     """A ``ct2_worker.py`` process holding one CTranslate2 model."""
 
-    def __init__(self, model_dir: Path, tokens_file: Path, settings: BenchmarkSettings) -> None:
+    def __init__(self, model_dir: Path, tokens_file: Path, settings: BenchmarkSettings,
+                 compute_type: str = "float32") -> None:
         command = [sys.executable, str(WORKER), str(model_dir), str(tokens_file), "--threads", str(settings.threads),
-                   "--new-tokens", str(settings.new_tokens)]
+                   "--new-tokens", str(settings.new_tokens), "--compute-type", compute_type]
         self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         self.read()  # {"ready": true} once the model is loaded
 
@@ -219,10 +220,14 @@ def transformer_contenders(settings: BenchmarkSettings, root: Path) -> tuple[lis
                   torch_contender("encdec, torch int8 (`--quantize int8`)", quantize_int8(encdec), settings),
                   torch_contender("encdec, torch bfloat16 (`--dtype bfloat16`)", build_bf16(encdec), settings)]
     workers = []
-    for name, folder in (("encdec -> CTranslate2, float32", "ct2-encdec-float32"),
-                         ("encdec -> CTranslate2, int8 weights (`--quantization int8`)", "ct2-encdec-int8"),
-                         ("Marian -> CTranslate2 (its Marian converter), float32", "ct2-marian-float32")):
-        workers.append(CT2Worker(root / folder, tokens_file, settings))
+    # the int8 export computes in int8 only when loaded so (compute_type="int8", as `--engine ctranslate2
+    # --quantize int8` loads it); with the default float32 CTranslate2 widens its weights back to float32
+    for name, folder, compute in (("encdec -> CTranslate2, float32", "ct2-encdec-float32", "float32"),
+                                  ("encdec -> CTranslate2, int8 (`--quantization int8`, int8 compute)",
+                                   "ct2-encdec-int8", "int8"),
+                                  ("Marian -> CTranslate2 (its Marian converter), float32", "ct2-marian-float32",
+                                   "float32")):
+        workers.append(CT2Worker(root / folder, tokens_file, settings, compute_type=compute))
         contenders.append(Contender(name, folder, workers[-1].run))
     return contenders, workers
 
@@ -278,9 +283,9 @@ def method_text(settings: BenchmarkSettings) -> str:
         "*bfloat16*: "
         "the model cast to bfloat16 (torch runs it with this CPU's AVX512-BF16 instructions; CTranslate2 4.8 offers "
         "no bfloat16 compute on it, so it has no bfloat16 row). *CTranslate2*: "
-        "encdec's model exported by `encdec export` (float32 weights, and int8 weights), and the Marian model "
-        "converted by CTranslate2's own Marian loader; each in its own worker process that never imports torch "
-        "(`benchmarks/ct2_worker.py`), timed round-robin with the torch contenders, with a "
+        "encdec's model exported by `encdec export` (float32 weights; int8 weights loaded for int8 compute), and "
+        "the Marian model converted by CTranslate2's own Marian loader; each in its own worker process that never "
+        "imports torch (`benchmarks/ct2_worker.py`), timed round-robin with the torch contenders, with a "
         f"{SWITCH_PAUSE_S} s pause before a call in another process. *x Marian*: the median over rounds of "
         "Marian's call time / the contender's (> 1: faster than MarianMTModel in transformers); *x float32*: "
         "the same against the variant's float32 model."
