@@ -53,11 +53,13 @@ class SinusoidalPositionalEmbedding(nn.Module):
         self.register_buffer("table", self.build_table(config.max_position_embeddings), persistent=False)
 
     def build_table(self, num_positions: int) -> torch.Tensor:
-        """The (P, D) float32 table, computed in float64 (as Marian's numpy table is): in float32 the angles of far
-        positions lose digits (up to 6e-5 at D=512, P=1024), and an imported Marian model would differ from its
-        source by that much."""
-        position = torch.arange(num_positions, dtype=torch.float64).unsqueeze(1)  # (P, 1)
-        two_i = torch.arange(0, self.d_model, 2, dtype=torch.float64)  # (D/2,)
+        """The (P, D) float32 table. The half-split table is computed in float64, as Marian's numpy table is: in
+        float32 the angles of far positions lose digits (up to 6e-5 at D=512, P=1024), and an imported Marian model
+        would differ from its source by that much. The interleaved one stays computed in float32, as every encdec
+        model of that layout was trained with it: their outputs stay bit for bit what they were."""
+        dtype = torch.float32 if self.interleaved else torch.float64
+        position = torch.arange(num_positions, dtype=dtype).unsqueeze(1)  # (P, 1)
+        two_i = torch.arange(0, self.d_model, 2, dtype=dtype)  # (D/2,)
         inv_freq = torch.exp(two_i * (-math.log(10000.0) / self.d_model))  # 1 / 10000^(2i/D)
         angles = position * inv_freq  # (P, D/2)
         if self.interleaved:
