@@ -313,25 +313,12 @@ def test_the_browser_site_of_the_imported_model_translates_as_encdec(imported, m
     """``encdec export --format web`` of the imported model (float32): the site's translator (tokenizer, search,
     ONNX Runtime Web's WebAssembly backend; run by Node.js as tests/test_web_site.py does) gives MarianMTModel's
     translations with greedy and beam search."""
-    import shutil
-    import subprocess
+    from test_web_site import require_runtime, run_site_translator
 
-    from test_web_site import MARIAN_CHECK, REPO, require_runtime
-
-    node, modules = shutil.which("node"), REPO / "web" / "node_modules"
-    if not node or not modules.is_dir():
-        pytest.skip("Node.js and web/node_modules (`make web`) are needed to run the site's modules")
     require_runtime()
     model = export(imported, tmp_path / "site", "web", "float32") / "model"
     lines = [text for text in SOURCES if text][:12]
     asked = [{"numBeams": 1}, {"numBeams": 3}]
-    (tmp_path / "cases.json").write_text(json.dumps({"lines": lines, "asked": asked}))
-    script = tmp_path / "check.mjs"
-    script.write_text(MARIAN_CHECK % tuple(path.as_uri() for path in (
-        modules / "onnxruntime-web" / "dist" / "ort.node.min.mjs", REPO / "web" / "src" / "search.js",
-        REPO / "web" / "src" / "translator.js")))
-    done = subprocess.run([node, str(script), str(model), str(tmp_path / "cases.json")], capture_output=True,
-                          text=True, timeout=120, cwd=REPO / "web")
-    assert done.returncode == 0, done.stderr
-    for options, got in zip(asked, json.loads(done.stdout)["found"], strict=True):
+    found = run_site_translator(model, lines, asked, tmp_path)
+    for options, got in zip(asked, found["found"], strict=True):
         assert got == marian(lines, num_beams=options["numBeams"]), options

@@ -302,6 +302,24 @@ console.log(JSON.stringify({ found, banned }));
 """
 
 
+def run_site_translator(model: Path, lines: list[str], asked: list[dict], work: Path) -> dict:
+    """The site's translator (web/src/translator.js over ONNX Runtime Web's WebAssembly backend, run by Node.js) on
+    the site's model folder ``model``: ``{"found": [its translations of lines, per options of asked], "banned":
+    ...}`` (MARIAN_CHECK). Skips when Node.js or web/node_modules (`make web`) is absent."""
+    node, modules = shutil.which("node"), REPO / "web" / "node_modules"
+    if not node or not modules.is_dir():
+        pytest.skip("Node.js and web/node_modules (`make web`) are needed to run the site's modules")
+    (work / "cases.json").write_text(json.dumps({"lines": lines, "asked": asked}))
+    script = work / "check.mjs"
+    script.write_text(MARIAN_CHECK % tuple(path.as_uri() for path in (
+        modules / "onnxruntime-web" / "dist" / "ort.node.min.mjs", REPO / "web" / "src" / "search.js",
+        REPO / "web" / "src" / "translator.js")))
+    done = subprocess.run([node, str(script), str(model), str(work / "cases.json")], capture_output=True,
+                          text=True, timeout=120, cwd=REPO / "web")
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
 @pytest.mark.timeout(300)
 def test_the_browser_search_decodes_marian_s_switches_as_encdec_translate(tmp_path) -> None:
     """A model with Marian's switches (`encdec import`: swish, a logits bias, no <s>) and generation rules (its pad
@@ -320,15 +338,7 @@ def test_the_browser_search_decodes_marian_s_switches_as_encdec_translate(tmp_pa
     assert json.loads((model / "encdec_onnx.json").read_text())["decoder_start_token_id"] == PAD
     lines = [" ".join(str((7 * i + 3 * j) % 10) for j in range(2 + i % 5)) for i in range(12)]
     asked = [{"numBeams": beams, **budget} for beams in (1, 4) for budget in ({"maxNewTokens": 3}, {})]
-    (tmp_path / "cases.json").write_text(json.dumps({"lines": lines, "asked": asked}))
-    script = tmp_path / "check.mjs"
-    script.write_text(MARIAN_CHECK % tuple(path.as_uri() for path in (
-        modules / "onnxruntime-web" / "dist" / "ort.node.min.mjs", REPO / "web" / "src" / "search.js",
-        REPO / "web" / "src" / "translator.js")))
-    done = subprocess.run([node, str(script), str(model), str(tmp_path / "cases.json")], capture_output=True,
-                          text=True, timeout=120, cwd=REPO / "web")
-    assert done.returncode == 0, done.stderr
-    found = json.loads(done.stdout)
+    found = run_site_translator(model, lines, asked, tmp_path)
     assert found["banned"] == [0, 7, 9]  # a one-token sequence always, a longer one after its prefix
     for options, got in zip(asked, found["found"], strict=True):
         assert got == translate_lines(folder, lines, num_beams=options["numBeams"],

@@ -28,9 +28,6 @@ _SAME = ("vocab_size", "d_model", "encoder_layers", "decoder_layers", "encoder_a
 _FIXED = {"normalize_embedding": False, "normalize_before": False, "static_position_embeddings": True,
           "add_bias_logits": False, "add_final_layer_norm": False, "is_decoder": False,
           "share_encoder_decoder_embeddings": True}
-# keys that only matter for training or are transformers' bookkeeping; they change no output of the network
-_IGNORED = ("encoder_layerdrop", "decoder_layerdrop", "extra_pos_embeddings", "classif_dropout", "num_labels",
-            "id2label", "label2id", "gradient_checkpointing", "classifier_dropout", "num_hidden_layers")
 
 
 def check_marian_config(config: Mapping[str, Any], name: str = "config.json") -> None:
